@@ -1,0 +1,104 @@
+//! Reading a flows directory: every `*.toml` file, each parsed on its own (so errors name their file),
+//! then validated together.
+
+use std::path::{Path, PathBuf};
+
+use super::raw::RawFile;
+use super::validate::validate;
+use super::{ConfigError, ConfigErrors, FlowSet};
+
+/// Load and validate every `*.toml` file in `dir`. Either the whole set is valid, or every error found
+/// is returned (a syntax error in one file does not hide problems in the others).
+pub fn load_dir(dir: &Path) -> Result<FlowSet, ConfigErrors> {
+    let files = list_flow_files(dir).map_err(|e| ConfigErrors(vec![e]))?;
+    let mut errors = Vec::new();
+    let mut parsed = Vec::new();
+    for file in files {
+        match parse_file(&file) {
+            Ok(raw) => parsed.push((file, raw)),
+            Err(e) => errors.push(e),
+        }
+    }
+    let env = |name: &str| std::env::var(name).ok();
+    match validate(parsed, &env) {
+        Ok(set) if errors.is_empty() => Ok(set),
+        Ok(_) => Err(ConfigErrors(errors)),
+        Err(ConfigErrors(more)) => {
+            errors.extend(more);
+            Err(ConfigErrors(errors))
+        }
+    }
+}
+
+/// The `*.toml` files of `dir`, sorted so that loading is deterministic.
+fn list_flow_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let read = std::fs::read_dir(dir).map_err(|e| ConfigError {
+        file: dir.to_path_buf(),
+        key: String::new(),
+        reason: format!("cannot read the flows directory: {e}"),
+    })?;
+    let mut files: Vec<PathBuf> = read
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|p| is_flow_file(p))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// A flow file: `*.toml`, not hidden (editors write `.name.toml.swp`-like temporaries).
+pub fn is_flow_file(path: &Path) -> bool {
+    let hidden = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_none_or(|n| n.starts_with('.'));
+    !hidden && path.extension().is_some_and(|e| e == "toml") && path.is_file()
+}
+
+/// Parse one file into its raw form. The `config` crate reads the TOML; serde rejects unknown keys.
+fn parse_file(path: &Path) -> Result<RawFile, ConfigError> {
+    let at = |reason: String| ConfigError {
+        file: path.to_path_buf(),
+        key: String::new(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| at(format!("cannot read: {e}")))?;
+    // Parse with `toml` first: its errors carry line and column, which `config` drops.
+    if let Err(e) = text.parse::<toml::Table>() {
+        return Err(at(format!("invalid TOML: {}", e.to_string().trim_end())));
+    }
+    let built = config::Config::builder()
+        .add_source(config::File::from_str(&text, config::FileFormat::Toml))
+        .build()
+        .map_err(|e| at(format!("invalid TOML: {e}")))?;
+    built.try_deserialize::<RawFile>().map_err(|e| {
+        let (key, reason) = split_config_error(&e.to_string());
+        ConfigError {
+            file: path.to_path_buf(),
+            key,
+            reason,
+        }
+    })
+}
+
+/// `config` reports deserialisation errors as "REASON for key `PATH`"; split them so our message
+/// reads "file: key: reason" like every other error.
+fn split_config_error(msg: &str) -> (String, String) {
+    if let Some((reason, rest)) = msg.rsplit_once(" for key `") {
+        let key = rest.trim_end_matches('`').trim_end_matches("` in ").to_string();
+        return (key, reason.to_string());
+    }
+    (String::new(), msg.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_error_is_split_into_key_and_reason() {
+        let (k, r) = split_config_error("invalid type: string \"x\", expected f64 for key `flows[0].offset_lag_max`");
+        assert_eq!(k, "flows[0].offset_lag_max");
+        assert!(r.starts_with("invalid type"));
+    }
+}

@@ -1,0 +1,77 @@
+//! The flow files exactly as an operator writes them: serde types with unknown keys rejected.
+//!
+//! Nothing here is trusted yet; `validate` turns these into a [`super::FlowSet`]. Optional keys are
+//! `Option`s so that validation, not serde, decides the defaults (MM2's, see mm2-reference.md §8).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// One `*.toml` file in the flows directory. Any file may define clusters, flows, or both.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFile {
+    #[serde(default)]
+    pub clusters: BTreeMap<String, RawCluster>,
+    #[serde(default)]
+    pub flows: Vec<RawFlow>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    pub bootstrap_servers: String,
+    /// librdkafka properties applied to every client of this cluster.
+    #[serde(default)]
+    pub client: BTreeMap<String, RawValue>,
+}
+
+/// A librdkafka property value: operators write `"lz4"`, `5` or `true`; librdkafka wants strings.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawValue {
+    String(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl RawValue {
+    pub fn into_string(self) -> String {
+        match self {
+            Self::String(s) => s,
+            Self::Int(i) => i.to_string(),
+            Self::Float(f) => f.to_string(),
+            Self::Bool(b) => b.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFlow {
+    pub source: String,
+    pub target: String,
+    pub topics: Option<Vec<String>>,
+    pub topics_exclude: Option<Vec<String>>,
+    pub groups: Option<Vec<String>>,
+    pub groups_exclude: Option<Vec<String>>,
+    pub replication_policy: Option<String>,
+    pub replication_policy_separator: Option<String>,
+    pub replication_factor: Option<i32>,
+    pub refresh_topics_interval_seconds: Option<f64>,
+    pub emit_checkpoints_interval_seconds: Option<f64>,
+    pub refresh_groups_interval_seconds: Option<f64>,
+    pub emit_heartbeats_interval_seconds: Option<f64>,
+    pub sync_group_offsets_enabled: Option<bool>,
+    pub sync_group_offsets_interval_seconds: Option<f64>,
+    pub sync_topic_configs_enabled: Option<bool>,
+    pub sync_topic_configs_interval_seconds: Option<f64>,
+    pub offset_lag_max: Option<i64>,
+    pub offset_syncs_topic_location: Option<String>,
+    /// Producer compression for copied records: none, gzip, snappy, lz4, zstd.
+    pub compression: Option<String>,
+    pub linger_ms: Option<f64>,
+    pub batch_size_bytes: Option<i64>,
+    pub enabled: Option<bool>,
+}

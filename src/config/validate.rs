@@ -1,0 +1,439 @@
+//! Raw flow files → a trusted [`FlowSet`]: defaults filled in (MM2's, mm2-reference.md §8), regexes
+//! compiled, cluster names resolved, `${VAR}` replaced, and every error collected with its file and key.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::raw::{RawCluster, RawFile, RawFlow};
+use super::{
+    ClusterSpec, ConfigError, ConfigErrors, FlowId, FlowPlan, FlowSet, FlowSettings, OffsetSyncsLocation,
+    PolicyKind,
+};
+use crate::filter::{self, GroupFilter, PatternList, TopicFilter};
+use crate::policy::ReplicationPolicy;
+
+/// Collects errors for one file so each call site only names its key.
+struct Errors<'a> {
+    file: &'a PathBuf,
+    out: &'a mut Vec<ConfigError>,
+}
+
+impl Errors<'_> {
+    fn push(&mut self, key: impl Into<String>, reason: impl Into<String>) {
+        self.out.push(ConfigError {
+            file: self.file.clone(),
+            key: key.into(),
+            reason: reason.into(),
+        });
+    }
+}
+
+pub fn validate(files: Vec<(PathBuf, RawFile)>, env: &dyn Fn(&str) -> Option<String>) -> Result<FlowSet, ConfigErrors> {
+    let mut errors = Vec::new();
+    let mut clusters: BTreeMap<String, ClusterSpec> = BTreeMap::new();
+    let mut raw_flows = Vec::new();
+
+    for (file, raw) in files {
+        let mut errs = Errors { file: &file, out: &mut errors };
+        for (alias, rc) in raw.clusters {
+            if let Some(existing) = clusters.get(&alias) {
+                let first = existing.file.display().to_string();
+                errs.push(format!("clusters.{alias}"), format!("cluster `{alias}` is already defined in {first}"));
+                continue;
+            }
+            if let Some(spec) = cluster(&alias, rc, &file, env, &mut errs) {
+                clusters.insert(alias, spec);
+            }
+        }
+        for (i, rf) in raw.flows.into_iter().enumerate() {
+            raw_flows.push((file.clone(), i, rf));
+        }
+    }
+
+    let mut flows: BTreeMap<FlowId, FlowPlan> = BTreeMap::new();
+    for (file, i, rf) in raw_flows {
+        let mut errs = Errors { file: &file, out: &mut errors };
+        let Some(plan) = flow(i, rf, &file, &clusters, &mut errs) else { continue };
+        if let Some(existing) = flows.get(&plan.id) {
+            let first = existing.file.display().to_string();
+            errs.push(format!("flows[{i}]"), format!("flow {} is already defined in {first}", plan.id));
+            continue;
+        }
+        flows.insert(plan.id.clone(), plan);
+    }
+
+    if errors.is_empty() { Ok(FlowSet { clusters, flows }) } else { Err(ConfigErrors(errors)) }
+}
+
+/// Aliases become parts of topic names (`east.orders`, `east.checkpoints.internal`), so they must be
+/// legal in a Kafka topic name and must not look like a flow id.
+fn valid_alias(alias: &str) -> Result<(), String> {
+    if alias.is_empty() {
+        return Err("a cluster alias must not be empty".into());
+    }
+    if let Some(c) = alias.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))) {
+        return Err(format!(
+            "cluster alias `{alias}` contains `{c}`; use letters, digits, `_` and `-` (aliases become topic-name prefixes)"
+        ));
+    }
+    Ok(())
+}
+
+fn cluster(
+    alias: &str,
+    rc: RawCluster,
+    file: &PathBuf,
+    env: &dyn Fn(&str) -> Option<String>,
+    errs: &mut Errors<'_>,
+) -> Option<ClusterSpec> {
+    let base = format!("clusters.{alias}");
+    let mut ok = true;
+    if let Err(reason) = valid_alias(alias) {
+        errs.push(&base, reason);
+        ok = false;
+    }
+    let bootstrap = match substitute_env(&rc.bootstrap_servers, env) {
+        Ok(b) if b.trim().is_empty() => {
+            errs.push(format!("{base}.bootstrap_servers"), "must not be empty");
+            ok = false;
+            String::new()
+        }
+        Ok(b) => b,
+        Err(reason) => {
+            errs.push(format!("{base}.bootstrap_servers"), reason);
+            ok = false;
+            String::new()
+        }
+    };
+    let mut client = BTreeMap::new();
+    for (k, v) in rc.client {
+        let key = format!("{base}.client.\"{k}\"");
+        if k == "bootstrap.servers" {
+            errs.push(key, "set `bootstrap_servers` on the cluster instead");
+            ok = false;
+            continue;
+        }
+        match substitute_env(&v.into_string(), env) {
+            Ok(value) => {
+                client.insert(k, value);
+            }
+            Err(reason) => {
+                errs.push(key, reason);
+                ok = false;
+            }
+        }
+    }
+    ok.then(|| ClusterSpec {
+        alias: alias.to_string(),
+        bootstrap_servers: bootstrap,
+        client,
+        file: file.clone(),
+    })
+}
+
+/// Replace every `${NAME}` with the environment variable NAME. A missing variable is an error that
+/// names the variable, never the surrounding value (it may be a secret).
+pub fn substitute_env(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err("unterminated `${` (expected `${NAME}`)".into());
+        };
+        let name = &after[..end];
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("`${{{name}}}` is not a valid environment variable reference"));
+        }
+        match env(name) {
+            Some(v) => out.push_str(&v),
+            None => return Err(format!("environment variable {name} is not set")),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn seconds(key: &str, v: Option<f64>, default: f64, errs: &mut Errors<'_>) -> Duration {
+    let s = v.unwrap_or(default);
+    if !s.is_finite() || s <= 0.0 || s > 1e9 {
+        errs.push(key, format!("must be a positive number of seconds, got {s}"));
+        return Duration::from_secs_f64(default);
+    }
+    Duration::from_secs_f64(s)
+}
+
+fn patterns(key: &str, v: Option<Vec<String>>, default: &[&str], errs: &mut Errors<'_>) -> (Vec<String>, Option<PatternList>) {
+    let list: Vec<String> = v.unwrap_or_else(|| default.iter().map(|s| s.to_string()).collect());
+    let mut ok = true;
+    for (j, p) in list.iter().enumerate() {
+        if let Err(e) = PatternList::new(std::slice::from_ref(p)) {
+            errs.push(format!("{key}[{j}]"), e.to_string());
+            ok = false;
+        }
+    }
+    let compiled = if ok {
+        match PatternList::new(&list) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                errs.push(key, e.to_string());
+                None
+            }
+        }
+    } else {
+        None
+    };
+    (list, compiled)
+}
+
+const COMPRESSIONS: &[&str] = &["none", "gzip", "snappy", "lz4", "zstd"];
+
+fn flow(
+    i: usize,
+    rf: RawFlow,
+    file: &PathBuf,
+    clusters: &BTreeMap<String, ClusterSpec>,
+    errs: &mut Errors<'_>,
+) -> Option<FlowPlan> {
+    let k = |name: &str| format!("flows[{i}].{name}");
+    let before = errs.out.len();
+
+    let source = clusters.get(&rf.source).cloned();
+    if source.is_none() {
+        errs.push(k("source"), format!("unknown cluster `{}` (define it under [clusters.{}])", rf.source, rf.source));
+    }
+    let target = clusters.get(&rf.target).cloned();
+    if target.is_none() {
+        errs.push(k("target"), format!("unknown cluster `{}` (define it under [clusters.{}])", rf.target, rf.target));
+    }
+    if rf.source == rf.target {
+        errs.push(k("target"), "a flow's source and target must be different clusters");
+    }
+
+    let (topics, topics_inc) = patterns(&k("topics"), rf.topics, filter::DEFAULT_TOPICS, errs);
+    let (topics_exclude, topics_exc) = patterns(&k("topics_exclude"), rf.topics_exclude, filter::DEFAULT_TOPICS_EXCLUDE, errs);
+    let (groups, groups_inc) = patterns(&k("groups"), rf.groups, filter::DEFAULT_GROUPS, errs);
+    let (groups_exclude, groups_exc) = patterns(&k("groups_exclude"), rf.groups_exclude, filter::DEFAULT_GROUPS_EXCLUDE, errs);
+
+    let replication_policy = match rf.replication_policy.as_deref().unwrap_or("default") {
+        "default" => PolicyKind::Default,
+        "identity" => PolicyKind::Identity,
+        other => {
+            errs.push(k("replication_policy"), format!("`{other}` is not a policy; use \"default\" or \"identity\""));
+            PolicyKind::Default
+        }
+    };
+    let separator = rf.replication_policy_separator.unwrap_or_else(|| ".".to_string());
+    if separator.is_empty() {
+        errs.push(k("replication_policy_separator"), "must not be empty");
+    }
+    let replication_factor = match rf.replication_factor {
+        None | Some(-1) => None,
+        Some(n) if n >= 1 => Some(n),
+        Some(n) => {
+            errs.push(k("replication_factor"), format!("must be -1 (the target's default) or at least 1, got {n}"));
+            None
+        }
+    };
+    let offset_lag_max = rf.offset_lag_max.unwrap_or(100);
+    if offset_lag_max < 0 {
+        errs.push(k("offset_lag_max"), format!("must not be negative, got {offset_lag_max}"));
+    }
+    let offset_syncs_topic_location = match rf.offset_syncs_topic_location.as_deref().unwrap_or("source") {
+        "source" => OffsetSyncsLocation::Source,
+        "target" => OffsetSyncsLocation::Target,
+        other => {
+            errs.push(k("offset_syncs_topic_location"), format!("`{other}` is not a location; use \"source\" or \"target\""));
+            OffsetSyncsLocation::Source
+        }
+    };
+    let compression = rf.compression.unwrap_or_else(|| "lz4".to_string());
+    if !COMPRESSIONS.contains(&compression.as_str()) {
+        errs.push(k("compression"), format!("`{compression}` is not one of {}", COMPRESSIONS.join(", ")));
+    }
+    let linger_ms = rf.linger_ms.unwrap_or(50.0);
+    if !(0.0..=900_000.0).contains(&linger_ms) {
+        errs.push(k("linger_ms"), format!("must be between 0 and 900000, got {linger_ms}"));
+    }
+    let batch_size_bytes = rf.batch_size_bytes.unwrap_or(1_000_000);
+    if !(1..=2_147_483_647).contains(&batch_size_bytes) {
+        errs.push(k("batch_size_bytes"), format!("must be between 1 and 2147483647, got {batch_size_bytes}"));
+    }
+
+    let settings = FlowSettings {
+        topics,
+        topics_exclude,
+        groups,
+        groups_exclude,
+        replication_policy,
+        replication_policy_separator: separator.clone(),
+        replication_factor,
+        refresh_topics_interval: seconds(&k("refresh_topics_interval_seconds"), rf.refresh_topics_interval_seconds, 600.0, errs),
+        emit_checkpoints_interval: seconds(&k("emit_checkpoints_interval_seconds"), rf.emit_checkpoints_interval_seconds, 60.0, errs),
+        refresh_groups_interval: seconds(&k("refresh_groups_interval_seconds"), rf.refresh_groups_interval_seconds, 600.0, errs),
+        emit_heartbeats_interval: seconds(&k("emit_heartbeats_interval_seconds"), rf.emit_heartbeats_interval_seconds, 1.0, errs),
+        sync_group_offsets_enabled: rf.sync_group_offsets_enabled.unwrap_or(false),
+        sync_group_offsets_interval: seconds(&k("sync_group_offsets_interval_seconds"), rf.sync_group_offsets_interval_seconds, 60.0, errs),
+        sync_topic_configs_enabled: rf.sync_topic_configs_enabled.unwrap_or(true),
+        sync_topic_configs_interval: seconds(&k("sync_topic_configs_interval_seconds"), rf.sync_topic_configs_interval_seconds, 600.0, errs),
+        offset_lag_max,
+        offset_syncs_topic_location,
+        compression,
+        linger: Duration::from_secs_f64(linger_ms.clamp(0.0, 900_000.0) / 1000.0),
+        batch_size_bytes,
+        enabled: rf.enabled.unwrap_or(true),
+    };
+
+    if errs.out.len() > before {
+        return None;
+    }
+    let (source, target) = (source?, target?);
+    let policy = match replication_policy {
+        PolicyKind::Default => ReplicationPolicy::default_policy(&separator),
+        PolicyKind::Identity => ReplicationPolicy::identity(&separator, Some(&source.alias)),
+    };
+    Some(FlowPlan {
+        id: FlowId {
+            source: source.alias.clone(),
+            target: target.alias.clone(),
+        },
+        topic_filter: Arc::new(TopicFilter::new(topics_inc?, topics_exc?)),
+        group_filter: Arc::new(GroupFilter::new(groups_inc?, groups_exc?)),
+        source,
+        target,
+        settings,
+        policy,
+        file: file.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(files: &[(&str, &str)], env: &dyn Fn(&str) -> Option<String>) -> Result<FlowSet, ConfigErrors> {
+        let parsed = files
+            .iter()
+            .map(|(name, text)| (PathBuf::from(name), toml::from_str::<RawFile>(text).expect("test TOML parses")))
+            .collect();
+        validate(parsed, env)
+    }
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    const CLUSTERS: &str = r#"
+        [clusters.east]
+        bootstrap_servers = "127.0.0.1:19092"
+        [clusters.west]
+        bootstrap_servers = "127.0.0.1:29092"
+    "#;
+
+    #[test]
+    fn defaults_are_mm2s() {
+        let set = parse(&[("c.toml", CLUSTERS), ("f.toml", "[[flows]]\nsource = \"east\"\ntarget = \"west\"\n")], &no_env)
+            .expect("valid");
+        let plan = set.flows.values().next().expect("one flow");
+        assert_eq!(plan.id.to_string(), "east->west");
+        let s = &plan.settings;
+        assert_eq!(s.topics, vec![".*"]);
+        assert_eq!(s.topics_exclude, filter::DEFAULT_TOPICS_EXCLUDE.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(s.groups_exclude, filter::DEFAULT_GROUPS_EXCLUDE.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(s.refresh_topics_interval, Duration::from_secs(600));
+        assert_eq!(s.emit_checkpoints_interval, Duration::from_secs(60));
+        assert_eq!(s.emit_heartbeats_interval, Duration::from_secs(1));
+        assert_eq!(s.offset_lag_max, 100);
+        assert!(!s.sync_group_offsets_enabled);
+        assert_eq!(s.offset_syncs_topic_location, OffsetSyncsLocation::Source);
+        assert_eq!(plan.policy.format_remote_topic("east", "orders"), "east.orders");
+        assert_eq!(plan.file, PathBuf::from("f.toml"));
+    }
+
+    #[test]
+    fn fractional_intervals_are_accepted() {
+        let flow = "[[flows]]\nsource = \"east\"\ntarget = \"west\"\nrefresh_topics_interval_seconds = 0.5\n";
+        let set = parse(&[("a.toml", &format!("{CLUSTERS}\n{flow}"))], &no_env).expect("valid");
+        let plan = set.flows.values().next().expect("flow");
+        assert_eq!(plan.settings.refresh_topics_interval, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn every_error_is_reported_with_file_and_key() {
+        let flow = r#"
+            [[flows]]
+            source = "east"
+            target = "north"
+            topics = ["ok", "(unclosed"]
+            refresh_topics_interval_seconds = -1
+            replication_policy = "fancy"
+        "#;
+        let errs = parse(&[("c.toml", CLUSTERS), ("bad.toml", flow)], &no_env).expect_err("invalid").0;
+        let keys: Vec<_> = errs.iter().map(|e| (e.file.to_str().unwrap_or_default().to_string(), e.key.clone())).collect();
+        for key in ["flows[0].target", "flows[0].topics[1]", "flows[0].refresh_topics_interval_seconds", "flows[0].replication_policy"] {
+            assert!(keys.contains(&("bad.toml".to_string(), key.to_string())), "missing {key} in {keys:?}");
+        }
+        let unknown = errs.iter().find(|e| e.key == "flows[0].target").expect("target error");
+        assert!(unknown.reason.contains("unknown cluster `north`"), "{}", unknown.reason);
+    }
+
+    #[test]
+    fn env_vars_are_substituted_and_missing_ones_named() {
+        let text = r#"
+            [clusters.east]
+            bootstrap_servers = "${EAST_BOOTSTRAP}"
+            [clusters.east.client]
+            "sasl.password" = "${EAST_PASSWORD}"
+        "#;
+        let env = |n: &str| (n == "EAST_BOOTSTRAP").then(|| "10.0.0.1:9092".to_string());
+        let errs = parse(&[("s.toml", text)], &env).expect_err("missing var").0;
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].key, "clusters.east.client.\"sasl.password\"");
+        assert!(errs[0].reason.contains("EAST_PASSWORD"));
+
+        let env = |n: &str| Some(format!("<{n}>"));
+        let set = parse(&[("s.toml", text)], &env).expect("valid");
+        let east = &set.clusters["east"];
+        assert_eq!(east.bootstrap_servers, "<EAST_BOOTSTRAP>");
+        assert_eq!(east.client["sasl.password"], "<EAST_PASSWORD>");
+        assert!(!format!("{east:?}").contains("<EAST_PASSWORD>"), "Debug must redact secrets");
+        assert!(!set.describe().contains("<EAST_PASSWORD>"), "describe must redact secrets");
+    }
+
+    #[test]
+    fn substitution_rules() {
+        let env = |n: &str| (n == "A").then(|| "x".to_string());
+        assert_eq!(substitute_env("a${A}b${A}", &env).as_deref(), Ok("axbx"));
+        assert_eq!(substitute_env("plain", &env).as_deref(), Ok("plain"));
+        assert!(substitute_env("${A", &env).is_err());
+        assert!(substitute_env("${B}", &env).expect_err("missing").contains('B'));
+    }
+
+    #[test]
+    fn duplicates_across_files_name_both() {
+        let flow = "[[flows]]\nsource = \"east\"\ntarget = \"west\"\n";
+        let errs = parse(&[("c.toml", CLUSTERS), ("d.toml", CLUSTERS), ("f1.toml", flow), ("f2.toml", flow)], &no_env)
+            .expect_err("dup")
+            .0;
+        assert!(errs.iter().any(|e| e.file == PathBuf::from("d.toml") && e.reason.contains("already defined in c.toml")));
+        assert!(errs.iter().any(|e| e.file == PathBuf::from("f2.toml") && e.reason.contains("already defined in f1.toml")));
+    }
+
+    #[test]
+    fn aliases_must_be_topic_safe() {
+        let text = "[clusters.\"ea.st\"]\nbootstrap_servers = \"x:1\"\n";
+        let errs = parse(&[("a.toml", text)], &no_env).expect_err("bad alias").0;
+        assert_eq!(errs[0].key, "clusters.ea.st");
+    }
+
+    #[test]
+    fn same_pair_reversed_is_a_second_flow() {
+        let flows = "[[flows]]\nsource = \"east\"\ntarget = \"west\"\n[[flows]]\nsource = \"west\"\ntarget = \"east\"\n";
+        let set = parse(&[("a.toml", &format!("{CLUSTERS}\n{flows}"))], &no_env).expect("valid");
+        assert_eq!(set.flows.len(), 2);
+    }
+}

@@ -1,0 +1,232 @@
+//! The flow supervisor: one per flow, parent of the flow's actors, and owner of the state that must
+//! survive their restarts (acknowledged copy positions, the partitions ready to copy).
+//!
+//! actix's own `Supervisor` restarts immediately and forever; ferry's children instead report how they
+//! ended ([`ChildExited`]) and the supervisor restarts them after an exponential backoff that resets once
+//! a child has been healthy for a while. A child's failure never touches its siblings or other flows.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+
+use super::acks::{AckTable, SourcePartition};
+use super::copier::{AssignPartitions, RecordCopier, StopCopier};
+use super::topics::{StopTopics, TopicSync};
+use crate::config::FlowPlan;
+use crate::status::{ActorState, StatusBoard};
+
+const BACKOFF_START: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// A child that ran this long before failing is restarted with the initial backoff again.
+const HEALTHY_AFTER: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ActorKind {
+    Copier,
+    Topics,
+}
+
+impl ActorKind {
+    /// The name used in logs, metrics and status output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Copier => "copier",
+            Self::Topics => "topics",
+        }
+    }
+}
+
+/// A child actor ended, with its reason.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct ChildExited {
+    pub kind: ActorKind,
+    pub result: Result<(), String>,
+}
+
+/// A child reports a state change that is not an exit (e.g. degraded while a cluster is away).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct ActorStatusChanged {
+    pub kind: ActorKind,
+    pub state: ActorState,
+    pub error: Option<String>,
+}
+
+/// The topic synchroniser found these source partitions ready to copy.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct TopicsReady(pub BTreeSet<SourcePartition>);
+
+/// Stop the flow: children drain by `deadline`; `done` fires when all of them have ended.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct StopFlow {
+    pub deadline: Instant,
+    pub done: oneshot::Sender<()>,
+}
+
+/// Restart bookkeeping of one child.
+#[derive(Debug, Default)]
+struct Restarts {
+    attempt: u32,
+    started_at: Option<Instant>,
+}
+
+impl Restarts {
+    /// Backoff before the next start, given that the child just failed.
+    fn next_delay(&mut self) -> Duration {
+        if self.started_at.is_some_and(|t| t.elapsed() >= HEALTHY_AFTER) {
+            self.attempt = 0;
+        }
+        let delay = BACKOFF_START.saturating_mul(1 << self.attempt.min(6)).min(BACKOFF_MAX);
+        self.attempt += 1;
+        delay
+    }
+}
+
+pub struct FlowSupervisor {
+    plan: Arc<FlowPlan>,
+    status: StatusBoard,
+    /// Survives copier restarts: where each source partition resumes.
+    acks: Arc<AckTable>,
+    /// Survives copier restarts: what the copier should be mirroring.
+    ready: BTreeSet<SourcePartition>,
+    copier: Option<Addr<RecordCopier>>,
+    topics: Option<Addr<TopicSync>>,
+    restarts: HashMap<ActorKind, Restarts>,
+    stopping: Option<oneshot::Sender<()>>,
+}
+
+impl FlowSupervisor {
+    pub fn new(plan: Arc<FlowPlan>, status: StatusBoard) -> Self {
+        Self {
+            plan,
+            status,
+            acks: Arc::new(AckTable::default()),
+            ready: BTreeSet::new(),
+            copier: None,
+            topics: None,
+            restarts: HashMap::new(),
+            stopping: None,
+        }
+    }
+
+    fn flow(&self) -> String {
+        self.plan.id.to_string()
+    }
+
+    fn start_child(&mut self, kind: ActorKind, ctx: &mut Context<Self>) {
+        if self.stopping.is_some() {
+            return;
+        }
+        let me = ctx.address();
+        match kind {
+            ActorKind::Copier => {
+                let copier = RecordCopier::new(self.plan.clone(), self.acks.clone(), me, self.ready.clone());
+                self.copier = Some(copier.start());
+            }
+            ActorKind::Topics => {
+                self.topics = Some(TopicSync::new(self.plan.clone(), me).start());
+            }
+        }
+        self.restarts.entry(kind).or_default().started_at = Some(Instant::now());
+        self.status.set(&self.flow(), kind.name(), ActorState::Running, None);
+    }
+
+    fn finish_stop_if_idle(&mut self, ctx: &mut Context<Self>) {
+        if self.stopping.is_some() && self.copier.is_none() {
+            if let Some(done) = self.stopping.take() {
+                let _ = done.send(());
+            }
+            ctx.stop();
+        }
+    }
+}
+
+impl Actor for FlowSupervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        tracing::info!(flow = %self.plan.id, file = %self.plan.file.display(), "starting flow");
+        self.start_child(ActorKind::Topics, ctx);
+        self.start_child(ActorKind::Copier, ctx);
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        for kind in [ActorKind::Topics, ActorKind::Copier] {
+            self.status.set(&self.flow(), kind.name(), ActorState::Stopped, None);
+        }
+        tracing::info!(flow = %self.plan.id, "flow stopped");
+    }
+}
+
+impl Handler<TopicsReady> for FlowSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: TopicsReady, _: &mut Context<Self>) {
+        self.status.set(&self.flow(), ActorKind::Topics.name(), ActorState::Running, None);
+        if msg.0 != self.ready {
+            self.ready = msg.0;
+            if let Some(c) = &self.copier {
+                c.do_send(AssignPartitions(self.ready.clone()));
+            }
+        }
+    }
+}
+
+impl Handler<ActorStatusChanged> for FlowSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: ActorStatusChanged, _: &mut Context<Self>) {
+        self.status.set(&self.flow(), msg.kind.name(), msg.state, msg.error);
+    }
+}
+
+impl Handler<ChildExited> for FlowSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: ChildExited, ctx: &mut Context<Self>) {
+        let kind = msg.kind;
+        match kind {
+            ActorKind::Copier => self.copier = None,
+            ActorKind::Topics => self.topics = None,
+        }
+        if self.stopping.is_some() {
+            if let Err(e) = &msg.result {
+                tracing::warn!(flow = %self.plan.id, actor = kind.name(), error = %e, "actor failed while stopping");
+            }
+            self.finish_stop_if_idle(ctx);
+            return;
+        }
+        let reason = match msg.result {
+            Ok(()) => "exited unexpectedly".to_string(),
+            Err(e) => e,
+        };
+        let restarts = self.restarts.entry(kind).or_default();
+        let delay = restarts.next_delay();
+        let attempt = restarts.attempt;
+        tracing::error!(
+            flow = %self.plan.id, actor = kind.name(), attempt, backoff_ms = delay.as_millis() as u64,
+            reason = %reason, "actor failed; restarting after backoff"
+        );
+        self.status.set(&self.flow(), kind.name(), ActorState::Restarting, Some(reason));
+        ctx.run_later(delay, move |me, ctx| me.start_child(kind, ctx));
+    }
+}
+
+impl Handler<StopFlow> for FlowSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: StopFlow, ctx: &mut Context<Self>) {
+        tracing::info!(flow = %self.plan.id, "stopping flow");
+        self.stopping = Some(msg.done);
+        // The topic synchroniser holds nothing to flush.
+        if let Some(t) = self.topics.take() {
+            t.do_send(StopTopics);
+        }
+        if let Some(c) = &self.copier {
+            c.do_send(StopCopier { deadline: msg.deadline });
+        }
+        self.finish_stop_if_idle(ctx);
+    }
+}

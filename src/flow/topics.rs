@@ -1,0 +1,208 @@
+//! The topic synchroniser: finds the source topics a flow replicates, makes their remote topics exist
+//! on the target with at least as many partitions, and tells the supervisor which source partitions are
+//! ready to copy.
+//!
+//! Selection follows MM2 (mm2-reference.md §3.4): include/exclude patterns, internal topics never,
+//! `heartbeats` always, and no topic that originated on the target (no replication loops).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::BaseConsumer;
+
+use super::acks::SourcePartition;
+use super::supervisor::{ActorKind, ChildExited, FlowSupervisor, TopicsReady};
+use crate::config::FlowPlan;
+use crate::filter::should_replicate_topic;
+use crate::kafka::{self, KafkaOpError, TopicSpec};
+use crate::metrics::METRICS;
+use crate::status::ActorState;
+
+/// After a failed refresh, try again this soon (or at the regular interval if that is shorter).
+const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
+
+/// Clients of one refresh, shared with the blocking metadata calls.
+struct Clients {
+    source_meta: BaseConsumer,
+    target_meta: BaseConsumer,
+    target_admin: AdminClient<DefaultClientContext>,
+}
+
+pub struct TopicSync {
+    plan: Arc<FlowPlan>,
+    supervisor: Addr<FlowSupervisor>,
+    clients: Option<Arc<Clients>>,
+    refreshing: bool,
+}
+
+impl TopicSync {
+    pub fn new(plan: Arc<FlowPlan>, supervisor: Addr<FlowSupervisor>) -> Self {
+        Self {
+            plan,
+            supervisor,
+            clients: None,
+            refreshing: false,
+        }
+    }
+
+    fn clients(&mut self) -> Result<Arc<Clients>, KafkaOpError> {
+        if let Some(c) = &self.clients {
+            return Ok(c.clone());
+        }
+        let p = &self.plan;
+        let c = Arc::new(Clients {
+            source_meta: kafka::assign_only_consumer(&p.source, &p.id, "topics-source")?,
+            target_meta: kafka::assign_only_consumer(&p.target, &p.id, "topics-target")?,
+            target_admin: kafka::admin_client(&p.target, &p.id)?,
+        });
+        self.clients = Some(c.clone());
+        Ok(c)
+    }
+
+    fn schedule(&mut self, ctx: &mut Context<Self>, after: Duration) {
+        ctx.run_later(after, |me, ctx| me.refresh(ctx));
+    }
+
+    fn refresh(&mut self, ctx: &mut Context<Self>) {
+        if self.refreshing {
+            return;
+        }
+        let clients = match self.clients() {
+            Ok(c) => c,
+            Err(e) => {
+                // Building clients fails only on bad client properties: an error for the supervisor.
+                self.supervisor.do_send(ChildExited {
+                    kind: ActorKind::Topics,
+                    result: Err(e.to_string()),
+                });
+                ctx.stop();
+                return;
+            }
+        };
+        self.refreshing = true;
+        let plan = self.plan.clone();
+        let fut = async move { refresh_once(&plan, &clients).await };
+        ctx.spawn(fut.into_actor(self).map(|result, me, ctx| {
+            me.refreshing = false;
+            let interval = me.plan.settings.refresh_topics_interval;
+            match result {
+                Ok(ready) => {
+                    me.supervisor.do_send(TopicsReady(ready));
+                    me.schedule(ctx, interval);
+                }
+                Err(e) => {
+                    tracing::warn!(flow = %me.plan.id, error = %e, "topic refresh failed; retrying");
+                    me.supervisor.do_send(super::supervisor::ActorStatusChanged {
+                        kind: ActorKind::Topics,
+                        state: ActorState::Degraded,
+                        error: Some(e.to_string()),
+                    });
+                    me.schedule(ctx, interval.min(RETRY_AFTER_ERROR));
+                }
+            }
+        }));
+    }
+}
+
+impl Actor for TopicSync {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.refresh(ctx);
+    }
+}
+
+/// Metadata of both clusters, off the actor thread (rdkafka's metadata call blocks).
+async fn metadata(clients: &Arc<Clients>, plan: &FlowPlan) -> Result<(HashMap<String, i32>, HashMap<String, i32>), KafkaOpError> {
+    let c = clients.clone();
+    let (source, target) = (plan.source.alias.clone(), plan.target.alias.clone());
+    tokio::task::spawn_blocking(move || {
+        Ok((
+            kafka::topic_partitions(&c.source_meta, &source)?,
+            kafka::topic_partitions(&c.target_meta, &target)?,
+        ))
+    })
+    .await
+    .map_err(|e| KafkaOpError::Other {
+        cluster: plan.source.alias.clone(),
+        op: "fetch metadata".into(),
+        reason: e.to_string(),
+    })?
+}
+
+/// One pass: select source topics, create or grow remote topics, return the partitions ready to copy.
+async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>) -> Result<BTreeSet<SourcePartition>, KafkaOpError> {
+    let (source_topics, mut target_topics) = metadata(clients, plan).await?;
+    let selected: Vec<(&String, i32)> = source_topics
+        .iter()
+        .filter(|(t, _)| should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, t))
+        .map(|(t, n)| (t, *n))
+        .collect();
+
+    let target = &plan.target.alias;
+    let mut changed = false;
+    for (topic, partitions) in &selected {
+        let remote = plan.policy.format_remote_topic(&plan.id.source, topic);
+        match target_topics.get(&remote) {
+            None => {
+                let spec = TopicSpec {
+                    name: remote.clone(),
+                    partitions: *partitions,
+                    replication_factor: plan.settings.replication_factor,
+                    configs: Vec::new(),
+                };
+                if kafka::create_topic(&clients.target_admin, target, &spec).await? {
+                    tracing::info!(flow = %plan.id, topic = %remote, partitions, "created remote topic");
+                    METRICS.topics_created.with_label_values(&[&plan.id.to_string()]).inc();
+                }
+                changed = true;
+            }
+            Some(have) if have < partitions => {
+                kafka::grow_partitions(&clients.target_admin, target, &remote, *partitions).await?;
+                tracing::info!(flow = %plan.id, topic = %remote, from = have, to = partitions, "grew remote topic");
+                changed = true;
+            }
+            Some(_) => {}
+        }
+    }
+
+    // Created topics take a moment to show up in metadata; copy only to partitions that exist.
+    let deadline = Instant::now() + kafka::ADMIN_TIMEOUT;
+    loop {
+        let missing = selected.iter().any(|(topic, n)| {
+            let remote = plan.policy.format_remote_topic(&plan.id.source, topic);
+            target_topics.get(&remote).is_none_or(|have| have < n)
+        });
+        if !changed || !missing || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        target_topics = metadata(clients, plan).await?.1;
+    }
+
+    let mut ready = BTreeSet::new();
+    for (topic, partitions) in selected {
+        let remote = plan.policy.format_remote_topic(&plan.id.source, topic);
+        let have = target_topics.get(&remote).copied().unwrap_or(0);
+        for p in 0..partitions.min(have) {
+            ready.insert((topic.clone(), p));
+        }
+    }
+    Ok(ready)
+}
+
+/// Stop the synchroniser (it holds nothing that needs flushing).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct StopTopics;
+
+impl Handler<StopTopics> for TopicSync {
+    type Result = ();
+    fn handle(&mut self, _: StopTopics, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
