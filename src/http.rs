@@ -27,9 +27,7 @@ async fn flows(status: web::Data<StatusBoard>) -> HttpResponse {
 }
 
 async fn metrics() -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(METRICS.render())
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(METRICS.render())
 }
 
 /// Bind and start the server inside the current actix System.

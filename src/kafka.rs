@@ -26,7 +26,7 @@ pub enum KafkaOpError {
         cluster: String,
         op: String,
         #[source]
-        source: KafkaError,
+        source: Box<KafkaError>,
     },
     #[error("cluster `{cluster}`: {op}: {reason}")]
     Other { cluster: String, op: String, reason: String },
@@ -34,11 +34,7 @@ pub enum KafkaOpError {
 
 impl KafkaOpError {
     pub fn kafka(cluster: &str, op: impl Into<String>, source: KafkaError) -> Self {
-        Self::Kafka {
-            cluster: cluster.to_string(),
-            op: op.into(),
-            source,
-        }
+        Self::Kafka { cluster: cluster.to_string(), op: op.into(), source: Box::new(source) }
     }
 }
 
@@ -75,9 +71,8 @@ pub fn admin_client(cluster: &ClusterSpec, flow: &FlowId) -> Result<AdminClient<
 
 /// Topic name → partition count, for every topic the cluster reports (blocking; call off the actor thread).
 pub fn topic_partitions(consumer: &BaseConsumer, cluster: &str) -> Result<HashMap<String, i32>, KafkaOpError> {
-    let md: Metadata = consumer
-        .fetch_metadata(None, ADMIN_TIMEOUT)
-        .map_err(|e| KafkaOpError::kafka(cluster, "fetch metadata", e))?;
+    let md: Metadata =
+        consumer.fetch_metadata(None, ADMIN_TIMEOUT).map_err(|e| KafkaOpError::kafka(cluster, "fetch metadata", e))?;
     Ok(md
         .topics()
         .iter()
@@ -109,8 +104,13 @@ impl TopicSpec {
 }
 
 /// Create `spec` unless it exists. Returns true when this call created it.
-pub async fn create_topic(admin: &AdminClient<DefaultClientContext>, cluster: &str, spec: &TopicSpec) -> Result<bool, KafkaOpError> {
-    let mut topic = NewTopic::new(&spec.name, spec.partitions, TopicReplication::Fixed(spec.replication_factor.unwrap_or(-1)));
+pub async fn create_topic(
+    admin: &AdminClient<DefaultClientContext>,
+    cluster: &str,
+    spec: &TopicSpec,
+) -> Result<bool, KafkaOpError> {
+    let mut topic =
+        NewTopic::new(&spec.name, spec.partitions, TopicReplication::Fixed(spec.replication_factor.unwrap_or(-1)));
     for (k, v) in &spec.configs {
         topic = topic.set(k, v);
     }
@@ -132,7 +132,12 @@ pub async fn create_topic(admin: &AdminClient<DefaultClientContext>, cluster: &s
 }
 
 /// Grow `topic` to `partitions` partitions. Never shrinks (Kafka cannot).
-pub async fn grow_partitions(admin: &AdminClient<DefaultClientContext>, cluster: &str, topic: &str, partitions: i32) -> Result<(), KafkaOpError> {
+pub async fn grow_partitions(
+    admin: &AdminClient<DefaultClientContext>,
+    cluster: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<(), KafkaOpError> {
     let np = NewPartitions::new(topic, partitions as usize);
     let opts = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT)).request_timeout(Some(ADMIN_TIMEOUT));
     let results = admin

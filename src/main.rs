@@ -74,11 +74,7 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Run {
-            flows,
-            listen,
-            shutdown_timeout,
-        } => {
+        Command::Run { flows, listen, shutdown_timeout } => {
             init_logging(cli.log_format);
             let set = match config::load_dir(&flows) {
                 Ok(set) => set,
@@ -102,7 +98,8 @@ fn run(set: config::FlowSet, listen: SocketAddr, shutdown_timeout: Duration) -> 
     let system = actix::System::new();
     system.block_on(async move {
         let status = StatusBoard::default();
-        let server = ferry::http::serve(listen, status.clone()).with_context(|| format!("cannot listen on {listen}"))?;
+        let server =
+            ferry::http::serve(listen, status.clone()).with_context(|| format!("cannot listen on {listen}"))?;
         let server_handle = server.handle();
         actix::spawn(server);
         tracing::info!(%listen, "serving /health, /flows and /metrics");

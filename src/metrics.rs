@@ -41,14 +41,32 @@ impl Metrics {
             &["flow"],
         )
         .expect("static metric definition is valid");
-        registry
-            .register(Box::new(partitions_assigned.clone()))
-            .expect("metric names are unique");
+        registry.register(Box::new(partitions_assigned.clone())).expect("metric names are unique");
         Self {
-            records_copied: counter(&registry, "ferry_records_copied_total", "Records copied and acknowledged by the target.", &["flow", "topic"]),
-            bytes_copied: counter(&registry, "ferry_bytes_copied_total", "Value bytes of records copied and acknowledged by the target.", &["flow", "topic"]),
-            progress_commits: counter(&registry, "ferry_progress_commits_total", "Copy-progress records persisted to the target.", &["flow"]),
-            topics_created: counter(&registry, "ferry_topics_created_total", "Remote topics created on the target.", &["flow"]),
+            records_copied: counter(
+                &registry,
+                "ferry_records_copied_total",
+                "Records copied and acknowledged by the target.",
+                &["flow", "topic"],
+            ),
+            bytes_copied: counter(
+                &registry,
+                "ferry_bytes_copied_total",
+                "Value bytes of records copied and acknowledged by the target.",
+                &["flow", "topic"],
+            ),
+            progress_commits: counter(
+                &registry,
+                "ferry_progress_commits_total",
+                "Copy-progress records persisted to the target.",
+                &["flow"],
+            ),
+            topics_created: counter(
+                &registry,
+                "ferry_topics_created_total",
+                "Remote topics created on the target.",
+                &["flow"],
+            ),
             partitions_assigned,
             registry,
         }

@@ -20,11 +20,7 @@ pub struct Node {
 
 impl Node {
     pub fn new(set: FlowSet, status: StatusBoard) -> Self {
-        Self {
-            set,
-            status,
-            flows: BTreeMap::new(),
-        }
+        Self { set, status, flows: BTreeMap::new() }
     }
 }
 

@@ -25,10 +25,7 @@ pub enum ReplicationPolicy {
     /// `IdentityReplicationPolicy`: remote topics keep their names (except heartbeats, which
     /// are still prefixed). `source_alias` is Java's `source.cluster.alias`; inside MM2's
     /// connectors it is always the flow's source alias.
-    Identity {
-        separator: String,
-        source_alias: Option<String>,
-    },
+    Identity { separator: String, source_alias: Option<String> },
 }
 
 impl Default for ReplicationPolicy {
@@ -41,18 +38,13 @@ impl ReplicationPolicy {
     /// `DefaultReplicationPolicy` with the given separator.
     #[must_use]
     pub fn default_policy(separator: impl Into<String>) -> Self {
-        Self::Default {
-            separator: separator.into(),
-        }
+        Self::Default { separator: separator.into() }
     }
 
     /// `IdentityReplicationPolicy` with the given separator and `source.cluster.alias`.
     #[must_use]
     pub fn identity(separator: impl Into<String>, source_alias: Option<&str>) -> Self {
-        Self::Identity {
-            separator: separator.into(),
-            source_alias: source_alias.map(str::to_owned),
-        }
+        Self::Identity { separator: separator.into(), source_alias: source_alias.map(str::to_owned) }
     }
 
     /// The separator between alias and topic in remote topic names.
@@ -82,9 +74,7 @@ impl ReplicationPolicy {
     #[must_use]
     pub fn topic_source(&self, topic: &str) -> Option<String> {
         match self {
-            Self::Identity { source_alias, .. } if !looks_like_heartbeat(topic) => {
-                source_alias.clone()
-            }
+            Self::Identity { source_alias, .. } if !looks_like_heartbeat(topic) => source_alias.clone(),
             _ => java_split_source(topic, self.separator()).map(str::to_owned),
         }
     }
@@ -98,15 +88,10 @@ impl ReplicationPolicy {
         }
         let separator = self.separator();
         let source = java_split_source(topic, separator)?;
-        // `java_split_source` only answers when a separator follows the source prefix, so the
-        // slice is in bounds; `get` keeps that an invariant rather than a panic.
-        let rest = if separator.is_empty() {
-            // Degenerate case: Java's zero-width split takes one UTF-16 unit; take one char.
-            topic.get(source.len()..)
-        } else {
-            topic.get(source.len() + separator.len()..)
-        };
-        rest.map(str::to_owned)
+        // `java_split_source` only answers when a separator follows the source prefix (or, for
+        // an empty separator, when more characters follow), so the slice is in bounds; `get`
+        // keeps that an invariant rather than a panic.
+        topic.get(source.len() + separator.len()..).map(str::to_owned)
     }
 
     /// The topic's name on the cluster where it was first produced, following `upstream_topic`
@@ -163,8 +148,7 @@ impl ReplicationPolicy {
     #[must_use]
     pub fn is_mm2_internal_topic(&self, topic: &str) -> bool {
         let internal_suffix = format!("{}internal", self.separator());
-        (topic.starts_with("mm2") && topic.ends_with(&internal_suffix))
-            || self.is_checkpoints_topic(topic)
+        (topic.starts_with("mm2") && topic.ends_with(&internal_suffix)) || self.is_checkpoints_topic(topic)
     }
 
     /// Whether `topic` is internal and so never replicated (Kafka 4.0+): MM2-internal, or a
@@ -205,11 +189,7 @@ fn java_split_source<'a>(topic: &'a str, separator: &str) -> Option<&'a str> {
     while parts.last().is_some_and(|part| part.is_empty()) {
         parts.pop();
     }
-    if parts.len() < 2 {
-        None
-    } else {
-        Some(parts[0])
-    }
+    if parts.len() < 2 { None } else { Some(parts[0]) }
 }
 
 /// Whether replicating `topic` into the cluster `target_alias` would close a loop: the topic,
@@ -254,10 +234,7 @@ mod tests {
         assert_eq!(dflt().format_remote_topic("A", "orders"), "A.orders");
         assert_eq!(dflt().format_remote_topic("B", "A.orders"), "B.A.orders");
         assert_eq!(underscore().format_remote_topic("A", "orders"), "A_orders");
-        assert_eq!(
-            ReplicationPolicy::default_policy("__").format_remote_topic("us-west", "topic1"),
-            "us-west__topic1"
-        );
+        assert_eq!(ReplicationPolicy::default_policy("__").format_remote_topic("us-west", "topic1"), "us-west__topic1");
     }
 
     #[test]
@@ -506,18 +483,10 @@ mod tests {
 
     #[test]
     fn constructors_and_default() {
-        assert_eq!(
-            ReplicationPolicy::default(),
-            ReplicationPolicy::Default {
-                separator: ".".to_owned()
-            }
-        );
+        assert_eq!(ReplicationPolicy::default(), ReplicationPolicy::Default { separator: ".".to_owned() });
         assert_eq!(
             ReplicationPolicy::identity("_", Some("A")),
-            ReplicationPolicy::Identity {
-                separator: "_".to_owned(),
-                source_alias: Some("A".to_owned())
-            }
+            ReplicationPolicy::Identity { separator: "_".to_owned(), source_alias: Some("A".to_owned()) }
         );
         assert_eq!(underscore().separator(), "_");
     }

@@ -21,13 +21,12 @@ pub fn load_dir(dir: &Path) -> Result<FlowSet, ConfigErrors> {
     }
     let env = |name: &str| std::env::var(name).ok();
     match validate(parsed, &env) {
-        Ok(set) if errors.is_empty() => Ok(set),
-        Ok(_) => Err(ConfigErrors(errors)),
-        Err(ConfigErrors(more)) => {
-            errors.extend(more);
-            Err(ConfigErrors(errors))
-        }
+        Ok(set) if errors.is_empty() => return Ok(set),
+        Ok(_) => {}
+        Err(ConfigErrors(more)) => errors.extend(more),
     }
+    errors.sort_by(|a, b| a.file.cmp(&b.file));
+    Err(ConfigErrors(errors))
 }
 
 /// The `*.toml` files of `dir`, sorted so that loading is deterministic.
@@ -37,31 +36,21 @@ fn list_flow_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
         key: String::new(),
         reason: format!("cannot read the flows directory: {e}"),
     })?;
-    let mut files: Vec<PathBuf> = read
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|p| is_flow_file(p))
-        .collect();
+    let mut files: Vec<PathBuf> =
+        read.filter_map(Result::ok).map(|entry| entry.path()).filter(|p| is_flow_file(p)).collect();
     files.sort();
     Ok(files)
 }
 
 /// A flow file: `*.toml`, not hidden (editors write `.name.toml.swp`-like temporaries).
 pub fn is_flow_file(path: &Path) -> bool {
-    let hidden = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_none_or(|n| n.starts_with('.'));
+    let hidden = path.file_name().and_then(|n| n.to_str()).is_none_or(|n| n.starts_with('.'));
     !hidden && path.extension().is_some_and(|e| e == "toml") && path.is_file()
 }
 
 /// Parse one file into its raw form. The `config` crate reads the TOML; serde rejects unknown keys.
 fn parse_file(path: &Path) -> Result<RawFile, ConfigError> {
-    let at = |reason: String| ConfigError {
-        file: path.to_path_buf(),
-        key: String::new(),
-        reason,
-    };
+    let at = |reason: String| ConfigError { file: path.to_path_buf(), key: String::new(), reason };
     let text = std::fs::read_to_string(path).map_err(|e| at(format!("cannot read: {e}")))?;
     // Parse with `toml` first: its errors carry line and column, which `config` drops.
     if let Err(e) = text.parse::<toml::Table>() {
@@ -73,22 +62,22 @@ fn parse_file(path: &Path) -> Result<RawFile, ConfigError> {
         .map_err(|e| at(format!("invalid TOML: {e}")))?;
     built.try_deserialize::<RawFile>().map_err(|e| {
         let (key, reason) = split_config_error(&e.to_string());
-        ConfigError {
-            file: path.to_path_buf(),
-            key,
-            reason,
-        }
+        ConfigError { file: path.to_path_buf(), key, reason }
     })
 }
 
 /// `config` reports deserialisation errors as "REASON for key `PATH`"; split them so our message
 /// reads "file: key: reason" like every other error.
 fn split_config_error(msg: &str) -> (String, String) {
-    if let Some((reason, rest)) = msg.rsplit_once(" for key `") {
-        let key = rest.trim_end_matches('`').trim_end_matches("` in ").to_string();
-        return (key, reason.to_string());
+    let (mut key, reason) = match msg.rsplit_once(" for key `") {
+        Some((reason, rest)) => (rest.trim_end_matches('`').to_string(), reason.to_string()),
+        None => (String::new(), msg.to_string()),
+    };
+    // Name the unknown key itself, not just the table that holds it.
+    if let Some(field) = reason.strip_prefix("unknown field `").and_then(|r| r.split('`').next()) {
+        key = if key.is_empty() { field.to_string() } else { format!("{key}.{field}") };
     }
-    (String::new(), msg.to_string())
+    (key, reason)
 }
 
 #[cfg(test)]
@@ -100,5 +89,7 @@ mod tests {
         let (k, r) = split_config_error("invalid type: string \"x\", expected f64 for key `flows[0].offset_lag_max`");
         assert_eq!(k, "flows[0].offset_lag_max");
         assert!(r.starts_with("invalid type"));
+        let (k, _) = split_config_error("unknown field `colour`, expected one of `source` for key `flows[0]`");
+        assert_eq!(k, "flows[0].colour");
     }
 }

@@ -34,10 +34,12 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Multi-line reasons (TOML snippets, regex carets) are indented under their error.
+        let reason = self.reason.trim_end().replace('\n', "\n      ");
         if self.key.is_empty() {
-            write!(f, "{}: {}", self.file.display(), self.reason)
+            write!(f, "{}: {}", self.file.display(), reason)
         } else {
-            write!(f, "{}: {}: {}", self.file.display(), self.key, self.reason)
+            write!(f, "{}: {}: {}", self.file.display(), self.key, reason)
         }
     }
 }
@@ -73,10 +75,9 @@ impl std::str::FromStr for FlowId {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s.split_once("->") {
-            Some((a, b)) if !a.is_empty() && !b.is_empty() => Ok(FlowId {
-                source: a.to_string(),
-                target: b.to_string(),
-            }),
+            Some((a, b)) if !a.is_empty() && !b.is_empty() => {
+                Ok(FlowId { source: a.to_string(), target: b.to_string() })
+            }
             _ => Err(format!("`{s}` is not a flow id; expected SOURCE->TARGET")),
         }
     }
@@ -182,13 +183,7 @@ impl FlowSet {
         use std::fmt::Write as _;
         let mut out = String::new();
         for c in self.clusters.values() {
-            let _ = writeln!(
-                out,
-                "cluster {} bootstrap={} ({})",
-                c.alias,
-                c.bootstrap_servers,
-                c.file.display()
-            );
+            let _ = writeln!(out, "cluster {} bootstrap={} ({})", c.alias, c.bootstrap_servers, c.file.display());
             for (k, v) in redact(&c.client) {
                 let _ = writeln!(out, "  {k} = {v}");
             }

@@ -13,9 +13,7 @@ const REDACTED: &str = "[redacted]";
 pub fn is_secret_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
     k.starts_with("sasl.")
-        || ["password", "secret", "token", "credential", "jaas", "private", "key.pem"]
-            .iter()
-            .any(|w| k.contains(w))
+        || ["password", "secret", "token", "credential", "jaas", "private", "key.pem"].iter().any(|w| k.contains(w))
 }
 
 /// A copy of `props` with secret values replaced.

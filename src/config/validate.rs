@@ -2,31 +2,26 @@
 //! compiled, cluster names resolved, `${VAR}` replaced, and every error collected with its file and key.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::raw::{RawCluster, RawFile, RawFlow};
 use super::{
-    ClusterSpec, ConfigError, ConfigErrors, FlowId, FlowPlan, FlowSet, FlowSettings, OffsetSyncsLocation,
-    PolicyKind,
+    ClusterSpec, ConfigError, ConfigErrors, FlowId, FlowPlan, FlowSet, FlowSettings, OffsetSyncsLocation, PolicyKind,
 };
 use crate::filter::{self, GroupFilter, PatternList, TopicFilter};
 use crate::policy::ReplicationPolicy;
 
 /// Collects errors for one file so each call site only names its key.
 struct Errors<'a> {
-    file: &'a PathBuf,
+    file: &'a Path,
     out: &'a mut Vec<ConfigError>,
 }
 
 impl Errors<'_> {
     fn push(&mut self, key: impl Into<String>, reason: impl Into<String>) {
-        self.out.push(ConfigError {
-            file: self.file.clone(),
-            key: key.into(),
-            reason: reason.into(),
-        });
+        self.out.push(ConfigError { file: self.file.to_path_buf(), key: key.into(), reason: reason.into() });
     }
 }
 
@@ -84,7 +79,7 @@ fn valid_alias(alias: &str) -> Result<(), String> {
 fn cluster(
     alias: &str,
     rc: RawCluster,
-    file: &PathBuf,
+    file: &Path,
     env: &dyn Fn(&str) -> Option<String>,
     errs: &mut Errors<'_>,
 ) -> Option<ClusterSpec> {
@@ -125,12 +120,7 @@ fn cluster(
             }
         }
     }
-    ok.then(|| ClusterSpec {
-        alias: alias.to_string(),
-        bootstrap_servers: bootstrap,
-        client,
-        file: file.clone(),
-    })
+    ok.then(|| ClusterSpec { alias: alias.to_string(), bootstrap_servers: bootstrap, client, file: file.to_path_buf() })
 }
 
 /// Replace every `${NAME}` with the environment variable NAME. A missing variable is an error that
@@ -167,7 +157,12 @@ fn seconds(key: &str, v: Option<f64>, default: f64, errs: &mut Errors<'_>) -> Du
     Duration::from_secs_f64(s)
 }
 
-fn patterns(key: &str, v: Option<Vec<String>>, default: &[&str], errs: &mut Errors<'_>) -> (Vec<String>, Option<PatternList>) {
+fn patterns(
+    key: &str,
+    v: Option<Vec<String>>,
+    default: &[&str],
+    errs: &mut Errors<'_>,
+) -> (Vec<String>, Option<PatternList>) {
     let list: Vec<String> = v.unwrap_or_else(|| default.iter().map(|s| s.to_string()).collect());
     let mut ok = true;
     for (j, p) in list.iter().enumerate() {
@@ -195,7 +190,7 @@ const COMPRESSIONS: &[&str] = &["none", "gzip", "snappy", "lz4", "zstd"];
 fn flow(
     i: usize,
     rf: RawFlow,
-    file: &PathBuf,
+    file: &Path,
     clusters: &BTreeMap<String, ClusterSpec>,
     errs: &mut Errors<'_>,
 ) -> Option<FlowPlan> {
@@ -215,9 +210,11 @@ fn flow(
     }
 
     let (topics, topics_inc) = patterns(&k("topics"), rf.topics, filter::DEFAULT_TOPICS, errs);
-    let (topics_exclude, topics_exc) = patterns(&k("topics_exclude"), rf.topics_exclude, filter::DEFAULT_TOPICS_EXCLUDE, errs);
+    let (topics_exclude, topics_exc) =
+        patterns(&k("topics_exclude"), rf.topics_exclude, filter::DEFAULT_TOPICS_EXCLUDE, errs);
     let (groups, groups_inc) = patterns(&k("groups"), rf.groups, filter::DEFAULT_GROUPS, errs);
-    let (groups_exclude, groups_exc) = patterns(&k("groups_exclude"), rf.groups_exclude, filter::DEFAULT_GROUPS_EXCLUDE, errs);
+    let (groups_exclude, groups_exc) =
+        patterns(&k("groups_exclude"), rf.groups_exclude, filter::DEFAULT_GROUPS_EXCLUDE, errs);
 
     let replication_policy = match rf.replication_policy.as_deref().unwrap_or("default") {
         "default" => PolicyKind::Default,
@@ -247,7 +244,10 @@ fn flow(
         "source" => OffsetSyncsLocation::Source,
         "target" => OffsetSyncsLocation::Target,
         other => {
-            errs.push(k("offset_syncs_topic_location"), format!("`{other}` is not a location; use \"source\" or \"target\""));
+            errs.push(
+                k("offset_syncs_topic_location"),
+                format!("`{other}` is not a location; use \"source\" or \"target\""),
+            );
             OffsetSyncsLocation::Source
         }
     };
@@ -272,14 +272,44 @@ fn flow(
         replication_policy,
         replication_policy_separator: separator.clone(),
         replication_factor,
-        refresh_topics_interval: seconds(&k("refresh_topics_interval_seconds"), rf.refresh_topics_interval_seconds, 600.0, errs),
-        emit_checkpoints_interval: seconds(&k("emit_checkpoints_interval_seconds"), rf.emit_checkpoints_interval_seconds, 60.0, errs),
-        refresh_groups_interval: seconds(&k("refresh_groups_interval_seconds"), rf.refresh_groups_interval_seconds, 600.0, errs),
-        emit_heartbeats_interval: seconds(&k("emit_heartbeats_interval_seconds"), rf.emit_heartbeats_interval_seconds, 1.0, errs),
+        refresh_topics_interval: seconds(
+            &k("refresh_topics_interval_seconds"),
+            rf.refresh_topics_interval_seconds,
+            600.0,
+            errs,
+        ),
+        emit_checkpoints_interval: seconds(
+            &k("emit_checkpoints_interval_seconds"),
+            rf.emit_checkpoints_interval_seconds,
+            60.0,
+            errs,
+        ),
+        refresh_groups_interval: seconds(
+            &k("refresh_groups_interval_seconds"),
+            rf.refresh_groups_interval_seconds,
+            600.0,
+            errs,
+        ),
+        emit_heartbeats_interval: seconds(
+            &k("emit_heartbeats_interval_seconds"),
+            rf.emit_heartbeats_interval_seconds,
+            1.0,
+            errs,
+        ),
         sync_group_offsets_enabled: rf.sync_group_offsets_enabled.unwrap_or(false),
-        sync_group_offsets_interval: seconds(&k("sync_group_offsets_interval_seconds"), rf.sync_group_offsets_interval_seconds, 60.0, errs),
+        sync_group_offsets_interval: seconds(
+            &k("sync_group_offsets_interval_seconds"),
+            rf.sync_group_offsets_interval_seconds,
+            60.0,
+            errs,
+        ),
         sync_topic_configs_enabled: rf.sync_topic_configs_enabled.unwrap_or(true),
-        sync_topic_configs_interval: seconds(&k("sync_topic_configs_interval_seconds"), rf.sync_topic_configs_interval_seconds, 600.0, errs),
+        sync_topic_configs_interval: seconds(
+            &k("sync_topic_configs_interval_seconds"),
+            rf.sync_topic_configs_interval_seconds,
+            600.0,
+            errs,
+        ),
         offset_lag_max,
         offset_syncs_topic_location,
         compression,
@@ -297,17 +327,14 @@ fn flow(
         PolicyKind::Identity => ReplicationPolicy::identity(&separator, Some(&source.alias)),
     };
     Some(FlowPlan {
-        id: FlowId {
-            source: source.alias.clone(),
-            target: target.alias.clone(),
-        },
+        id: FlowId { source: source.alias.clone(), target: target.alias.clone() },
         topic_filter: Arc::new(TopicFilter::new(topics_inc?, topics_exc?)),
         group_filter: Arc::new(GroupFilter::new(groups_inc?, groups_exc?)),
         source,
         target,
         settings,
         policy,
-        file: file.clone(),
+        file: file.to_path_buf(),
     })
 }
 
@@ -336,8 +363,9 @@ mod tests {
 
     #[test]
     fn defaults_are_mm2s() {
-        let set = parse(&[("c.toml", CLUSTERS), ("f.toml", "[[flows]]\nsource = \"east\"\ntarget = \"west\"\n")], &no_env)
-            .expect("valid");
+        let set =
+            parse(&[("c.toml", CLUSTERS), ("f.toml", "[[flows]]\nsource = \"east\"\ntarget = \"west\"\n")], &no_env)
+                .expect("valid");
         let plan = set.flows.values().next().expect("one flow");
         assert_eq!(plan.id.to_string(), "east->west");
         let s = &plan.settings;
@@ -373,8 +401,14 @@ mod tests {
             replication_policy = "fancy"
         "#;
         let errs = parse(&[("c.toml", CLUSTERS), ("bad.toml", flow)], &no_env).expect_err("invalid").0;
-        let keys: Vec<_> = errs.iter().map(|e| (e.file.to_str().unwrap_or_default().to_string(), e.key.clone())).collect();
-        for key in ["flows[0].target", "flows[0].topics[1]", "flows[0].refresh_topics_interval_seconds", "flows[0].replication_policy"] {
+        let keys: Vec<_> =
+            errs.iter().map(|e| (e.file.to_str().unwrap_or_default().to_string(), e.key.clone())).collect();
+        for key in [
+            "flows[0].target",
+            "flows[0].topics[1]",
+            "flows[0].refresh_topics_interval_seconds",
+            "flows[0].replication_policy",
+        ] {
             assert!(keys.contains(&("bad.toml".to_string(), key.to_string())), "missing {key} in {keys:?}");
         }
         let unknown = errs.iter().find(|e| e.key == "flows[0].target").expect("target error");
@@ -419,8 +453,8 @@ mod tests {
         let errs = parse(&[("c.toml", CLUSTERS), ("d.toml", CLUSTERS), ("f1.toml", flow), ("f2.toml", flow)], &no_env)
             .expect_err("dup")
             .0;
-        assert!(errs.iter().any(|e| e.file == PathBuf::from("d.toml") && e.reason.contains("already defined in c.toml")));
-        assert!(errs.iter().any(|e| e.file == PathBuf::from("f2.toml") && e.reason.contains("already defined in f1.toml")));
+        assert!(errs.iter().any(|e| e.file == Path::new("d.toml") && e.reason.contains("already defined in c.toml")));
+        assert!(errs.iter().any(|e| e.file == Path::new("f2.toml") && e.reason.contains("already defined in f1.toml")));
     }
 
     #[test]
@@ -432,7 +466,8 @@ mod tests {
 
     #[test]
     fn same_pair_reversed_is_a_second_flow() {
-        let flows = "[[flows]]\nsource = \"east\"\ntarget = \"west\"\n[[flows]]\nsource = \"west\"\ntarget = \"east\"\n";
+        let flows =
+            "[[flows]]\nsource = \"east\"\ntarget = \"west\"\n[[flows]]\nsource = \"west\"\ntarget = \"east\"\n";
         let set = parse(&[("a.toml", &format!("{CLUSTERS}\n{flows}"))], &no_env).expect("valid");
         assert_eq!(set.flows.len(), 2);
     }

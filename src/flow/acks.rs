@@ -100,7 +100,9 @@ impl AckTable {
     pub fn snapshot(&self) -> HashMap<SourcePartition, i64> {
         self.lock()
             .iter()
-            .flat_map(|(topic, parts)| parts.iter().filter_map(move |(part, p)| p.next.map(|n| ((topic.clone(), *part), n))))
+            .flat_map(|(topic, parts)| {
+                parts.iter().filter_map(move |(part, p)| p.next.map(|n| ((topic.clone(), *part), n)))
+            })
             .collect()
     }
 }

@@ -110,10 +110,7 @@ impl CopyLoop {
         let mut writer = ProgressWriter::new(plan, offsets_partitions, persisted).map_err(err)?;
 
         let consumer = source_consumer(plan).map_err(err)?;
-        let context = DeliveryContext {
-            acks: self.acks.clone(),
-            remotes: RwLock::new(HashMap::new()),
-        };
+        let context = DeliveryContext { acks: self.acks.clone(), remotes: RwLock::new(HashMap::new()) };
         let producer = target_producer(plan, context).map_err(err)?;
         let mut assigned: BTreeSet<SourcePartition> = BTreeSet::new();
         let mut renames: HashMap<String, String> = HashMap::new();
@@ -225,14 +222,10 @@ impl CopyLoop {
             remove.add_partition(topic, *partition);
         }
         if remove.count() > 0 {
-            consumer
-                .incremental_unassign(&remove)
-                .map_err(|e| format!("unassign source partitions: {e}"))?;
+            consumer.incremental_unassign(&remove).map_err(|e| format!("unassign source partitions: {e}"))?;
         }
         if add.count() > 0 {
-            consumer
-                .incremental_assign(&add)
-                .map_err(|e| format!("assign source partitions: {e}"))?;
+            consumer.incremental_assign(&add).map_err(|e| format!("assign source partitions: {e}"))?;
             tracing::info!(flow = %flow, added = add.count(), removed = remove.count(), "copier assignment changed");
         }
         *assigned = wanted;
@@ -241,8 +234,14 @@ impl CopyLoop {
 
     /// Produce one source record to its remote topic, same partition. Waits while the producer queue
     /// is full (backpressure on the consumer), but keeps listening for a stop.
-    fn send(&self, producer: &ThreadedProducer<DeliveryContext>, remote: &str, msg: &BorrowedMessage<'_>) -> Result<(), String> {
-        let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(remote, msg.offset() as usize).partition(msg.partition());
+    fn send(
+        &self,
+        producer: &ThreadedProducer<DeliveryContext>,
+        remote: &str,
+        msg: &BorrowedMessage<'_>,
+    ) -> Result<(), String> {
+        let mut record =
+            BaseRecord::<[u8], [u8], usize>::with_opaque_to(remote, msg.offset() as usize).partition(msg.partition());
         if let Some(key) = msg.key() {
             record = record.key(key);
         }
@@ -288,14 +287,11 @@ impl CopyLoop {
 fn ensure_offsets_topic(plan: &FlowPlan) -> Result<i32, KafkaOpError> {
     let spec = progress::topic_spec(plan);
     let admin = kafka::admin_client(&plan.target, &plan.id)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| KafkaOpError::Other {
-            cluster: plan.target.alias.clone(),
-            op: "start admin runtime".into(),
-            reason: e.to_string(),
-        })?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| KafkaOpError::Other {
+        cluster: plan.target.alias.clone(),
+        op: "start admin runtime".into(),
+        reason: e.to_string(),
+    })?;
     rt.block_on(kafka::create_topic(&admin, &plan.target.alias, &spec))?;
     let probe = kafka::assign_only_consumer(&plan.target, &plan.id, "progress-probe")?;
     let deadline = Instant::now() + kafka::ADMIN_TIMEOUT;
@@ -327,7 +323,10 @@ fn source_consumer(plan: &FlowPlan) -> Result<BaseConsumer, KafkaOpError> {
     cfg.create().map_err(|e| KafkaOpError::kafka(&plan.source.alias, "create replication consumer", e))
 }
 
-fn target_producer(plan: &FlowPlan, context: DeliveryContext) -> Result<ThreadedProducer<DeliveryContext>, KafkaOpError> {
+fn target_producer(
+    plan: &FlowPlan,
+    context: DeliveryContext,
+) -> Result<ThreadedProducer<DeliveryContext>, KafkaOpError> {
     let s = &plan.settings;
     let mut cfg = kafka::client_config(&plan.target, &plan.id, "replication-producer");
     cfg.set("acks", "all")
@@ -374,15 +373,13 @@ pub struct RecordCopier {
 }
 
 impl RecordCopier {
-    pub fn new(plan: Arc<FlowPlan>, acks: Arc<AckTable>, supervisor: Addr<FlowSupervisor>, initial: BTreeSet<SourcePartition>) -> Self {
-        Self {
-            plan,
-            acks,
-            supervisor,
-            initial,
-            control: None,
-            thread: None,
-        }
+    pub fn new(
+        plan: Arc<FlowPlan>,
+        acks: Arc<AckTable>,
+        supervisor: Addr<FlowSupervisor>,
+        initial: BTreeSet<SourcePartition>,
+    ) -> Self {
+        Self { plan, acks, supervisor, initial, control: None, thread: None }
     }
 }
 
@@ -394,20 +391,14 @@ impl Actor for RecordCopier {
         if !self.initial.is_empty() {
             let _ = tx.send(Command::Assign(std::mem::take(&mut self.initial)));
         }
-        let copy = CopyLoop {
-            plan: self.plan.clone(),
-            acks: self.acks.clone(),
-            control: rx,
-        };
+        let copy = CopyLoop { plan: self.plan.clone(), acks: self.acks.clone(), control: rx };
         let me = ctx.address();
-        let spawned = std::thread::Builder::new()
-            .name(format!("copier {}", self.plan.id))
-            .spawn(move || {
-                // A panic in the loop ends this actor like an error does; the supervisor restarts it.
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| copy.run()))
-                    .unwrap_or_else(|panic| Err(format!("copy loop panicked: {}", panic_message(&panic))));
-                me.do_send(LoopEnded(result));
-            });
+        let spawned = std::thread::Builder::new().name(format!("copier {}", self.plan.id)).spawn(move || {
+            // A panic in the loop ends this actor like an error does; the supervisor restarts it.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| copy.run()))
+                .unwrap_or_else(|panic| Err(format!("copy loop panicked: {}", panic_message(&panic))));
+            me.do_send(LoopEnded(result));
+        });
         match spawned {
             Ok(handle) => {
                 self.thread = Some(handle);
@@ -456,10 +447,7 @@ impl Handler<LoopEnded> for RecordCopier {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        self.supervisor.do_send(ChildExited {
-            kind: ActorKind::Copier,
-            result: msg.0,
-        });
+        self.supervisor.do_send(ChildExited { kind: ActorKind::Copier, result: msg.0 });
         ctx.stop();
     }
 }

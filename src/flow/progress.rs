@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
-use rdkafka::consumer::Consumer;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{Offset, TopicPartitionList};
@@ -32,8 +32,7 @@ pub fn load(plan: &FlowPlan, num_partitions: i32) -> Result<HashMap<SourcePartit
     let mut tpl = TopicPartitionList::new();
     let mut ends = HashMap::new();
     for p in 0..num_partitions {
-        let (low, high) = consumer
-            .fetch_watermarks(&topic, p, kafka::ADMIN_TIMEOUT)
+        let (low, high) = watermarks(&consumer, &topic, p)
             .map_err(|e| KafkaOpError::kafka(target, format!("read watermarks of {topic}-{p}"), e))?;
         if high > low {
             tpl.add_partition_offset(&topic, p, Offset::Offset(low))
@@ -81,6 +80,34 @@ pub fn load(plan: &FlowPlan, num_partitions: i32) -> Result<HashMap<SourcePartit
     Ok(positions)
 }
 
+/// Watermarks of one partition. A topic created moments ago answers "not leader" for a while; that
+/// is retried until the admin timeout instead of failing the copier.
+fn watermarks(consumer: &BaseConsumer, topic: &str, partition: i32) -> Result<(i64, i64), rdkafka::error::KafkaError> {
+    let deadline = Instant::now() + kafka::ADMIN_TIMEOUT;
+    loop {
+        match consumer.fetch_watermarks(topic, partition, kafka::ADMIN_TIMEOUT) {
+            Err(e) if Instant::now() < deadline && is_transient(&e) => std::thread::sleep(Duration::from_millis(200)),
+            other => return other,
+        }
+    }
+}
+
+/// Errors a freshly created or re-electing partition gives for a short while.
+pub fn is_transient(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            C::NotLeaderForPartition
+                | C::LeaderNotAvailable
+                | C::UnknownTopicOrPartition
+                | C::UnknownPartition
+                | C::OperationTimedOut
+                | C::RequestTimedOut
+        )
+    )
+}
+
 /// The offsets topic as Connect creates it: 25 partitions, compacted.
 pub fn topic_spec(plan: &FlowPlan) -> TopicSpec {
     TopicSpec::compacted(
@@ -118,7 +145,11 @@ pub struct ProgressWriter {
 }
 
 impl ProgressWriter {
-    pub fn new(plan: &FlowPlan, num_partitions: i32, already_persisted: HashMap<SourcePartition, i64>) -> Result<Self, KafkaOpError> {
+    pub fn new(
+        plan: &FlowPlan,
+        num_partitions: i32,
+        already_persisted: HashMap<SourcePartition, i64>,
+    ) -> Result<Self, KafkaOpError> {
         let mut cfg = kafka::client_config(&plan.target, &plan.id, "progress-producer");
         cfg.set("acks", "all").set("enable.idempotence", "true").set("linger.ms", "5");
         let producer = cfg
@@ -152,9 +183,7 @@ impl ProgressWriter {
                 .send(record)
                 .map_err(|(e, _)| format!("queue progress record for {topic}-{partition}: {e}"))?;
         }
-        self.producer
-            .flush(PERSIST_TIMEOUT)
-            .map_err(|e| format!("flush progress to {}: {e}", self.topic))?;
+        self.producer.flush(PERSIST_TIMEOUT).map_err(|e| format!("flush progress to {}: {e}", self.topic))?;
         if let Some(e) = self.producer.context().error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             return Err(format!("persist progress to {}: {e}", self.topic));
         }

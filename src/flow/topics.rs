@@ -41,12 +41,7 @@ pub struct TopicSync {
 
 impl TopicSync {
     pub fn new(plan: Arc<FlowPlan>, supervisor: Addr<FlowSupervisor>) -> Self {
-        Self {
-            plan,
-            supervisor,
-            clients: None,
-            refreshing: false,
-        }
+        Self { plan, supervisor, clients: None, refreshing: false }
     }
 
     fn clients(&mut self) -> Result<Arc<Clients>, KafkaOpError> {
@@ -75,10 +70,7 @@ impl TopicSync {
             Ok(c) => c,
             Err(e) => {
                 // Building clients fails only on bad client properties: an error for the supervisor.
-                self.supervisor.do_send(ChildExited {
-                    kind: ActorKind::Topics,
-                    result: Err(e.to_string()),
-                });
+                self.supervisor.do_send(ChildExited { kind: ActorKind::Topics, result: Err(e.to_string()) });
                 ctx.stop();
                 return;
             }
@@ -117,14 +109,14 @@ impl Actor for TopicSync {
 }
 
 /// Metadata of both clusters, off the actor thread (rdkafka's metadata call blocks).
-async fn metadata(clients: &Arc<Clients>, plan: &FlowPlan) -> Result<(HashMap<String, i32>, HashMap<String, i32>), KafkaOpError> {
+async fn metadata(
+    clients: &Arc<Clients>,
+    plan: &FlowPlan,
+) -> Result<(HashMap<String, i32>, HashMap<String, i32>), KafkaOpError> {
     let c = clients.clone();
     let (source, target) = (plan.source.alias.clone(), plan.target.alias.clone());
     tokio::task::spawn_blocking(move || {
-        Ok((
-            kafka::topic_partitions(&c.source_meta, &source)?,
-            kafka::topic_partitions(&c.target_meta, &target)?,
-        ))
+        Ok((kafka::topic_partitions(&c.source_meta, &source)?, kafka::topic_partitions(&c.target_meta, &target)?))
     })
     .await
     .map_err(|e| KafkaOpError::Other {

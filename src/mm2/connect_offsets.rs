@@ -109,8 +109,7 @@ pub fn decode_source_value(bytes: Option<&[u8]>) -> Result<Option<i64>, OffsetVa
     let Some(bytes) = bytes else {
         return Ok(None);
     };
-    let value: Value =
-        serde_json::from_slice(bytes).map_err(|e| OffsetValueError::Json(e.to_string()))?;
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| OffsetValueError::Json(e.to_string()))?;
     let map = match value {
         Value::Null => return Ok(None),
         Value::Object(map) => map,
@@ -118,10 +117,7 @@ pub fn decode_source_value(bytes: Option<&[u8]>) -> Result<Option<i64>, OffsetVa
     };
     match map.get("offset") {
         None | Some(Value::Null) => Ok(None),
-        Some(offset) => offset
-            .as_i64()
-            .map(Some)
-            .ok_or_else(|| OffsetValueError::NotAnInteger(offset.to_string())),
+        Some(offset) => offset.as_i64().map(Some).ok_or_else(|| OffsetValueError::NotAnInteger(offset.to_string())),
     }
 }
 
@@ -194,10 +190,7 @@ mod tests {
             key_str(SOURCE_CONNECTOR, "us-west", "B.orders", 2_147_483_647),
             r#"["MirrorSourceConnector",{"cluster":"us-west","partition":2147483647,"topic":"B.orders"}]"#
         );
-        assert_eq!(
-            key_str("c", "A", "t", -1),
-            r#"["c",{"cluster":"A","partition":-1,"topic":"t"}]"#
-        );
+        assert_eq!(key_str("c", "A", "t", -1), r#"["c",{"cluster":"A","partition":-1,"topic":"t"}]"#);
     }
 
     #[test]
@@ -205,10 +198,7 @@ mod tests {
         assert_eq!(encode_source_value(1234), br#"{"offset":1234}"#);
         assert_eq!(encode_source_value(0), br#"{"offset":0}"#);
         assert_eq!(encode_source_value(-1), br#"{"offset":-1}"#);
-        assert_eq!(
-            encode_source_value(i64::MAX),
-            br#"{"offset":9223372036854775807}"#
-        );
+        assert_eq!(encode_source_value(i64::MAX), br#"{"offset":9223372036854775807}"#);
     }
 
     #[test]
@@ -218,20 +208,14 @@ mod tests {
             key_str(SOURCE_CONNECTOR, "A", "my.topic_v-2", 1),
             r#"["MirrorSourceConnector",{"cluster":"A","partition":1,"topic":"my.topic_v-2"}]"#
         );
-        assert_eq!(
-            key_str("q\"b\\s/", "A", "t", 0),
-            r#"["q\"b\\s/",{"cluster":"A","partition":0,"topic":"t"}]"#
-        );
+        assert_eq!(key_str("q\"b\\s/", "A", "t", 0), r#"["q\"b\\s/",{"cluster":"A","partition":0,"topic":"t"}]"#);
         assert_eq!(
             key_str("c", "\u{8}\u{c}\n\r\t", "\u{0}\u{1f}\u{7f}", 0),
             "[\"c\",{\"cluster\":\"\\b\\f\\n\\r\\t\",\"partition\":0,\"topic\":\"\\u0000\\u001F\u{7f}\"}]"
         );
         // Non-ASCII is written as raw UTF-8, not \u escapes.
         let key = encode_source_key("c", "zürich", "日本", 0);
-        assert_eq!(
-            key,
-            "[\"c\",{\"cluster\":\"zürich\",\"partition\":0,\"topic\":\"日本\"}]".as_bytes()
-        );
+        assert_eq!(key, "[\"c\",{\"cluster\":\"zürich\",\"partition\":0,\"topic\":\"日本\"}]".as_bytes());
     }
 
     #[test]
@@ -260,10 +244,7 @@ mod tests {
     #[test]
     fn value_round_trip() {
         for offset in [0, 1234, i64::MAX, -1] {
-            assert_eq!(
-                decode_source_value(Some(&encode_source_value(offset))),
-                Ok(Some(offset))
-            );
+            assert_eq!(decode_source_value(Some(&encode_source_value(offset))), Ok(Some(offset)));
         }
     }
 
@@ -289,8 +270,7 @@ mod tests {
         );
         // Other connector names are returned for the caller to judge.
         assert_eq!(
-            decode_source_key(br#"["my-mirror",{"cluster":"A","partition":0,"topic":"t"}]"#)
-                .map(|k| k.connector),
+            decode_source_key(br#"["my-mirror",{"cluster":"A","partition":0,"topic":"t"}]"#).map(|k| k.connector),
             Some("my-mirror".to_owned())
         );
     }
@@ -328,43 +308,22 @@ mod tests {
         assert_eq!(decode_source_value(Some(b"null")), Ok(None));
         assert_eq!(decode_source_value(Some(b" { } ")), Ok(None));
         assert_eq!(decode_source_value(Some(br#"{"offset":null}"#)), Ok(None));
-        assert_eq!(
-            decode_source_value(Some(br#"{ "other": true, "offset" : 42 }"#)),
-            Ok(Some(42))
-        );
+        assert_eq!(decode_source_value(Some(br#"{ "other": true, "offset" : 42 }"#)), Ok(Some(42)));
         assert_eq!(decode_source_value(Some(br#"{"offset":-5}"#)), Ok(Some(-5)));
     }
 
     #[test]
     fn garbage_values_are_errors() {
-        assert!(matches!(
-            decode_source_value(Some(b"")),
-            Err(OffsetValueError::Json(_))
-        ));
-        assert!(matches!(
-            decode_source_value(Some(b"{\"offset\":")),
-            Err(OffsetValueError::Json(_))
-        ));
-        assert!(matches!(
-            decode_source_value(Some(b"\x00\x01")),
-            Err(OffsetValueError::Json(_))
-        ));
-        assert_eq!(
-            decode_source_value(Some(b"[1]")),
-            Err(OffsetValueError::NotAnObject("[1]".to_owned()))
-        );
-        assert!(matches!(
-            decode_source_value(Some(b"1234")),
-            Err(OffsetValueError::NotAnObject(_))
-        ));
+        assert!(matches!(decode_source_value(Some(b"")), Err(OffsetValueError::Json(_))));
+        assert!(matches!(decode_source_value(Some(b"{\"offset\":")), Err(OffsetValueError::Json(_))));
+        assert!(matches!(decode_source_value(Some(b"\x00\x01")), Err(OffsetValueError::Json(_))));
+        assert_eq!(decode_source_value(Some(b"[1]")), Err(OffsetValueError::NotAnObject("[1]".to_owned())));
+        assert!(matches!(decode_source_value(Some(b"1234")), Err(OffsetValueError::NotAnObject(_))));
         assert_eq!(
             decode_source_value(Some(br#"{"offset":"12"}"#)),
             Err(OffsetValueError::NotAnInteger("\"12\"".to_owned()))
         );
-        assert!(matches!(
-            decode_source_value(Some(br#"{"offset":1.5}"#)),
-            Err(OffsetValueError::NotAnInteger(_))
-        ));
+        assert!(matches!(decode_source_value(Some(br#"{"offset":1.5}"#)), Err(OffsetValueError::NotAnInteger(_))));
         assert!(matches!(
             decode_source_value(Some(br#"{"offset":9223372036854775808}"#)),
             Err(OffsetValueError::NotAnInteger(_))

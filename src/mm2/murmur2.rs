@@ -65,10 +65,7 @@ pub fn to_positive(number: i32) -> i32 {
 /// would fail the same way (division by zero).
 #[must_use]
 pub fn java_partition(key: &[u8], num_partitions: i32) -> i32 {
-    assert!(
-        num_partitions > 0,
-        "partition count must be positive, got {num_partitions}"
-    );
+    assert!(num_partitions > 0, "partition count must be positive, got {num_partitions}");
     to_positive(murmur2(key)) % num_partitions
 }
 

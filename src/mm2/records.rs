@@ -61,11 +61,7 @@ impl fmt::Display for RecordPart {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FieldError {
     #[error("truncated: needs {needed} bytes at byte {offset}, only {available} available")]
-    Truncated {
-        offset: usize,
-        needed: usize,
-        available: usize,
-    },
+    Truncated { offset: usize, needed: usize, available: usize },
     #[error("string length {0} cannot be negative")]
     NegativeStringLength(i16),
     #[error("invalid UTF-8: {0}")]
@@ -84,12 +80,7 @@ pub enum RecordError {
     #[error("{record} record has no value (tombstone)")]
     Tombstone { record: RecordKind },
     #[error("{record} {part} field `{field}`: {reason}")]
-    Field {
-        record: RecordKind,
-        part: RecordPart,
-        field: &'static str,
-        reason: FieldError,
-    },
+    Field { record: RecordKind, part: RecordPart, field: &'static str, reason: FieldError },
 }
 
 /// An offset sync: upstream offset `upstream_offset` of `topic`/`partition` on the source was
@@ -172,12 +163,7 @@ impl OffsetSync {
         let mut v = Reader::new(Self::KIND, RecordPart::Value, value);
         let upstream_offset = v.i64("upstreamOffset")?;
         let downstream_offset = v.i64("offset")?;
-        Ok(Self {
-            topic,
-            partition,
-            upstream_offset,
-            downstream_offset,
-        })
+        Ok(Self { topic, partition, upstream_offset, downstream_offset })
     }
 }
 
@@ -237,14 +223,7 @@ impl Checkpoint {
         let upstream_offset = v.i64("upstreamOffset")?;
         let downstream_offset = v.i64("offset")?;
         let metadata = v.string("metadata")?;
-        Ok(Self {
-            group,
-            topic,
-            partition,
-            upstream_offset,
-            downstream_offset,
-            metadata,
-        })
+        Ok(Self { group, topic, partition, upstream_offset, downstream_offset, metadata })
     }
 }
 
@@ -295,11 +274,7 @@ impl Heartbeat {
         let mut v = Reader::new(Self::KIND, RecordPart::Value, value);
         v.version()?;
         let timestamp_ms = v.i64("timestamp")?;
-        Ok(Self {
-            source_alias,
-            target_alias,
-            timestamp_ms,
-        })
+        Ok(Self { source_alias, target_alias, timestamp_ms })
     }
 }
 
@@ -311,11 +286,7 @@ struct Writer {
 
 impl Writer {
     fn new(record: RecordKind, part: RecordPart) -> Self {
-        Self {
-            record,
-            part,
-            buf: Vec::new(),
-        }
+        Self { record, part, buf: Vec::new() }
     }
 
     fn i16(&mut self, n: i16) {
@@ -358,21 +329,11 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn new(record: RecordKind, part: RecordPart, bytes: &'a [u8]) -> Self {
-        Self {
-            record,
-            part,
-            bytes,
-            pos: 0,
-        }
+        Self { record, part, bytes, pos: 0 }
     }
 
     fn error(&self, field: &'static str, reason: FieldError) -> RecordError {
-        RecordError::Field {
-            record: self.record,
-            part: self.part,
-            field,
-            reason,
-        }
+        RecordError::Field { record: self.record, part: self.part, field, reason }
     }
 
     fn take<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], RecordError> {
@@ -385,14 +346,7 @@ impl<'a> Reader<'a> {
     fn slice(&mut self, field: &'static str, len: usize) -> Result<&'a [u8], RecordError> {
         let available = self.bytes.len() - self.pos;
         if len > available {
-            return Err(self.error(
-                field,
-                FieldError::Truncated {
-                    offset: self.pos,
-                    needed: len,
-                    available,
-                },
-            ));
+            return Err(self.error(field, FieldError::Truncated { offset: self.pos, needed: len, available }));
         }
         let bytes = &self.bytes[self.pos..self.pos + len];
         self.pos += len;
@@ -450,20 +404,11 @@ mod tests {
     }
 
     fn offset_sync() -> OffsetSync {
-        OffsetSync {
-            topic: "orders".to_owned(),
-            partition: 3,
-            upstream_offset: 1000,
-            downstream_offset: 990,
-        }
+        OffsetSync { topic: "orders".to_owned(), partition: 3, upstream_offset: 1000, downstream_offset: 990 }
     }
 
     fn heartbeat() -> Heartbeat {
-        Heartbeat {
-            source_alias: "B".to_owned(),
-            target_alias: "A".to_owned(),
-            timestamp_ms: 1_700_000_000_000,
-        }
+        Heartbeat { source_alias: "B".to_owned(), target_alias: "A".to_owned(), timestamp_ms: 1_700_000_000_000 }
     }
 
     const CHECKPOINT_KEY: [u8; 18] = [
@@ -526,18 +471,9 @@ mod tests {
 
     #[test]
     fn golden_bytes_decode() {
-        assert_eq!(
-            Checkpoint::decode(&CHECKPOINT_KEY, Some(&CHECKPOINT_VALUE)).unwrap(),
-            checkpoint("")
-        );
-        assert_eq!(
-            OffsetSync::decode(&OFFSET_SYNC_KEY, Some(&OFFSET_SYNC_VALUE)).unwrap(),
-            offset_sync()
-        );
-        assert_eq!(
-            Heartbeat::decode(&HEARTBEAT_KEY, Some(&HEARTBEAT_VALUE)).unwrap(),
-            heartbeat()
-        );
+        assert_eq!(Checkpoint::decode(&CHECKPOINT_KEY, Some(&CHECKPOINT_VALUE)).unwrap(), checkpoint(""));
+        assert_eq!(OffsetSync::decode(&OFFSET_SYNC_KEY, Some(&OFFSET_SYNC_VALUE)).unwrap(), offset_sync());
+        assert_eq!(Heartbeat::decode(&HEARTBEAT_KEY, Some(&HEARTBEAT_VALUE)).unwrap(), heartbeat());
     }
 
     #[test]
@@ -558,20 +494,12 @@ mod tests {
             assert_eq!(Checkpoint::decode(&key, Some(&value)).unwrap(), c);
         }
 
-        let sync = OffsetSync {
-            topic: String::new(),
-            partition: 0,
-            upstream_offset: 0,
-            downstream_offset: i64::MIN,
-        };
+        let sync = OffsetSync { topic: String::new(), partition: 0, upstream_offset: 0, downstream_offset: i64::MIN };
         let (key, value) = sync.encode().unwrap();
         assert_eq!(OffsetSync::decode(&key, Some(&value)).unwrap(), sync);
 
-        let beat = Heartbeat {
-            source_alias: "us-west".to_owned(),
-            target_alias: "eu-central".to_owned(),
-            timestamp_ms: -5,
-        };
+        let beat =
+            Heartbeat { source_alias: "us-west".to_owned(), target_alias: "eu-central".to_owned(), timestamp_ms: -5 };
         let (key, value) = beat.encode().unwrap();
         assert_eq!(Heartbeat::decode(&key, Some(&value)).unwrap(), beat);
     }
@@ -592,10 +520,7 @@ mod tests {
 
         let mut value = OFFSET_SYNC_VALUE.to_vec();
         value.push(0);
-        assert_eq!(
-            OffsetSync::decode(&OFFSET_SYNC_KEY, Some(&value)).unwrap(),
-            offset_sync()
-        );
+        assert_eq!(OffsetSync::decode(&OFFSET_SYNC_KEY, Some(&value)).unwrap(), offset_sync());
     }
 
     // --- Errors ---------------------------------------------------------------------------
@@ -603,18 +528,9 @@ mod tests {
     #[test]
     fn tombstones_are_errors() {
         for (kind, result) in [
-            (
-                RecordKind::Checkpoint,
-                Checkpoint::decode(&CHECKPOINT_KEY, None).map(drop),
-            ),
-            (
-                RecordKind::OffsetSync,
-                OffsetSync::decode(&OFFSET_SYNC_KEY, None).map(drop),
-            ),
-            (
-                RecordKind::Heartbeat,
-                Heartbeat::decode(&HEARTBEAT_KEY, None).map(drop),
-            ),
+            (RecordKind::Checkpoint, Checkpoint::decode(&CHECKPOINT_KEY, None).map(drop)),
+            (RecordKind::OffsetSync, OffsetSync::decode(&OFFSET_SYNC_KEY, None).map(drop)),
+            (RecordKind::Heartbeat, Heartbeat::decode(&HEARTBEAT_KEY, None).map(drop)),
         ] {
             assert_eq!(result, Err(RecordError::Tombstone { record: kind }));
         }
@@ -630,18 +546,12 @@ mod tests {
         value[0] = 0xff;
         value[1] = 0xff;
         let error = Checkpoint::decode(&CHECKPOINT_KEY, Some(&value)).unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "Checkpoint value field `version`: version -1 cannot be negative"
-        );
+        assert_eq!(error.to_string(), "Checkpoint value field `version`: version -1 cannot be negative");
         let mut value = HEARTBEAT_VALUE.to_vec();
         value[0] = 0x80;
         assert!(matches!(
             Heartbeat::decode(&HEARTBEAT_KEY, Some(&value)),
-            Err(RecordError::Field {
-                reason: FieldError::NegativeVersion(i16::MIN),
-                ..
-            })
+            Err(RecordError::Field { reason: FieldError::NegativeVersion(i16::MIN), .. })
         ));
     }
 
@@ -654,11 +564,7 @@ mod tests {
                 record: RecordKind::OffsetSync,
                 part: RecordPart::Key,
                 field: "partition",
-                reason: FieldError::Truncated {
-                    offset: 8,
-                    needed: 4,
-                    available: 2
-                },
+                reason: FieldError::Truncated { offset: 8, needed: 4, available: 2 },
             }
         );
         assert_eq!(
@@ -670,37 +576,19 @@ mod tests {
         let error = Checkpoint::decode(&CHECKPOINT_KEY[..5], Some(&CHECKPOINT_VALUE)).unwrap_err();
         assert!(matches!(
             error,
-            RecordError::Field {
-                part: RecordPart::Key,
-                field: "topic",
-                reason: FieldError::Truncated { .. },
-                ..
-            }
+            RecordError::Field { part: RecordPart::Key, field: "topic", reason: FieldError::Truncated { .. }, .. }
         ));
         // Missing metadata entirely.
         let error = Checkpoint::decode(&CHECKPOINT_KEY, Some(&CHECKPOINT_VALUE[..18])).unwrap_err();
-        assert!(matches!(
-            error,
-            RecordError::Field {
-                part: RecordPart::Value,
-                field: "metadata",
-                ..
-            }
-        ));
+        assert!(matches!(error, RecordError::Field { part: RecordPart::Value, field: "metadata", .. }));
         // Empty key and value.
         assert!(matches!(
             Heartbeat::decode(&[], Some(&HEARTBEAT_VALUE)),
-            Err(RecordError::Field {
-                field: "sourceClusterAlias",
-                ..
-            })
+            Err(RecordError::Field { field: "sourceClusterAlias", .. })
         ));
         assert!(matches!(
             Heartbeat::decode(&HEARTBEAT_KEY, Some(&[])),
-            Err(RecordError::Field {
-                field: "version",
-                ..
-            })
+            Err(RecordError::Field { field: "version", .. })
         ));
     }
 
@@ -708,10 +596,7 @@ mod tests {
     fn negative_string_length_is_an_error() {
         let key = [0xff, 0xff, 0x00, 0x00, 0x00, 0x01];
         let error = OffsetSync::decode(&key, Some(&OFFSET_SYNC_VALUE)).unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "OffsetSync key field `topic`: string length -1 cannot be negative"
-        );
+        assert_eq!(error.to_string(), "OffsetSync key field `topic`: string length -1 cannot be negative");
     }
 
     #[test]
@@ -761,26 +646,14 @@ mod tests {
         c.metadata = "é".repeat(16_384);
         assert!(c.encode_value().is_err());
 
-        let sync = OffsetSync {
-            topic: "t".repeat(40_000),
-            ..offset_sync()
-        };
+        let sync = OffsetSync { topic: "t".repeat(40_000), ..offset_sync() };
         let error = sync.encode_key().unwrap_err();
         assert_eq!(
             error.to_string(),
             "OffsetSync key field `topic`: string is 40000 bytes long, more than the 32767 a Kafka STRING can hold"
         );
-        let beat = Heartbeat {
-            target_alias: "a".repeat(32_768),
-            ..heartbeat()
-        };
-        assert!(matches!(
-            beat.encode_key(),
-            Err(RecordError::Field {
-                field: "targetClusterAlias",
-                ..
-            })
-        ));
+        let beat = Heartbeat { target_alias: "a".repeat(32_768), ..heartbeat() };
+        assert!(matches!(beat.encode_key(), Err(RecordError::Field { field: "targetClusterAlias", .. })));
     }
 
     // --- §1.3 pitfall ---------------------------------------------------------------------
@@ -804,13 +677,6 @@ mod tests {
 
         // The other way round, an offset sync value is too short to be a checkpoint.
         let error = Checkpoint::decode(&CHECKPOINT_KEY, Some(&OFFSET_SYNC_VALUE)).unwrap_err();
-        assert!(matches!(
-            error,
-            RecordError::Field {
-                field: "offset",
-                reason: FieldError::Truncated { .. },
-                ..
-            }
-        ));
+        assert!(matches!(error, RecordError::Field { field: "offset", reason: FieldError::Truncated { .. }, .. }));
     }
 }

@@ -1,0 +1,402 @@
+#!/usr/bin/env bash
+# scripts/kafka.sh: a real Apache Kafka test bed for ferry, without Docker.
+#
+# Kafka's jars come from Maven Central through ../pom.xml (the Kafka version is pinned there, in the
+# `kafka.version` property, and nowhere else). Each cluster is one JVM running a combined
+# broker+controller KRaft node (node.id=1, static quorum of one voter) on loopback.
+#
+# Subcommands
+#   fetch                 copy the Kafka jars into the cache, make the storage template and the
+#                         class-data-sharing (CDS) archive; a no-op once done (see "Cache" below)
+#   libdir                print the lib dir (fetching first if needed)
+#   up [NAME...]          start clusters (default: east west), wait until each serves metadata,
+#                         print NAME=BOOTSTRAP lines; already running clusters are left alone
+#   down [NAME...]        stop clusters (default: every cluster under the run dir): SIGTERM, SIGKILL
+#                         after FERRY_KAFKA_STOP_TIMEOUT seconds; removes their run dirs
+#   status [NAME...]      one line per cluster: name, state, pid, bootstrap, RSS
+#   log NAME              print the broker log of a cluster started by `up`
+# Used by tests/support (so that the Rust harness and this script share one definition):
+#   broker-cmd            print the java command line of a broker, one argument per line, without
+#                         the trailing server.properties path
+#   prepare DIR PORT CONTROLLER_PORT
+#                         write DIR/server.properties for a node on 127.0.0.1:PORT (controller on
+#                         CONTROLLER_PORT) with its data in DIR/data, and format DIR/data
+#
+# Ports (fixed so that a shell user can type them):
+#   east: 127.0.0.1:19092 (controller 19093)      west: 127.0.0.1:29092 (controller 29093)
+#   Any other NAME needs FERRY_KAFKA_PORT_<NAME> (NAME upper-cased, '-' and '.' become '_');
+#   FERRY_KAFKA_CONTROLLER_PORT_<NAME> defaults to that port + 1. Both also override east/west.
+#
+# Environment
+#   FERRY_KAFKA_CACHE          cache root (default ~/.cache/ferry); jars in <cache>/kafka-<version>/lib
+#   FERRY_KAFKA_RUN            state of `up` clusters (default /tmp/ferry-kafka): <run>/<name>/ holds
+#                              server.properties, data/, server.log and pid
+#   FERRY_KAFKA_HEAP_OPTS      default "-Xms256m -Xmx1g"
+#   FERRY_KAFKA_JVM_OPTS       default "-XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExitOnOutOfMemoryError
+#                              -Djava.awt.headless=true"
+#   KAFKA_OPTS                 extra JVM arguments appended after the two above
+#   FERRY_KAFKA_CDS            1 (default) uses the CDS archive made by `fetch` (starts the broker
+#                              ~1.5 s faster); 0 disables it
+#   FERRY_KAFKA_FORMAT         template (default): format a data dir by copying the bootstrap.checkpoint
+#                              that kafka-storage wrote at fetch time and writing meta.properties (no
+#                              JVM); tool: run kafka-storage format every time (~1-1.5 s more)
+#   FERRY_KAFKA_READY_TIMEOUT  seconds `up` waits for a broker (default 90)
+#   FERRY_KAFKA_STOP_TIMEOUT   seconds `down` waits after SIGTERM before SIGKILL (default 20)
+#   JAVA / JAVA_HOME           the java binary (default: java on PATH)
+#
+# Cache
+#   <cache>/kafka-<version>/lib                 the jars
+#   <cache>/kafka-<version>/bootstrap.checkpoint metadata bootstrap written by `kafka-storage format`
+#   <cache>/kafka-<version>/kafka.jsa           dynamic CDS archive recorded from one broker start
+#   <cache>/kafka-<version>/fetched             stamp: Kafka version, pom.xml and java fingerprints.
+#                              Written last; `fetch` is a no-op while it matches. Delete it to refetch.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+POM=$ROOT/pom.xml
+LOG4J_CONFIG=$ROOT/scripts/kafka/log4j2.yaml
+VERSION=$(sed -n 's:.*<kafka\.version>\(.*\)</kafka\.version>.*:\1:p' "$POM" | head -n 1)
+[[ -n $VERSION ]] || { echo "kafka.sh: no kafka.version in $POM" >&2; exit 1; }
+
+CACHE=${FERRY_KAFKA_CACHE:-$HOME/.cache/ferry}
+KHOME=$CACHE/kafka-$VERSION
+LIB=$KHOME/lib
+STAMP=$KHOME/fetched
+TEMPLATE=$KHOME/bootstrap.checkpoint
+JSA=$KHOME/kafka.jsa
+RUN=${FERRY_KAFKA_RUN:-/tmp/ferry-kafka}
+JAVA=${JAVA:-${JAVA_HOME:+$JAVA_HOME/bin/java}}
+JAVA=${JAVA:-java}
+HEAP_OPTS=${FERRY_KAFKA_HEAP_OPTS:--Xms256m -Xmx1g}
+JVM_OPTS=${FERRY_KAFKA_JVM_OPTS:--XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true}
+READY_TIMEOUT=${FERRY_KAFKA_READY_TIMEOUT:-90}
+STOP_TIMEOUT=${FERRY_KAFKA_STOP_TIMEOUT:-20}
+STARTED_LINE='Kafka Server started'
+
+die() { echo "kafka.sh: $*" >&2; exit 1; }
+log() { echo "kafka.sh: $*" >&2; }
+now_ms() { date +%s%3N; }
+
+# ---------------------------------------------------------------------------------------------- fetch
+
+stamp_content() {
+  local java_id
+  java_id=$("$JAVA" -version 2>&1 | tr '\n' ' ')
+  printf 'kafka=%s pom=%s java=%s\n' "$VERSION" \
+    "$(sha256sum "$POM" | cut -c1-16)" \
+    "$(printf '%s %s' "$(readlink -f "$(command -v "$JAVA")")" "$java_id" | sha256sum | cut -c1-16)"
+}
+
+fetched() { [[ -f $STAMP && $(cat "$STAMP") == "$(stamp_content)" ]]; }
+
+# A 16-byte random id in Kafka's Uuid text form: 22 characters of unpadded base64url. Kafka's own
+# generator rejects ids starting with '-' (they read as options on a command line); so do we.
+random_uuid() {
+  local id
+  while :; do
+    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+    [[ $id != -* ]] && { echo "$id"; return; }
+  done
+}
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+random_free_port() {
+  local p
+  while :; do
+    p=$((30000 + RANDOM % 30000))
+    port_in_use "$p" || port_in_use $((p + 1)) || { echo "$p"; return; }
+  done
+}
+
+do_fetch() {
+  fetched && return 0
+  mkdir -p "$KHOME"
+  exec 9>"$KHOME.lock"
+  flock 9 # concurrent test binaries: the first fetches, the others wait and find the stamp
+  if fetched; then exec 9>&-; return 0; fi
+  rm -f "$STAMP"
+  local t0 tmp
+  t0=$(now_ms)
+  log "fetching Kafka $VERSION into $LIB"
+  tmp=$KHOME/lib.tmp.$$
+  rm -rf "$tmp"
+  # mvn -q still prints colour escapes on success: keep its output for failures only
+  mvn -q -B -f "$POM" dependency:copy-dependencies -DoutputDirectory="$tmp" -DincludeScope=runtime \
+    >"$KHOME/mvn.log" 2>&1 || { cat "$KHOME/mvn.log" >&2; rm -rf "$tmp"; die "mvn dependency:copy-dependencies failed"; }
+  rm -f "$KHOME/mvn.log"
+  ls "$tmp"/kafka_2.13-"$VERSION".jar >/dev/null || die "mvn copied no kafka_2.13-$VERSION.jar"
+  rm -rf "$LIB" "$JSA" "$TEMPLATE"
+  mv "$tmp" "$LIB"
+  make_template
+  make_cds_archive || { log "warning: no CDS archive (brokers start ~1.5 s slower)"; rm -f "$JSA"; }
+  stamp_content >"$STAMP.tmp" && mv "$STAMP.tmp" "$STAMP"
+  log "fetched Kafka $VERSION in $(( $(now_ms) - t0 )) ms"
+  exec 9>&-
+}
+
+# Run the real `kafka-storage format` once; its bootstrap.checkpoint (the initial feature levels,
+# metadata.version first) depends only on the Kafka version, not on the cluster or node id.
+make_template() {
+  local dir
+  dir=$(mktemp -d)
+  write_properties "$dir" 1 2 >"$dir/server.properties"
+  "$JAVA" -Dlog4j2.configurationFile="$LOG4J_CONFIG" -cp "$LIB/*" kafka.tools.StorageTool format \
+    -t "$(random_uuid)" -c "$dir/server.properties" >"$dir/format.log" 2>&1 \
+    || { cat "$dir/format.log" >&2; rm -rf "$dir"; die "kafka-storage format failed"; }
+  cp "$dir/data/bootstrap.checkpoint" "$TEMPLATE"
+  rm -rf "$dir"
+}
+
+# Record the classes one broker start loads into a dynamic CDS archive (JDK 13+,
+# -XX:ArchiveClassesAtExit, written when the JVM exits normally). Later JVMs map it instead of
+# parsing and verifying ~10k classes: broker start 3.9 s -> 2.3 s, kafka-storage 1.4 s -> 1.0 s on
+# 2 cores. A stale archive (other JDK, other classpath) is ignored by the JVM with a warning.
+make_cds_archive() {
+  local dir port pid deadline off
+  dir=$(mktemp -d)
+  port=$(random_free_port)
+  write_properties "$dir" "$port" $((port + 1)) >"$dir/server.properties"
+  format_dir "$dir/data"
+  # shellcheck disable=SC2086
+  "$JAVA" $HEAP_OPTS $JVM_OPTS -XX:ArchiveClassesAtExit="$JSA.tmp" \
+    -Dlog4j2.configurationFile="$LOG4J_CONFIG" -cp "$LIB/*" kafka.Kafka "$dir/server.properties" \
+    >"$dir/server.log" 2>&1 </dev/null &
+  pid=$!
+  deadline=$(( $(date +%s) + READY_TIMEOUT ))
+  until grep -q "$STARTED_LINE" "$dir/server.log"; do
+    if ! kill -0 "$pid" 2>/dev/null || (( $(date +%s) > deadline )); then
+      kill -9 "$pid" 2>/dev/null || true
+      tail -n 20 "$dir/server.log" >&2
+      rm -rf "$dir"
+      return 1
+    fi
+    sleep 0.1
+  done
+  kill -TERM "$pid"
+  wait "$pid" || true
+  rm -rf "$dir"
+  [[ -s $JSA.tmp ]] && mv "$JSA.tmp" "$JSA"
+}
+
+# --------------------------------------------------------------------------------------- broker setup
+
+# server.properties of a single combined broker+controller node.
+write_properties() { # DIR PORT CONTROLLER_PORT
+  cat <<EOF
+# written by scripts/kafka.sh
+node.id=1
+process.roles=broker,controller
+listeners=PLAINTEXT://127.0.0.1:$2,CONTROLLER://127.0.0.1:$3
+advertised.listeners=PLAINTEXT://127.0.0.1:$2
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+# static quorum of one voter: plain "kafka-storage format", no --standalone / dynamic quorum needed
+controller.quorum.voters=1@127.0.0.1:$3
+log.dirs=$1/data
+num.partitions=1
+default.replication.factor=1
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=5
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=5
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+# A broker killed with SIGKILL cannot re-register until its old session expires (the restarted
+# controller answers DUPLICATE_BROKER_REGISTRATION): 9 s by default, 3 s here.
+broker.heartbeat.interval.ms=500
+broker.session.timeout.ms=3000
+EOF
+}
+
+# Format a data dir exactly as `kafka-storage format -t <random id> -c ...` does for a static quorum:
+# meta.properties (version 1) plus the bootstrap.checkpoint template, without starting a JVM.
+format_dir() { # DATA_DIR
+  local data=$1
+  [[ -f $data/meta.properties ]] && return 0
+  mkdir -p "$data"
+  if [[ ${FERRY_KAFKA_FORMAT:-template} == tool ]]; then
+    # shellcheck disable=SC2046
+    "$JAVA" $(cds_opts) -Dlog4j2.configurationFile="$LOG4J_CONFIG" -cp "$LIB/*" kafka.tools.StorageTool \
+      format -t "$(random_uuid)" -c "$(dirname "$data")/server.properties" >/dev/null
+    return
+  fi
+  [[ -f $TEMPLATE ]] || die "no $TEMPLATE; run: $0 fetch"
+  cp "$TEMPLATE" "$data/bootstrap.checkpoint"
+  printf 'node.id=1\ndirectory.id=%s\nversion=1\ncluster.id=%s\n' "$(random_uuid)" "$(random_uuid)" \
+    >"$data/meta.properties.tmp"
+  mv "$data/meta.properties.tmp" "$data/meta.properties"
+}
+
+cds_opts() {
+  if [[ ${FERRY_KAFKA_CDS:-1} != 0 && -f $JSA ]]; then echo "-XX:SharedArchiveFile=$JSA"; fi
+}
+
+broker_cmd() { # one argument per line
+  printf '%s\n' "$JAVA"
+  # shellcheck disable=SC2086
+  printf '%s\n' $HEAP_OPTS $JVM_OPTS $(cds_opts) ${KAFKA_OPTS:-} \
+    "-Dlog4j2.configurationFile=$LOG4J_CONFIG" -cp "$LIB/*" kafka.Kafka
+}
+
+# ------------------------------------------------------------------------------------- up/down/status
+
+name_var() { local n=${1^^}; n=${n//-/_}; echo "${n//./_}"; }
+
+ports_of() { # NAME -> "PORT CONTROLLER_PORT"
+  local v port cport
+  v=$(name_var "$1")
+  port=FERRY_KAFKA_PORT_$v
+  cport=FERRY_KAFKA_CONTROLLER_PORT_$v
+  port=${!port:-}
+  if [[ -z $port ]]; then
+    case $1 in
+      east) port=19092 ;;
+      west) port=29092 ;;
+      *) die "no port for cluster '$1': set FERRY_KAFKA_PORT_$v" ;;
+    esac
+  fi
+  cport=${!cport:-$((port + 1))}
+  echo "$port $cport"
+}
+
+# pid of the cluster's broker if it is running (and really is a Kafka broker).
+running_pid() { # NAME
+  local pidf=$RUN/$1/pid pid
+  [[ -f $pidf ]] || return 1
+  pid=$(cat "$pidf")
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q kafka.Kafka \
+    && echo "$pid"
+}
+
+start_one() { # NAME -> starts the JVM, leaves the log offset in <dir>/log.offset
+  local name=$1 dir=$RUN/$1 port cport
+  read -r port cport < <(ports_of "$name")
+  if running_pid "$name" >/dev/null; then log "$name already running"; return 0; fi
+  for p in "$port" "$cport"; do port_in_use "$p" && die "$name: port $p is in use by another process"; done
+  mkdir -p "$dir"
+  write_properties "$dir" "$port" "$cport" >"$dir/server.properties"
+  format_dir "$dir/data"
+  touch "$dir/server.log"
+  stat -c %s "$dir/server.log" >"$dir/log.offset"
+  local -a cmd
+  mapfile -t cmd < <(broker_cmd)
+  # setsid: a Ctrl-C in the calling shell must not reach the broker; the child writes its own pid
+  # (setsid may or may not fork) and then becomes java.
+  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$dir/pid" "${cmd[@]}" "$dir/server.properties" \
+    >>"$dir/server.log" 2>&1 </dev/null &
+  log "starting $name on 127.0.0.1:$port (controller $cport), state in $dir"
+}
+
+wait_ready() { # NAME
+  local name=$1 dir=$RUN/$1 port deadline off pid
+  read -r port _ < <(ports_of "$name")
+  deadline=$(( $(date +%s) + READY_TIMEOUT ))
+  off=$(cat "$dir/log.offset" 2>/dev/null || echo 0)
+  while :; do
+    if tail -c +$((off + 1)) "$dir/server.log" | grep -q "$STARTED_LINE"; then
+      # The started line comes after the broker is unfenced; one topic listing proves it end to end.
+      if "$JAVA" $(cds_opts) -Dlog4j2.configurationFile="$LOG4J_CONFIG" -cp "$LIB/*" \
+          org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$port" --list >/dev/null 2>&1; then
+        return 0
+      fi
+    fi
+    pid=$(cat "$dir/pid" 2>/dev/null || true)
+    if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null; then
+      tail -n 40 "$dir/server.log" >&2
+      die "$name: broker exited during startup (log: $dir/server.log)"
+    fi
+    if (( $(date +%s) > deadline )); then
+      tail -n 40 "$dir/server.log" >&2
+      die "$name: not ready after ${READY_TIMEOUT}s (log: $dir/server.log)"
+    fi
+    sleep 0.2
+  done
+}
+
+cmd_up() {
+  local names=("$@") t0 name rc=0
+  (( ${#names[@]} )) || names=(east west)
+  t0=$(now_ms)
+  do_fetch
+  for name in "${names[@]}"; do ports_of "$name" >/dev/null; done # fail before starting anything
+  for name in "${names[@]}"; do start_one "$name"; done
+  local -a pids=()
+  for name in "${names[@]}"; do wait_ready "$name" & pids+=($!); done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  (( rc == 0 )) || die "some clusters did not start; see above"
+  log "up in $(( $(now_ms) - t0 )) ms"
+  for name in "${names[@]}"; do
+    read -r port _ < <(ports_of "$name")
+    echo "$name=127.0.0.1:$port"
+  done
+}
+
+all_names() { [[ -d $RUN ]] && find "$RUN" -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | sort; }
+
+cmd_down() {
+  local -a names=("$@")
+  (( ${#names[@]} )) || mapfile -t names < <(all_names || true)
+  local name pid deadline
+  local -A pids=()
+  for name in "${names[@]}"; do
+    if pid=$(running_pid "$name"); then kill -TERM "$pid" 2>/dev/null || true; pids[$name]=$pid; fi
+  done
+  deadline=$(( $(date +%s) + STOP_TIMEOUT ))
+  for name in "${!pids[@]}"; do
+    pid=${pids[$name]}
+    while kill -0 "$pid" 2>/dev/null && (( $(date +%s) < deadline )); do sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "$name: still running ${STOP_TIMEOUT}s after SIGTERM, sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+    fi
+  done
+  for name in "${names[@]}"; do
+    [[ -d $RUN/$name ]] && { rm -rf "${RUN:?}/$name"; log "$name stopped, $RUN/$name removed"; }
+  done
+  rmdir "$RUN" 2>/dev/null || true
+}
+
+cmd_status() {
+  local -a names=("$@")
+  (( ${#names[@]} )) || mapfile -t names < <(all_names || true)
+  (( ${#names[@]} )) || { echo "no clusters under $RUN"; return 0; }
+  local name pid port
+  for name in "${names[@]}"; do
+    port=$(sed -n 's|^advertised.listeners=PLAINTEXT://||p' "$RUN/$name/server.properties" 2>/dev/null || true)
+    if pid=$(running_pid "$name"); then
+      printf '%-10s running  pid=%-8s bootstrap=%-16s rss=%sMiB\n' "$name" "$pid" "$port" \
+        $(( $(ps -o rss= -p "$pid") / 1024 ))
+    else
+      printf '%-10s stopped  %s\n' "$name" "${port:+bootstrap=$port}"
+    fi
+  done
+}
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+
+cmd=${1:-}
+shift || true
+case $cmd in
+  fetch) do_fetch ;;
+  libdir) do_fetch; echo "$LIB" ;;
+  broker-cmd) do_fetch; broker_cmd ;;
+  prepare)
+    (( $# == 3 )) || die "usage: prepare DIR PORT CONTROLLER_PORT"
+    do_fetch
+    mkdir -p "$1"
+    write_properties "$1" "$2" "$3" >"$1/server.properties"
+    format_dir "$1/data"
+    ;;
+  up) cmd_up "$@" ;;
+  down) cmd_down "$@" ;;
+  status) cmd_status "$@" ;;
+  log) (( $# == 1 )) || die "usage: log NAME"; cat "$RUN/$1/server.log" ;;
+  -h | --help | help) usage ;;
+  *) usage ;;
+esac

@@ -1,0 +1,197 @@
+//! Record copying end to end: the `ferry` binary between two real KRaft clusters.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use support::{Cluster, Ferry, Rec, consume_all, create_topic, produce, shared_pair, topic_partitions, wait_for};
+
+const ARRIVAL: Duration = Duration::from_secs(120);
+
+/// A flows directory with clusters `east`/`west` and the given flow definitions.
+fn flows_dir(east: &Cluster, west: &Cluster, flows: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("flows dir");
+    let clusters = format!(
+        "[clusters.east]\nbootstrap_servers = \"{}\"\n[clusters.west]\nbootstrap_servers = \"{}\"\n",
+        east.bootstrap, west.bootstrap
+    );
+    std::fs::write(dir.path().join("clusters.toml"), clusters).expect("write clusters");
+    std::fs::write(dir.path().join("flow.toml"), flows).expect("write flow");
+    dir
+}
+
+fn flow(topics: &str, extra: &str) -> String {
+    format!("[[flows]]\nsource = \"east\"\ntarget = \"west\"\ntopics = [{topics}]\n{extra}\n")
+}
+
+/// Records of one partition ordered by offset, offsets dropped (they differ between clusters).
+fn by_partition(recs: &[Rec]) -> HashMap<i32, Vec<Rec>> {
+    let mut out: HashMap<i32, Vec<Rec>> = HashMap::new();
+    for r in recs {
+        out.entry(r.partition).or_default().push(Rec { offset: -1, ..r.clone() });
+    }
+    out
+}
+
+#[test]
+fn ten_thousand_records_arrive_byte_identical_in_partition_order() {
+    let (east, west) = shared_pair();
+    let topic = "copy-identical";
+    create_topic(&east.bootstrap, topic, 3, &[]);
+    let base_ts = 1_700_000_000_000_i64;
+    let mut recs = Vec::new();
+    for i in 0..10_000_i64 {
+        let p = (i % 3) as i32;
+        let mut r = Rec::new(p, format!("value-{i}").as_bytes(), base_ts + i);
+        if i % 7 != 0 {
+            r = r.key(format!("key-{}", i % 101).as_bytes()); // every 7th record has a null key
+        }
+        if i % 5 == 0 {
+            // headers keep order, duplicates and null values
+            r = r.header("trace", Some(b"a")).header("trace", Some(b"b")).header("empty", None);
+        }
+        if i == 4_242 {
+            r.value = None; // a tombstone
+        }
+        recs.push(r);
+    }
+    produce(&east.bootstrap, topic, &recs);
+
+    let dir = flows_dir(east, west, &flow("\"copy-identical\"", ""));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let remote = "east.copy-identical";
+    wait_for(ARRIVAL, "10,000 records on west", || count(west, remote) >= 10_000);
+    let got = consume_all(&west.bootstrap, remote, Duration::from_secs(30));
+    ferry.terminate(Duration::from_secs(30));
+
+    assert_eq!(topic_partitions(&west.bootstrap, remote), Some(3), "remote topic keeps the partition count");
+    assert_eq!(got.len(), 10_000, "exactly the source records, no duplicates");
+    let sent = by_partition(&consume_all(&east.bootstrap, topic, Duration::from_secs(30)));
+    let copied = by_partition(&got);
+    for p in 0..3 {
+        let (s, c) = (&sent[&p], &copied[&p]);
+        assert_eq!(s.len(), c.len(), "partition {p} record count");
+        for (i, (a, b)) in s.iter().zip(c.iter()).enumerate() {
+            assert_eq!(a, b, "partition {p} record #{i} differs");
+        }
+    }
+    assert!(got.iter().any(|r| r.value.is_none()), "the tombstone arrived as a tombstone");
+}
+
+#[test]
+fn a_topic_created_after_start_is_mirrored_within_the_refresh_interval() {
+    let (east, west) = shared_pair();
+    let dir = flows_dir(east, west, &flow("\"late-.*\"", "refresh_topics_interval_seconds = 1"));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    ferry.wait_log("node started", Duration::from_secs(30));
+
+    create_topic(&east.bootstrap, "late-arrival", 2, &[]);
+    produce(&east.bootstrap, "late-arrival", &[Rec::new(0, b"first", 1), Rec::new(1, b"second", 2)]);
+    wait_for(Duration::from_secs(30), "late-arrival mirrored as east.late-arrival", || {
+        count(west, "east.late-arrival") == 2
+    });
+    ferry.terminate(Duration::from_secs(30));
+    assert_eq!(topic_partitions(&west.bootstrap, "east.late-arrival"), Some(2));
+}
+
+/// Produces `total` records to `topic` in small batches while the test restarts ferry.
+fn produce_in_background(
+    bootstrap: String,
+    topic: &'static str,
+    total: usize,
+    partitions: i32,
+) -> (std::thread::JoinHandle<()>, Arc<AtomicBool>) {
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    let handle = std::thread::spawn(move || {
+        let batch = 500;
+        for start in (0..total).step_by(batch) {
+            let recs: Vec<Rec> = (start..(start + batch).min(total))
+                .map(|i| Rec::new(i as i32 % partitions, format!("r{i}").as_bytes(), 1_000 + i as i64))
+                .collect();
+            produce(&bootstrap, topic, &recs);
+            std::thread::sleep(Duration::from_millis(20)); // pace the stream so restarts land mid-stream
+        }
+        flag.store(true, Ordering::SeqCst);
+    });
+    (handle, done)
+}
+
+/// Polls `f` until it holds or `deadline` passes; returns whether it held.
+fn poll_until(deadline: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + deadline;
+    while std::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    f()
+}
+
+/// Records on `topic`, or 0 while ferry has not created it yet.
+fn count(cluster: &Cluster, topic: &str) -> usize {
+    if topic_partitions(&cluster.bootstrap, topic).is_none() {
+        return 0;
+    }
+    consume_all(&cluster.bootstrap, topic, Duration::from_secs(30)).len()
+}
+
+/// How often each produced value arrived on the target.
+fn arrival_counts(west: &Cluster, remote: &str) -> HashMap<Vec<u8>, usize> {
+    let mut counts = HashMap::new();
+    for r in consume_all(&west.bootstrap, remote, Duration::from_secs(30)) {
+        *counts.entry(r.value.unwrap_or_default()).or_insert(0) += 1;
+    }
+    counts
+}
+
+fn restart_mid_stream(topic: &'static str, graceful: bool) -> (usize, usize) {
+    let (east, west) = shared_pair();
+    let total = 30_000;
+    create_topic(&east.bootstrap, topic, 3, &[]);
+    let dir = flows_dir(east, west, &flow(&format!("\"{topic}\""), ""));
+    let remote = format!("east.{topic}");
+    let (producer, done) = produce_in_background(east.bootstrap.clone(), topic, total, 3);
+
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(ARRIVAL, "some records copied before the restart", || count(west, &remote) >= 5_000);
+    if graceful {
+        let status = ferry.terminate(Duration::from_secs(60));
+        assert!(status.success(), "graceful stop exits 0: {status:?}\n{}", ferry.log());
+    } else {
+        ferry.kill9();
+    }
+    assert!(!done.load(Ordering::SeqCst), "the restart must happen mid-stream");
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    producer.join().expect("producer thread");
+    let mut seen = 0;
+    let all_arrived = poll_until(ARRIVAL, || {
+        seen = arrival_counts(west, &remote).len();
+        seen == total
+    });
+    assert!(all_arrived, "only {seen} of {total} distinct records arrived after the restart\n{}", ferry.log());
+    let status = ferry.terminate(Duration::from_secs(60));
+    assert!(status.success(), "{status:?}");
+
+    let counts = arrival_counts(west, &remote);
+    assert_eq!(counts.len(), total, "every record arrived");
+    let duplicates: usize = counts.values().map(|n| n - 1).sum();
+    (total, duplicates)
+}
+
+#[test]
+fn graceful_restart_mid_stream_copies_every_record_exactly_once() {
+    let (total, duplicates) = restart_mid_stream("restart-graceful", true);
+    println!("graceful restart: {total} records, {duplicates} duplicates");
+    assert_eq!(duplicates, 0, "a graceful restart must not copy anything twice");
+}
+
+#[test]
+fn kill_9_mid_stream_copies_every_record_at_least_once() {
+    let (total, duplicates) = restart_mid_stream("restart-kill9", false);
+    println!("kill -9 restart: {total} records, {duplicates} duplicates");
+}

@@ -1,0 +1,351 @@
+//! Blocking Kafka client helpers for tests, on rdkafka.
+//!
+//! Every helper panics with a message naming the cluster and topic on failure: tests want the
+//! failure, not a `Result`. They create a fresh client per call (cheap next to a broker round trip)
+//! and need no async runtime: the admin futures are driven by [`block_on`], a parking loop, so the
+//! helpers also work inside `#[tokio::test]` (they block that worker thread, like any sync call).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::wait_for;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One record as tests see it. `offset` is ignored by [`produce`]; a negative `timestamp` there
+/// means "let the producer stamp it".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rec {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    /// Milliseconds since the epoch (CreateTime unless the topic says LogAppendTime).
+    pub timestamp: i64,
+}
+
+impl Rec {
+    /// A record for `partition` with a value, no key, no headers, timestamp `ts`.
+    pub fn new(partition: i32, value: &[u8], ts: i64) -> Rec {
+        Rec { partition, offset: -1, key: None, value: Some(value.to_vec()), headers: Vec::new(), timestamp: ts }
+    }
+
+    pub fn key(mut self, key: &[u8]) -> Rec {
+        self.key = Some(key.to_vec());
+        self
+    }
+
+    pub fn header(mut self, key: &str, value: Option<&[u8]>) -> Rec {
+        self.headers.push((key.to_string(), value.map(<[u8]>::to_vec)));
+        self
+    }
+}
+
+/// Drives a future to completion on the current thread (no runtime; rdkafka's admin futures are
+/// woken from librdkafka's own threads).
+pub fn block_on<F: Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
+
+fn config(bootstrap: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap).set("reconnect.backoff.max.ms", "1000");
+    c
+}
+
+fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
+    config(bootstrap).create().unwrap_or_else(|e| panic!("admin client for {bootstrap}: {e}"))
+}
+
+fn admin_opts() -> AdminOptions {
+    AdminOptions::new().request_timeout(Some(TIMEOUT)).operation_timeout(Some(TIMEOUT))
+}
+
+fn metadata_client(bootstrap: &str) -> BaseConsumer {
+    config(bootstrap).create().unwrap_or_else(|e| panic!("metadata client for {bootstrap}: {e}"))
+}
+
+/// Creates `topic` with replication factor 1 and waits until its metadata shows every partition
+/// with a leader. Panics if it exists already or the broker refuses.
+pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        new = new.set(k, v);
+    }
+    let results = block_on(admin(bootstrap).create_topics([&new], &admin_opts()))
+        .unwrap_or_else(|e| panic!("create topic {topic} on {bootstrap}: {e}"));
+    for r in results {
+        if let Err((t, code)) = r {
+            panic!("create topic {t} on {bootstrap}: {code}");
+        }
+    }
+    let client = metadata_client(bootstrap);
+    wait_for(TIMEOUT, &format!("topic {topic} on {bootstrap} to have leaders"), || {
+        partition_leaders(&client, topic).is_some_and(|l| l.len() == partitions as usize && l.iter().all(|&l| l >= 0))
+    });
+}
+
+/// Deletes `topic` (absent is fine) and waits until metadata no longer shows it.
+pub fn delete_topic(bootstrap: &str, topic: &str) {
+    let results = block_on(admin(bootstrap).delete_topics(&[topic], &admin_opts()))
+        .unwrap_or_else(|e| panic!("delete topic {topic} on {bootstrap}: {e}"));
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+            Err((t, code)) => panic!("delete topic {t} on {bootstrap}: {code}"),
+        }
+    }
+    wait_for(TIMEOUT, &format!("topic {topic} to disappear from {bootstrap}"), || {
+        topic_partitions(bootstrap, topic).is_none()
+    });
+}
+
+/// The partition count of `topic`, `None` if the cluster does not know it.
+pub fn topic_partitions(bootstrap: &str, topic: &str) -> Option<i32> {
+    partition_leaders(&metadata_client(bootstrap), topic).map(|l| l.len() as i32)
+}
+
+/// Leader per partition (index = partition id), `None` if the topic is unknown.
+fn partition_leaders(client: &BaseConsumer, topic: &str) -> Option<Vec<i32>> {
+    let md = client.fetch_metadata(Some(topic), TIMEOUT).unwrap_or_else(|e| panic!("metadata for {topic}: {e}"));
+    let t = md.topics().iter().find(|t| t.name() == topic)?;
+    if t.error().is_some() || t.partitions().is_empty() {
+        return None;
+    }
+    let mut leaders: Vec<(i32, i32)> = t.partitions().iter().map(|p| (p.id(), p.leader())).collect();
+    leaders.sort_unstable();
+    Some(leaders.into_iter().map(|(_, l)| l).collect())
+}
+
+/// Every topic of the cluster, sorted, except Kafka's own `__`-prefixed internal topics
+/// (`__consumer_offsets`, `__transaction_state`, ...). MM2-style internal topics are included.
+pub fn list_topics(bootstrap: &str) -> Vec<String> {
+    let md = metadata_client(bootstrap)
+        .fetch_metadata(None, TIMEOUT)
+        .unwrap_or_else(|e| panic!("metadata of {bootstrap}: {e}"));
+    let mut names: Vec<String> =
+        md.topics().iter().map(|t| t.name().to_string()).filter(|n| !n.starts_with("__")).collect();
+    names.sort();
+    names
+}
+
+/// Collects delivery failures of a produce call.
+struct Deliveries {
+    failed: Mutex<Vec<String>>,
+    done: AtomicUsize,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, m)) = result {
+            self.failed.lock().unwrap().push(format!("partition {}: {e}", m.partition()));
+        }
+        self.done.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Produces `recs` in order, each to its own partition with its key, value, headers and (unless
+/// negative) timestamp; acks=all, in order; returns after all were acknowledged. Panics on any
+/// delivery error.
+pub fn produce(bootstrap: &str, topic: &str, recs: &[Rec]) {
+    let producer: BaseProducer<Deliveries> = config(bootstrap)
+        .set("acks", "all")
+        // Not idempotent: librdkafka delays its first InitProducerId by 500 ms, which made every
+        // call cost 0.6 s. One request in flight keeps retries in order; on loopback a retry
+        // that duplicates a record (lost response) is not a practical concern.
+        .set("enable.idempotence", "false")
+        .set("max.in.flight.requests.per.connection", "1")
+        .set("linger.ms", "0")
+        .set("message.timeout.ms", "30000")
+        .create_with_context(Deliveries { failed: Mutex::new(Vec::new()), done: AtomicUsize::new(0) })
+        .unwrap_or_else(|e| panic!("producer for {bootstrap}: {e}"));
+    for rec in recs {
+        let mut headers = OwnedHeaders::new_with_capacity(rec.headers.len());
+        for (k, v) in &rec.headers {
+            headers = headers.insert(Header { key: k, value: v.as_deref() });
+        }
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(rec.partition).headers(headers);
+        if let Some(k) = &rec.key {
+            record = record.key(k.as_slice());
+        }
+        if let Some(v) = &rec.value {
+            record = record.payload(v.as_slice());
+        }
+        if rec.timestamp >= 0 {
+            record = record.timestamp(rec.timestamp);
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    producer.poll(Duration::from_millis(50));
+                }
+                Err((e, _)) => panic!("produce to {topic} on {bootstrap}: {e}"),
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    // rdkafka's flush() sleeps in 100 ms steps; polling in small steps returns as soon as the
+    // last acknowledgement arrives.
+    let ctx = producer.context();
+    let start = Instant::now();
+    while ctx.done.load(Ordering::Relaxed) < recs.len() && start.elapsed() < TIMEOUT {
+        producer.poll(Duration::from_millis(2));
+    }
+    producer.flush(TIMEOUT).unwrap_or_else(|e| panic!("flush to {topic} on {bootstrap}: {e}"));
+    let failed = ctx.failed.lock().unwrap();
+    assert!(failed.is_empty(), "produce to {topic} on {bootstrap} failed: {failed:?}");
+    assert_eq!(ctx.done.load(Ordering::Relaxed), recs.len(), "deliveries reported");
+}
+
+/// Reads every partition of `topic` from its start up to the high watermark seen when called
+/// (assign, no consumer group; read_committed, so aborted transactional records are skipped) and
+/// returns the records sorted by (partition, offset). Panics if that takes longer than `timeout`.
+pub fn consume_all(bootstrap: &str, topic: &str, timeout: Duration) -> Vec<Rec> {
+    let consumer: BaseConsumer = config(bootstrap)
+        .set("group.id", "ferry-test-consume-all") // required by librdkafka's consumer; never used
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap_or_else(|e| panic!("consumer for {bootstrap}: {e}"));
+    let partitions = partition_leaders(&consumer, topic)
+        .unwrap_or_else(|| panic!("consume_all: topic {topic} does not exist on {bootstrap}"))
+        .len() as i32;
+    // high watermark per partition still to reach
+    let mut todo: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, TIMEOUT)
+            .unwrap_or_else(|e| panic!("watermarks of {topic}-{p} on {bootstrap}: {e}"));
+        if high > low {
+            todo.insert(p, high);
+            tpl.add_partition_offset(topic, p, Offset::Offset(low)).expect("add partition");
+        }
+    }
+    let mut out = Vec::new();
+    if todo.is_empty() {
+        return out;
+    }
+    consumer.assign(&tpl).unwrap_or_else(|e| panic!("assign {topic} on {bootstrap}: {e}"));
+    let start = Instant::now();
+    while !todo.is_empty() {
+        assert!(
+            start.elapsed() < timeout,
+            "consume_all {topic} on {bootstrap}: after {timeout:?} still waiting for {todo:?} \
+             (partition -> high watermark), got {} records",
+            out.len()
+        );
+        match consumer.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Ok(m)) => {
+                let rec = Rec {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    headers: m
+                        .headers()
+                        .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec))).collect())
+                        .unwrap_or_default(),
+                    timestamp: m.timestamp().to_millis().unwrap_or(-1),
+                };
+                if todo.get(&rec.partition).is_some_and(|&high| rec.offset + 1 >= high) {
+                    todo.remove(&rec.partition);
+                }
+                out.push(rec);
+            }
+            // End of partition: done if the position passed the high watermark (it can stop short
+            // of it only at a transaction marker or an open transaction, which read_committed hides).
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                let pos = consumer.position().expect("position");
+                let reached = pos
+                    .find_partition(topic, p)
+                    .and_then(|e| e.offset().to_raw())
+                    .is_some_and(|o| todo.get(&p).is_some_and(|&high| o >= high));
+                if reached {
+                    todo.remove(&p);
+                }
+            }
+            Some(Err(e)) => panic!("consume {topic} on {bootstrap}: {e}"),
+        }
+    }
+    out.sort_by_key(|r| (r.partition, r.offset));
+    out
+}
+
+/// Commits offsets for `group` as a member that never joins (generation -1), the way MM2 writes
+/// translated offsets: the broker accepts it only while the group is empty or absent.
+pub fn commit_group_offsets(bootstrap: &str, group: &str, offsets: &[(&str, i32, i64)]) {
+    let consumer = group_client(bootstrap, group);
+    let mut tpl = TopicPartitionList::new();
+    for &(topic, partition, offset) in offsets {
+        tpl.add_partition_offset(topic, partition, Offset::Offset(offset)).expect("add partition");
+    }
+    consumer
+        .commit(&tpl, CommitMode::Sync)
+        .unwrap_or_else(|e| panic!("commit offsets of group {group} on {bootstrap}: {e}"));
+}
+
+/// The committed offsets of `group` for `partitions` (`None`: nothing committed), in order.
+pub fn group_offsets(bootstrap: &str, group: &str, partitions: &[(&str, i32)]) -> Vec<Option<i64>> {
+    let consumer = group_client(bootstrap, group);
+    let mut tpl = TopicPartitionList::new();
+    for &(topic, partition) in partitions {
+        tpl.add_partition(topic, partition);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, TIMEOUT)
+        .unwrap_or_else(|e| panic!("committed offsets of group {group} on {bootstrap}: {e}"));
+    partitions
+        .iter()
+        .map(|&(topic, partition)| {
+            committed.find_partition(topic, partition).and_then(|e| match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            })
+        })
+        .collect()
+}
+
+fn group_client(bootstrap: &str, group: &str) -> BaseConsumer {
+    config(bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap_or_else(|e| panic!("consumer for group {group} on {bootstrap}: {e}"))
+}

@@ -1,0 +1,130 @@
+//! The `ferry` binary as a child process, for end-to-end tests.
+//!
+//! Runs `ferry run --flows DIR --listen 127.0.0.1:<free port> [extra args]` with stdout and stderr
+//! in one log file in a temp dir, `RUST_LOG` passed through (default `info`), and a watchdog that
+//! kills it if the test process dies.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use super::process::{kill_and_reap, spawn_watchdog, terminate};
+use super::{free_port, tail, wait_for};
+
+/// The `ferry` binary Cargo built for this integration test.
+pub fn ferry_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ferry"))
+}
+
+pub struct Ferry {
+    child: Option<Child>,
+    watchdog: Option<Child>,
+    listen: SocketAddr,
+    /// Holds ferry.log; removed on drop.
+    dir: tempfile::TempDir,
+}
+
+impl Ferry {
+    /// Starts [`ferry_bin`] on `flows_dir`; see [`Ferry::start_with`].
+    pub fn start(flows_dir: &Path, extra_args: &[&str]) -> Ferry {
+        Ferry::start_with(&ferry_bin(), flows_dir, extra_args)
+    }
+
+    /// Starts `bin run --flows <flows_dir> --listen 127.0.0.1:<free port> <extra_args>`. Returns at
+    /// once; wait for readiness with [`Ferry::wait_log`] or the HTTP endpoint.
+    pub fn start_with(bin: &Path, flows_dir: &Path, extra_args: &[&str]) -> Ferry {
+        let dir = tempfile::Builder::new().prefix("ferry-run-").tempdir().expect("ferry temp dir");
+        let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let log = File::create(dir.path().join("ferry.log")).expect("create ferry.log");
+        let child = Command::new(bin)
+            .arg("run")
+            .arg("--flows")
+            .arg(flows_dir)
+            .arg("--listen")
+            .arg(listen.to_string())
+            .args(extra_args)
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log fd"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let watchdog = spawn_watchdog(child.id(), None);
+        Ferry { child: Some(child), watchdog: Some(watchdog), listen, dir }
+    }
+
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Everything ferry wrote to stdout and stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("ferry.log")
+    }
+
+    /// Waits until the log contains `needle`; panics with the log tail otherwise (or if ferry
+    /// exits meanwhile).
+    pub fn wait_log(&mut self, needle: &str, timeout: Duration) {
+        let what = format!("ferry log line containing {needle:?}");
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_for(timeout, &what, || {
+                if let Some(status) = self.try_status() {
+                    panic!("ferry exited ({status}) while waiting for {needle:?}");
+                }
+                self.log().contains(needle)
+            })
+        }));
+        if let Err(e) = result {
+            eprintln!("ferry log tail:\n{}", tail(&self.log(), 60));
+            std::panic::resume_unwind(e);
+        }
+    }
+
+    /// The exit status if ferry has exited (reaps it).
+    pub fn try_status(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut()?.try_wait().expect("try_wait")
+    }
+
+    /// SIGTERM and wait up to `timeout` for a graceful exit; panics (after SIGKILL) with the log
+    /// tail if ferry does not exit in time.
+    pub fn terminate(&mut self, timeout: Duration) -> ExitStatus {
+        let mut child = self.child.take().expect("ferry already stopped");
+        let (status, killed) = terminate(&mut child, timeout);
+        self.reap_watchdog();
+        assert!(!killed, "ferry did not exit within {timeout:?} of SIGTERM; log tail:\n{}", tail(&self.log(), 60));
+        status
+    }
+
+    /// SIGKILL: a crash, nothing flushed.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_and_reap(&mut child);
+        }
+        self.reap_watchdog();
+    }
+
+    fn reap_watchdog(&mut self) {
+        if let Some(mut w) = self.watchdog.take() {
+            kill_and_reap(&mut w);
+        }
+    }
+}
+
+impl Drop for Ferry {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("ferry log ({}):\n{}", self.log_path().display(), tail(&self.log(), 60));
+        }
+    }
+}

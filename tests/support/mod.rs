@@ -1,0 +1,75 @@
+//! Test support for ferry's integration tests: real Kafka clusters, blocking client helpers and the
+//! `ferry` binary as a child process. Include it with `mod support;` from a file in `tests/`.
+//!
+//! - [`cluster`]: [`Cluster`] is one single-node KRaft cluster (broker+controller in one JVM) on
+//!   free loopback ports with its own temp dir; [`shared_pair`] is the east/west pair shared by all
+//!   tests of one test binary. The JVM command line, `server.properties` and the storage format
+//!   come from `scripts/kafka.sh` so that the shell test bed and the tests cannot drift apart.
+//! - [`client`]: blocking topic admin, produce, consume-everything and group-offset helpers on
+//!   rdkafka, usable from sync and async tests alike (no runtime of their own).
+//! - [`ferry`]: [`Ferry`] runs the `ferry` binary with its output in a log file.
+//! - [`process`]: the watchdog that kills a child (JVM or ferry) when the test process dies, even
+//!   by SIGKILL, so that no broker outlives its test binary.
+//!
+//! Rules for tests: never sleep to synchronise, poll with [`wait_for`]; use [`unique`] topic and
+//! group names, the shared pair is shared by every test of the binary running in parallel.
+#![allow(dead_code, unused_imports)]
+
+pub mod client;
+pub mod cluster;
+pub mod ferry;
+pub mod process;
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use client::{
+    Rec, commit_group_offsets, consume_all, create_topic, delete_topic, group_offsets, list_topics, produce,
+    topic_partitions,
+};
+pub use cluster::{Cluster, kafka_java, kafka_libdir, shared_pair};
+pub use ferry::{Ferry, ferry_bin};
+
+/// Polls `f` (every 50 ms at first, backing off to 250 ms) until it returns true; panics naming
+/// `what` if that does not happen within `deadline`.
+pub fn wait_for(deadline: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(50);
+    loop {
+        if f() {
+            return;
+        }
+        if start.elapsed() >= deadline {
+            panic!("timed out after {deadline:?} waiting for {what}");
+        }
+        std::thread::sleep(pause.min(deadline.saturating_sub(start.elapsed())));
+        pause = (pause * 2).min(Duration::from_millis(250));
+    }
+}
+
+/// A loopback port that was free a moment ago (bound to 127.0.0.1:0 and released). Another
+/// process can take it before the caller binds it; good enough for tests.
+pub fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).and_then(|l| l.local_addr()).expect("bind 127.0.0.1:0").port()
+}
+
+/// `prefix-<pid>-<n>-<millis>`: unique across the tests of a binary and across runs against the
+/// same long-lived clusters (`scripts/kafka.sh up`). Valid as a topic or group name.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let millis = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() % 1_000_000).unwrap_or(0);
+    format!("{prefix}-{}-{}-{millis}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The repository root (where Cargo.toml is).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The last `n` lines of `text`, for panic messages.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

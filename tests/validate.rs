@@ -1,0 +1,76 @@
+//! `ferry validate` as an operator uses it: broken flow files are refused with the file and key named.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn validate(dir: &Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    cmd.args(["validate", "--flows"]).arg(dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("ferry runs")
+}
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).expect("write flow file");
+}
+
+const CLUSTERS: &str = r#"
+[clusters.east]
+bootstrap_servers = "127.0.0.1:19092"
+[clusters.west]
+bootstrap_servers = "127.0.0.1:29092"
+[clusters.west.client]
+"sasl.password" = "${WEST_PASSWORD}"
+"#;
+
+#[test]
+fn the_shipped_flows_are_valid() {
+    let flows = Path::new(env!("CARGO_MANIFEST_DIR")).join("flows");
+    let out = validate(&flows, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("flow east->west"), "{stdout}");
+}
+
+#[test]
+fn each_kind_of_broken_file_is_named_with_its_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "clusters.toml", CLUSTERS);
+    write(dir.path(), "syntax.toml", "[[flows]\nsource = \"east\"\n");
+    write(dir.path(), "unknown-key.toml", "[[flows]]\nsource = \"east\"\ntarget = \"west\"\ncolour = \"blue\"\n");
+    write(
+        dir.path(),
+        "bad-regex.toml",
+        "[[flows]]\nsource = \"west\"\ntarget = \"east\"\ntopics = [\"ok\", \"(oops\"]\n",
+    );
+    write(dir.path(), "unknown-cluster.toml", "[[flows]]\nsource = \"east\"\ntarget = \"north\"\n");
+
+    let out = validate(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(2), "invalid flows must exit 2");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let expect = [
+        ("syntax.toml", "line 1, column 9"),
+        ("unknown-key.toml", "flows[0].colour"),
+        ("bad-regex.toml", "flows[0].topics[1]"),
+        ("unknown-cluster.toml", "flows[0].target: unknown cluster `north`"),
+        ("clusters.toml", "clusters.west.client.\"sasl.password\": environment variable WEST_PASSWORD is not set"),
+    ];
+    for (file, key) in expect {
+        let line = stderr.lines().find(|l| l.contains(file) && l.contains(key));
+        assert!(line.is_some(), "expected an error naming {file} and {key}, got:\n{stderr}");
+    }
+}
+
+#[test]
+fn secrets_never_reach_the_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "clusters.toml", CLUSTERS);
+    write(dir.path(), "flow.toml", "[[flows]]\nsource = \"east\"\ntarget = \"west\"\n");
+    let out = validate(dir.path(), &[("WEST_PASSWORD", "hunter2-very-secret")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!all.contains("hunter2-very-secret"), "secret leaked: {all}");
+    assert!(all.contains("sasl.password = [redacted]"), "{all}");
+}
