@@ -5,16 +5,22 @@
 //! `SOURCE->TARGET|ferry|role` shape so broker-side quotas and logs read the same.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
+use rdkafka::ClientContext;
+use rdkafka::admin::{
+    AdminClient, AdminOptions, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
+};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::metadata::Metadata;
+use rdkafka::producer::{DeliveryResult, ProducerContext};
 
 use crate::config::{ClusterSpec, FlowId};
+use crate::topic_configs::ConfigEntry;
 
 /// How long one admin or metadata call may take before the caller treats the cluster as unreachable.
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -151,5 +157,100 @@ pub async fn grow_partitions(
             reason: code.to_string(),
         }),
         _ => Ok(()),
+    }
+}
+
+/// Producer context for small control producers (progress, offset syncs, heartbeats): remembers the
+/// first delivery error until the caller, after a flush, takes it.
+#[derive(Default)]
+pub struct ErrorCapture {
+    error: Mutex<Option<String>>,
+}
+
+impl ErrorCapture {
+    pub fn take(&self) -> Option<String> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+impl ClientContext for ErrorCapture {}
+
+impl ProducerContext for ErrorCapture {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| e.to_string());
+        }
+    }
+}
+
+/// Run an admin future to completion from a worker thread (worker loops are blocking code).
+pub fn block_on<F: std::future::Future>(cluster: &str, fut: F) -> Result<F::Output, KafkaOpError> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| KafkaOpError::Other {
+        cluster: cluster.to_string(),
+        op: "start admin runtime".into(),
+        reason: e.to_string(),
+    })?;
+    Ok(rt.block_on(fut))
+}
+
+/// Create `spec` on `cluster` unless it exists, and wait until it shows in metadata. Returns the topic's
+/// actual partition count. Blocking: for worker threads.
+pub fn ensure_topic(cluster: &ClusterSpec, flow: &FlowId, spec: &TopicSpec) -> Result<i32, KafkaOpError> {
+    let admin = admin_client(cluster, flow)?;
+    if block_on(&cluster.alias, create_topic(&admin, &cluster.alias, spec))?? {
+        tracing::info!(flow = %flow, cluster = %cluster.alias, topic = %spec.name, "created topic");
+    }
+    let probe = assign_only_consumer(cluster, flow, "topic-probe")?;
+    let deadline = std::time::Instant::now() + ADMIN_TIMEOUT;
+    loop {
+        let md = probe
+            .fetch_metadata(Some(&spec.name), ADMIN_TIMEOUT)
+            .map_err(|e| KafkaOpError::kafka(&cluster.alias, format!("describe {}", spec.name), e))?;
+        let partitions = md.topics().first().filter(|t| t.error().is_none()).map_or(0, |t| t.partitions().len());
+        if partitions > 0 {
+            return Ok(partitions as i32);
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(KafkaOpError::Other {
+                cluster: cluster.alias.clone(),
+                op: format!("create {}", spec.name),
+                reason: "the topic did not appear in metadata".into(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The described configs of `topic`.
+pub async fn describe_topic_configs(
+    admin: &AdminClient<DefaultClientContext>,
+    cluster: &str,
+    topic: &str,
+) -> Result<Vec<ConfigEntry>, KafkaOpError> {
+    let opts = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
+    let results = admin
+        .describe_configs([&ResourceSpecifier::Topic(topic)], &opts)
+        .await
+        .map_err(|e| KafkaOpError::kafka(cluster, format!("describe configs of {topic}"), e))?;
+    match results.into_iter().next() {
+        Some(Ok(resource)) => Ok(resource
+            .entries
+            .into_iter()
+            .map(|e| ConfigEntry {
+                topic_override: matches!(e.source, ConfigSource::DynamicTopic),
+                name: e.name,
+                value: e.value,
+                read_only: e.is_read_only,
+                sensitive: e.is_sensitive,
+            })
+            .collect()),
+        Some(Err(code)) => Err(KafkaOpError::Other {
+            cluster: cluster.to_string(),
+            op: format!("describe configs of {topic}"),
+            reason: code.to_string(),
+        }),
+        None => Ok(Vec::new()),
     }
 }

@@ -13,4 +13,8 @@ pub mod metrics;
 pub mod mm2;
 pub mod node;
 pub mod policy;
+#[allow(unsafe_code)] // the one module that calls librdkafka directly; see its docs
+pub mod raw_admin;
 pub mod status;
+pub mod sync_rule;
+pub mod topic_configs;

@@ -8,12 +8,10 @@
 //! only after the target acknowledged the record.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
-use std::sync::{Arc, RwLock};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use actix::prelude::*;
+use actix::Addr;
 use prometheus::IntCounter;
 use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -23,24 +21,37 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::acks::{AckTable, SourcePartition};
+use super::offset_syncs::SyncQueue;
 use super::progress::{self, ProgressWriter};
-use super::supervisor::{ActorKind, ChildExited, FlowSupervisor};
+use super::supervisor::{ActorKind, FlowSupervisor};
+use super::worker::{Control, Signal, Worker};
 use crate::config::FlowPlan;
 use crate::kafka::{self, KafkaOpError};
 use crate::metrics::METRICS;
+use crate::sync_rule::SyncRule;
 
 /// Persist acknowledged positions at least this often (bounds duplicates after a `kill -9`).
 const PERSIST_INTERVAL: Duration = Duration::from_secs(1);
 /// How long one `poll` waits for records before the loop looks at its control channel again.
 const POLL_WAIT: Duration = Duration::from_millis(100);
 
-/// Control messages from the actor to its copy loop.
-#[derive(Debug)]
-enum Command {
-    /// The complete set of source partitions to mirror (each one's remote partition exists).
-    Assign(BTreeSet<SourcePartition>),
-    /// Stop fetching, wait for outstanding acknowledgements until `deadline`, persist, exit.
-    Stop { deadline: Instant },
+/// The copier's control message: the complete set of source partitions to mirror (each one's remote
+/// partition exists on the target).
+pub type Assignment = BTreeSet<SourcePartition>;
+
+/// The copier as a supervised actor.
+pub fn worker(
+    plan: Arc<FlowPlan>,
+    acks: Arc<AckTable>,
+    syncs: Arc<SyncQueue>,
+    supervisor: Addr<FlowSupervisor>,
+    initial: Assignment,
+) -> Worker<Assignment> {
+    let name = format!("copier {}", plan.id);
+    let initial = if initial.is_empty() { Vec::new() } else { vec![initial] };
+    Worker::new(ActorKind::Copier, name, supervisor, initial, move |control| {
+        CopyLoop { plan, acks, syncs, control }.run()
+    })
 }
 
 /// Per remote topic: where its records came from, and the metric children to bump.
@@ -53,6 +64,9 @@ struct RemoteTopic {
 /// Receives delivery reports on the producer's polling thread.
 struct DeliveryContext {
     acks: Arc<AckTable>,
+    /// Offset-sync rule of this copier lifetime; also ticked by the loop for quiet partitions.
+    rule: Arc<Mutex<SyncRule>>,
+    syncs: Arc<SyncQueue>,
     /// Remote topic → its source topic; read per report, written when topics are assigned.
     remotes: RwLock<HashMap<String, RemoteTopic>>,
 }
@@ -70,6 +84,13 @@ impl ProducerContext for DeliveryContext {
             Ok(msg) => {
                 if let Some(rt) = remotes.get(msg.topic()) {
                     self.acks.acked(&rt.source, msg.partition(), upstream);
+                    let mut rule = self.rule.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some((sync, reason)) =
+                        rule.on_ack(&rt.source, msg.partition(), upstream, msg.offset(), Instant::now())
+                    {
+                        self.syncs.push(sync, reason);
+                    }
+                    drop(rule);
                     rt.records.inc();
                     rt.bytes.inc_by(msg.payload_len() as u64);
                 }
@@ -86,7 +107,8 @@ impl ProducerContext for DeliveryContext {
 struct CopyLoop {
     plan: Arc<FlowPlan>,
     acks: Arc<AckTable>,
-    control: Receiver<Command>,
+    syncs: Arc<SyncQueue>,
+    control: Control<Assignment>,
 }
 
 impl CopyLoop {
@@ -96,7 +118,10 @@ impl CopyLoop {
         let err = |e: KafkaOpError| e.to_string();
 
         // Recover persisted progress once per flow lifetime; restarts reuse the in-memory table.
-        let offsets_partitions = ensure_offsets_topic(plan).map_err(err)?;
+        // Connect's offsets topic has 25 partitions unless someone created it otherwise: key records onto
+        // the partitions that really exist.
+        let offsets_partitions =
+            kafka::ensure_topic(&plan.target, &plan.id, &progress::topic_spec(plan)).map_err(err)?;
         let persisted = if !self.acks.is_recovered() {
             let positions = progress::load(plan, offsets_partitions).map_err(err)?;
             tracing::info!(flow = %flow, partitions = positions.len(), "recovered copy progress");
@@ -110,7 +135,13 @@ impl CopyLoop {
         let mut writer = ProgressWriter::new(plan, offsets_partitions, persisted).map_err(err)?;
 
         let consumer = source_consumer(plan).map_err(err)?;
-        let context = DeliveryContext { acks: self.acks.clone(), remotes: RwLock::new(HashMap::new()) };
+        let rule = Arc::new(Mutex::new(SyncRule::new(lifetime_id(), plan.settings.offset_lag_max)));
+        let context = DeliveryContext {
+            acks: self.acks.clone(),
+            rule: rule.clone(),
+            syncs: self.syncs.clone(),
+            remotes: RwLock::new(HashMap::new()),
+        };
         let producer = target_producer(plan, context).map_err(err)?;
         let mut assigned: BTreeSet<SourcePartition> = BTreeSet::new();
         let mut renames: HashMap<String, String> = HashMap::new();
@@ -118,30 +149,25 @@ impl CopyLoop {
         let gauge = METRICS.partitions_assigned.with_label_values(&[&flow]);
 
         let outcome = loop {
-            match self.control.try_recv() {
-                Ok(Command::Assign(wanted)) => {
+            // With nothing assigned, wait for an assignment instead of spinning on poll.
+            let signal =
+                if assigned.is_empty() { self.control.next_within(POLL_WAIT) } else { self.control.try_next() };
+            match signal {
+                Some(Signal::Msg(wanted)) => {
                     self.reassign(&consumer, &producer, &mut assigned, &mut renames, wanted)?;
                     gauge.set(assigned.len() as i64);
                 }
-                Ok(Command::Stop { deadline }) => break Ok(deadline),
-                Err(TryRecvError::Empty) => {}
-                Err(TryRecvError::Disconnected) => break Ok(Instant::now() + Duration::from_secs(10)),
+                Some(Signal::Stop { deadline }) => break Ok(deadline),
+                None => {}
             }
             if let Some(failure) = self.acks.first_failure() {
                 break Err(format!("delivery to the target failed: {failure}"));
             }
-            if assigned.is_empty() {
-                // Nothing to fetch yet: wait for an assignment instead of spinning on poll.
-                match self.control.recv_timeout(POLL_WAIT) {
-                    Ok(Command::Assign(wanted)) => {
-                        self.reassign(&consumer, &producer, &mut assigned, &mut renames, wanted)?;
-                        gauge.set(assigned.len() as i64);
-                    }
-                    Ok(Command::Stop { deadline }) => break Ok(deadline),
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => break Ok(Instant::now()),
-                }
-            } else {
+            if self.syncs.is_backlogged() {
+                // The offset-sync emitter is behind (its cluster may be away): stop copying rather than
+                // drop syncs; the queue drains when it comes back.
+                std::thread::sleep(POLL_WAIT);
+            } else if !assigned.is_empty() {
                 // Drain what the consumer has buffered, then come back to the control channel.
                 let mut budget = 10_000;
                 let mut wait = POLL_WAIT;
@@ -161,6 +187,8 @@ impl CopyLoop {
                     wait = Duration::ZERO;
                 }
             }
+            let quiet = rule.lock().unwrap_or_else(|p| p.into_inner()).quiet_syncs(Instant::now(), false);
+            self.syncs.push_quiet(quiet);
             if last_persist.elapsed() >= PERSIST_INTERVAL {
                 self.persist(&mut writer)?;
                 last_persist = Instant::now();
@@ -178,6 +206,9 @@ impl CopyLoop {
             tracing::warn!(flow = %flow, error = %e, in_flight = producer.in_flight_count(), "not every record was acknowledged before the deadline");
         }
         drop(producer); // joins the delivery thread: every report is in the ack table now
+        // Publish the final position of every partition, so translation is exact after the stop.
+        let last = rule.lock().unwrap_or_else(|p| p.into_inner()).quiet_syncs(Instant::now(), true);
+        self.syncs.push_quiet(last);
         let persisted = self.persist(&mut writer);
         outcome?;
         persisted
@@ -282,33 +313,13 @@ impl CopyLoop {
     }
 }
 
-/// Make sure `mm2-offsets.<source>.internal` exists; returns its partition count (Connect's 25 unless
-/// someone created it otherwise: records must be keyed onto the partitions that really exist).
-fn ensure_offsets_topic(plan: &FlowPlan) -> Result<i32, KafkaOpError> {
-    let spec = progress::topic_spec(plan);
-    let admin = kafka::admin_client(&plan.target, &plan.id)?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| KafkaOpError::Other {
-        cluster: plan.target.alias.clone(),
-        op: "start admin runtime".into(),
-        reason: e.to_string(),
-    })?;
-    rt.block_on(kafka::create_topic(&admin, &plan.target.alias, &spec))?;
-    let probe = kafka::assign_only_consumer(&plan.target, &plan.id, "progress-probe")?;
-    let deadline = Instant::now() + kafka::ADMIN_TIMEOUT;
-    loop {
-        let topics = kafka::topic_partitions(&probe, &plan.target.alias)?;
-        match topics.get(&spec.name) {
-            Some(n) if *n > 0 => return Ok(*n),
-            _ if Instant::now() > deadline => {
-                return Err(KafkaOpError::Other {
-                    cluster: plan.target.alias.clone(),
-                    op: format!("create {}", spec.name),
-                    reason: "the topic did not appear in metadata".into(),
-                });
-            }
-            _ => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
+/// Distinguishes copier lifetimes in offset-sync marks; random per process and per call.
+fn lifetime_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u32(std::process::id());
+    h.finish()
 }
 
 fn source_consumer(plan: &FlowPlan) -> Result<BaseConsumer, KafkaOpError> {
@@ -340,114 +351,4 @@ fn target_producer(
         .set("message.timeout.ms", "300000");
     cfg.create_with_context(context)
         .map_err(|e| KafkaOpError::kafka(&plan.target.alias, "create replication producer", e))
-}
-
-// ---------------------------------------------------------------------------------------------------
-// The actor
-
-/// Assign the copier a new set of source partitions.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct AssignPartitions(pub BTreeSet<SourcePartition>);
-
-/// Ask the copier to stop gracefully by `deadline`.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct StopCopier {
-    pub deadline: Instant,
-}
-
-/// The copy loop ended (sent by the loop's thread to its own actor).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-struct LoopEnded(Result<(), String>);
-
-/// Owns the copy-loop thread and its control channel.
-pub struct RecordCopier {
-    plan: Arc<FlowPlan>,
-    acks: Arc<AckTable>,
-    supervisor: Addr<FlowSupervisor>,
-    initial: BTreeSet<SourcePartition>,
-    control: Option<Sender<Command>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl RecordCopier {
-    pub fn new(
-        plan: Arc<FlowPlan>,
-        acks: Arc<AckTable>,
-        supervisor: Addr<FlowSupervisor>,
-        initial: BTreeSet<SourcePartition>,
-    ) -> Self {
-        Self { plan, acks, supervisor, initial, control: None, thread: None }
-    }
-}
-
-impl Actor for RecordCopier {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        let (tx, rx) = mpsc::channel();
-        if !self.initial.is_empty() {
-            let _ = tx.send(Command::Assign(std::mem::take(&mut self.initial)));
-        }
-        let copy = CopyLoop { plan: self.plan.clone(), acks: self.acks.clone(), control: rx };
-        let me = ctx.address();
-        let spawned = std::thread::Builder::new().name(format!("copier {}", self.plan.id)).spawn(move || {
-            // A panic in the loop ends this actor like an error does; the supervisor restarts it.
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| copy.run()))
-                .unwrap_or_else(|panic| Err(format!("copy loop panicked: {}", panic_message(&panic))));
-            me.do_send(LoopEnded(result));
-        });
-        match spawned {
-            Ok(handle) => {
-                self.thread = Some(handle);
-                self.control = Some(tx);
-            }
-            Err(e) => {
-                self.supervisor.do_send(ChildExited {
-                    kind: ActorKind::Copier,
-                    result: Err(format!("cannot start the copy thread: {e}")),
-                });
-                ctx.stop();
-            }
-        }
-    }
-}
-
-pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_string())
-}
-
-impl Handler<AssignPartitions> for RecordCopier {
-    type Result = ();
-    fn handle(&mut self, msg: AssignPartitions, _: &mut Context<Self>) {
-        if let Some(tx) = &self.control {
-            let _ = tx.send(Command::Assign(msg.0));
-        }
-    }
-}
-
-impl Handler<StopCopier> for RecordCopier {
-    type Result = ();
-    fn handle(&mut self, msg: StopCopier, _: &mut Context<Self>) {
-        if let Some(tx) = &self.control {
-            let _ = tx.send(Command::Stop { deadline: msg.deadline });
-        }
-    }
-}
-
-impl Handler<LoopEnded> for RecordCopier {
-    type Result = ();
-    fn handle(&mut self, msg: LoopEnded, ctx: &mut Context<Self>) {
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.supervisor.do_send(ChildExited { kind: ActorKind::Copier, result: msg.0 });
-        ctx.stop();
-    }
 }

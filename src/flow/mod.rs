@@ -2,8 +2,11 @@
 
 pub mod acks;
 pub mod copier;
+pub mod heartbeats;
+pub mod offset_syncs;
 pub mod progress;
 pub mod supervisor;
 pub mod topics;
+pub mod worker;
 
 pub use supervisor::{FlowSupervisor, StopFlow};

@@ -6,18 +6,16 @@
 //! Progress lives on the target because the target holds the truth about what reached it.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::acks::SourcePartition;
 use crate::config::FlowPlan;
-use crate::kafka::{self, KafkaOpError, TopicSpec};
+use crate::kafka::{self, ErrorCapture, KafkaOpError, TopicSpec};
 use crate::mm2::connect_offsets::{self, SOURCE_CONNECTOR};
 
 /// How long persisting one round of progress may take before it counts as failed.
@@ -117,27 +115,9 @@ pub fn topic_spec(plan: &FlowPlan) -> TopicSpec {
     )
 }
 
-/// Remembers the first delivery error of a persist round.
-#[derive(Default)]
-pub struct PersistContext {
-    error: Mutex<Option<String>>,
-}
-
-impl ClientContext for PersistContext {}
-
-impl ProducerContext for PersistContext {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
-            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
-            slot.get_or_insert_with(|| e.to_string());
-        }
-    }
-}
-
 /// Writes positions that changed since the last successful round.
 pub struct ProgressWriter {
-    producer: BaseProducer<PersistContext>,
+    producer: BaseProducer<ErrorCapture>,
     topic: String,
     source_alias: String,
     num_partitions: i32,
@@ -153,7 +133,7 @@ impl ProgressWriter {
         let mut cfg = kafka::client_config(&plan.target, &plan.id, "progress-producer");
         cfg.set("acks", "all").set("enable.idempotence", "true").set("linger.ms", "5");
         let producer = cfg
-            .create_with_context(PersistContext::default())
+            .create_with_context(ErrorCapture::default())
             .map_err(|e| KafkaOpError::kafka(&plan.target.alias, "create progress producer", e))?;
         Ok(Self {
             producer,
@@ -184,7 +164,7 @@ impl ProgressWriter {
                 .map_err(|(e, _)| format!("queue progress record for {topic}-{partition}: {e}"))?;
         }
         self.producer.flush(PERSIST_TIMEOUT).map_err(|e| format!("flush progress to {}: {e}", self.topic))?;
-        if let Some(e) = self.producer.context().error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(e) = self.producer.context().take() {
             return Err(format!("persist progress to {}: {e}", self.topic));
         }
         let n = changed.len();

@@ -1,5 +1,6 @@
 //! The flow supervisor: one per flow, parent of the flow's actors, and owner of the state that must
-//! survive their restarts (acknowledged copy positions, the partitions ready to copy).
+//! survive their restarts (acknowledged copy positions, the partitions ready to copy, offset syncs not
+//! yet published).
 //!
 //! actix's own `Supervisor` restarts immediately and forever; ferry's children instead report how they
 //! ended ([`ChildExited`]) and the supervisor restarts them after an exponential backoff that resets once
@@ -13,8 +14,11 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::acks::{AckTable, SourcePartition};
-use super::copier::{AssignPartitions, RecordCopier, StopCopier};
+use super::copier::{self, Assignment};
+use super::heartbeats;
+use super::offset_syncs::{self, SyncQueue};
 use super::topics::{StopTopics, TopicSync};
+use super::worker::{Deliver, StopWorker, Worker};
 use crate::config::FlowPlan;
 use crate::status::{ActorState, StatusBoard};
 
@@ -26,14 +30,20 @@ const HEALTHY_AFTER: Duration = Duration::from_secs(60);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ActorKind {
     Copier,
+    OffsetSyncs,
+    Heartbeats,
     Topics,
 }
 
 impl ActorKind {
+    pub const ALL: [ActorKind; 4] = [Self::Topics, Self::Copier, Self::OffsetSyncs, Self::Heartbeats];
+
     /// The name used in logs, metrics and status output.
     pub fn name(self) -> &'static str {
         match self {
             Self::Copier => "copier",
+            Self::OffsetSyncs => "offset_syncs",
+            Self::Heartbeats => "heartbeats",
             Self::Topics => "topics",
         }
     }
@@ -95,20 +105,34 @@ pub struct FlowSupervisor {
     acks: Arc<AckTable>,
     /// Survives copier restarts: what the copier should be mirroring.
     ready: BTreeSet<SourcePartition>,
-    copier: Option<Addr<RecordCopier>>,
+    /// Survives restarts of the copier and the emitter: syncs selected but not yet published.
+    syncs: Arc<SyncQueue>,
+    copier: Option<Addr<Worker<Assignment>>>,
+    offset_syncs: Option<Addr<Worker<()>>>,
+    heartbeats: Option<Addr<Worker<()>>>,
     topics: Option<Addr<TopicSync>>,
     restarts: HashMap<ActorKind, Restarts>,
-    stopping: Option<oneshot::Sender<()>>,
+    stopping: Option<Stopping>,
+}
+
+/// A stop in progress: the copier drains first (it publishes final offset syncs), then the emitter.
+struct Stopping {
+    deadline: Instant,
+    done: oneshot::Sender<()>,
 }
 
 impl FlowSupervisor {
     pub fn new(plan: Arc<FlowPlan>, status: StatusBoard) -> Self {
+        let syncs = Arc::new(SyncQueue::new(&plan.id.to_string()));
         Self {
             plan,
             status,
             acks: Arc::new(AckTable::default()),
             ready: BTreeSet::new(),
+            syncs,
             copier: None,
+            offset_syncs: None,
+            heartbeats: None,
             topics: None,
             restarts: HashMap::new(),
             stopping: None,
@@ -123,24 +147,40 @@ impl FlowSupervisor {
         if self.stopping.is_some() {
             return;
         }
-        let me = ctx.address();
+        let (me, plan) = (ctx.address(), self.plan.clone());
         match kind {
             ActorKind::Copier => {
-                let copier = RecordCopier::new(self.plan.clone(), self.acks.clone(), me, self.ready.clone());
-                self.copier = Some(copier.start());
+                let w = copier::worker(plan, self.acks.clone(), self.syncs.clone(), me, self.ready.clone());
+                self.copier = Some(w.start());
             }
-            ActorKind::Topics => {
-                self.topics = Some(TopicSync::new(self.plan.clone(), me).start());
+            ActorKind::OffsetSyncs => {
+                self.offset_syncs = Some(offset_syncs::worker(plan, self.syncs.clone(), me).start())
             }
+            ActorKind::Heartbeats => self.heartbeats = Some(heartbeats::worker(plan, me).start()),
+            ActorKind::Topics => self.topics = Some(TopicSync::new(plan, me).start()),
         }
         self.restarts.entry(kind).or_default().started_at = Some(Instant::now());
         self.status.set(&self.flow(), kind.name(), ActorState::Running, None);
     }
 
-    fn finish_stop_if_idle(&mut self, ctx: &mut Context<Self>) {
-        if self.stopping.is_some() && self.copier.is_none() {
-            if let Some(done) = self.stopping.take() {
-                let _ = done.send(());
+    /// Advance an ordered stop: copier, then offset-sync emitter; done when every worker has ended.
+    fn advance_stop(&mut self, ctx: &mut Context<Self>) {
+        let Some(stopping) = &self.stopping else { return };
+        let deadline = stopping.deadline;
+        if let Some(t) = self.topics.take() {
+            t.do_send(StopTopics); // holds nothing to flush
+        }
+        if let Some(h) = &self.heartbeats {
+            h.do_send(StopWorker { deadline });
+        }
+        if let Some(c) = &self.copier {
+            c.do_send(StopWorker { deadline });
+        } else if let Some(o) = &self.offset_syncs {
+            o.do_send(StopWorker { deadline });
+        }
+        if self.copier.is_none() && self.offset_syncs.is_none() && self.heartbeats.is_none() {
+            if let Some(s) = self.stopping.take() {
+                let _ = s.done.send(());
             }
             ctx.stop();
         }
@@ -152,12 +192,13 @@ impl Actor for FlowSupervisor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         tracing::info!(flow = %self.plan.id, file = %self.plan.file.display(), "starting flow");
-        self.start_child(ActorKind::Topics, ctx);
-        self.start_child(ActorKind::Copier, ctx);
+        for kind in ActorKind::ALL {
+            self.start_child(kind, ctx);
+        }
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        for kind in [ActorKind::Topics, ActorKind::Copier] {
+        for kind in ActorKind::ALL {
             self.status.set(&self.flow(), kind.name(), ActorState::Stopped, None);
         }
         tracing::info!(flow = %self.plan.id, "flow stopped");
@@ -171,7 +212,7 @@ impl Handler<TopicsReady> for FlowSupervisor {
         if msg.0 != self.ready {
             self.ready = msg.0;
             if let Some(c) = &self.copier {
-                c.do_send(AssignPartitions(self.ready.clone()));
+                c.do_send(Deliver(self.ready.clone()));
             }
         }
     }
@@ -190,13 +231,15 @@ impl Handler<ChildExited> for FlowSupervisor {
         let kind = msg.kind;
         match kind {
             ActorKind::Copier => self.copier = None,
+            ActorKind::OffsetSyncs => self.offset_syncs = None,
+            ActorKind::Heartbeats => self.heartbeats = None,
             ActorKind::Topics => self.topics = None,
         }
         if self.stopping.is_some() {
             if let Err(e) = &msg.result {
                 tracing::warn!(flow = %self.plan.id, actor = kind.name(), error = %e, "actor failed while stopping");
             }
-            self.finish_stop_if_idle(ctx);
+            self.advance_stop(ctx);
             return;
         }
         let reason = match msg.result {
@@ -219,14 +262,7 @@ impl Handler<StopFlow> for FlowSupervisor {
     type Result = ();
     fn handle(&mut self, msg: StopFlow, ctx: &mut Context<Self>) {
         tracing::info!(flow = %self.plan.id, "stopping flow");
-        self.stopping = Some(msg.done);
-        // The topic synchroniser holds nothing to flush.
-        if let Some(t) = self.topics.take() {
-            t.do_send(StopTopics);
-        }
-        if let Some(c) = &self.copier {
-            c.do_send(StopCopier { deadline: msg.deadline });
-        }
-        self.finish_stop_if_idle(ctx);
+        self.stopping = Some(Stopping { deadline: msg.deadline, done: msg.done });
+        self.advance_stop(ctx);
     }
 }

@@ -3,7 +3,9 @@
 //! ready to copy.
 //!
 //! Selection follows MM2 (mm2-reference.md §3.4): include/exclude patterns, internal topics never,
-//! `heartbeats` always, and no topic that originated on the target (no replication loops).
+//! `heartbeats` always, and no topic that originated on the target (no replication loops). Remote topics
+//! are created with the source topic's allowed overrides, and (with `sync_topic_configs_enabled`) kept in
+//! line with them every `sync_topic_configs_interval_seconds` ([`crate::topic_configs`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -17,10 +19,12 @@ use rdkafka::consumer::BaseConsumer;
 use super::acks::SourcePartition;
 use super::supervisor::{ActorKind, ChildExited, FlowSupervisor, TopicsReady};
 use crate::config::FlowPlan;
-use crate::filter::should_replicate_topic;
+use crate::filter::{ConfigPropertyFilter, should_replicate_topic};
 use crate::kafka::{self, KafkaOpError, TopicSpec};
 use crate::metrics::METRICS;
+use crate::raw_admin;
 use crate::status::ActorState;
+use crate::topic_configs;
 
 /// After a failed refresh, try again this soon (or at the regular interval if that is shorter).
 const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
@@ -29,7 +33,9 @@ const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
 struct Clients {
     source_meta: BaseConsumer,
     target_meta: BaseConsumer,
+    source_admin: AdminClient<DefaultClientContext>,
     target_admin: AdminClient<DefaultClientContext>,
+    config_filter: ConfigPropertyFilter,
 }
 
 pub struct TopicSync {
@@ -37,11 +43,13 @@ pub struct TopicSync {
     supervisor: Addr<FlowSupervisor>,
     clients: Option<Arc<Clients>>,
     refreshing: bool,
+    /// When topic configs were last brought in line (None: not yet).
+    configs_synced: Option<Instant>,
 }
 
 impl TopicSync {
     pub fn new(plan: Arc<FlowPlan>, supervisor: Addr<FlowSupervisor>) -> Self {
-        Self { plan, supervisor, clients: None, refreshing: false }
+        Self { plan, supervisor, clients: None, refreshing: false, configs_synced: None }
     }
 
     fn clients(&mut self) -> Result<Arc<Clients>, KafkaOpError> {
@@ -52,7 +60,9 @@ impl TopicSync {
         let c = Arc::new(Clients {
             source_meta: kafka::assign_only_consumer(&p.source, &p.id, "topics-source")?,
             target_meta: kafka::assign_only_consumer(&p.target, &p.id, "topics-target")?,
+            source_admin: kafka::admin_client(&p.source, &p.id)?,
             target_admin: kafka::admin_client(&p.target, &p.id)?,
+            config_filter: ConfigPropertyFilter::default(),
         });
         self.clients = Some(c.clone());
         Ok(c)
@@ -77,12 +87,23 @@ impl TopicSync {
         };
         self.refreshing = true;
         let plan = self.plan.clone();
-        let fut = async move { refresh_once(&plan, &clients).await };
-        ctx.spawn(fut.into_actor(self).map(|result, me, ctx| {
+        let s = &plan.settings;
+        let sync_configs = s.sync_topic_configs_enabled
+            && self.configs_synced.is_none_or(|t| t.elapsed() >= s.sync_topic_configs_interval);
+        let fut = async move { refresh_once(&plan, &clients, sync_configs).await };
+        ctx.spawn(fut.into_actor(self).map(move |result, me, ctx| {
             me.refreshing = false;
-            let interval = me.plan.settings.refresh_topics_interval;
+            let s = &me.plan.settings;
+            let interval = if s.sync_topic_configs_enabled {
+                s.refresh_topics_interval.min(s.sync_topic_configs_interval)
+            } else {
+                s.refresh_topics_interval
+            };
             match result {
                 Ok(ready) => {
+                    if sync_configs {
+                        me.configs_synced = Some(Instant::now());
+                    }
                     me.supervisor.do_send(TopicsReady(ready));
                     me.schedule(ctx, interval);
                 }
@@ -126,8 +147,13 @@ async fn metadata(
     })?
 }
 
-/// One pass: select source topics, create or grow remote topics, return the partitions ready to copy.
-async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>) -> Result<BTreeSet<SourcePartition>, KafkaOpError> {
+/// One pass: select source topics, create or grow remote topics (and, when `sync_configs`, bring their
+/// configs in line), return the partitions ready to copy.
+async fn refresh_once(
+    plan: &FlowPlan,
+    clients: &Arc<Clients>,
+    sync_configs: bool,
+) -> Result<BTreeSet<SourcePartition>, KafkaOpError> {
     let (source_topics, mut target_topics) = metadata(clients, plan).await?;
     let selected: Vec<(&String, i32)> = source_topics
         .iter()
@@ -141,11 +167,13 @@ async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>) -> Result<BTreeSe
         let remote = plan.policy.format_remote_topic(&plan.id.source, topic);
         match target_topics.get(&remote) {
             None => {
+                let source_configs =
+                    kafka::describe_topic_configs(&clients.source_admin, &plan.source.alias, topic).await?;
                 let spec = TopicSpec {
                     name: remote.clone(),
                     partitions: *partitions,
                     replication_factor: plan.settings.replication_factor,
-                    configs: Vec::new(),
+                    configs: topic_configs::desired(&source_configs, &clients.config_filter).into_iter().collect(),
                 };
                 if kafka::create_topic(&clients.target_admin, target, &spec).await? {
                     tracing::info!(flow = %plan.id, topic = %remote, partitions, "created remote topic");
@@ -158,6 +186,7 @@ async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>) -> Result<BTreeSe
                 tracing::info!(flow = %plan.id, topic = %remote, from = have, to = partitions, "grew remote topic");
                 changed = true;
             }
+            Some(_) if sync_configs => sync_topic_configs(plan, clients, topic, &remote).await?,
             Some(_) => {}
         }
     }
@@ -197,4 +226,24 @@ impl Handler<StopTopics> for TopicSync {
     fn handle(&mut self, _: StopTopics, ctx: &mut Context<Self>) {
         ctx.stop();
     }
+}
+
+/// Bring `remote`'s configs in line with `topic`'s allowed overrides.
+async fn sync_topic_configs(plan: &FlowPlan, clients: &Clients, topic: &str, remote: &str) -> Result<(), KafkaOpError> {
+    let source = kafka::describe_topic_configs(&clients.source_admin, &plan.source.alias, topic).await?;
+    let target = kafka::describe_topic_configs(&clients.target_admin, &plan.target.alias, remote).await?;
+    let ops = topic_configs::changes(&source, &target, &clients.config_filter);
+    if ops.is_empty() {
+        return Ok(());
+    }
+    raw_admin::incremental_alter_topic_configs(&clients.target_admin, remote, &ops, kafka::ADMIN_TIMEOUT)
+        .await
+        .map_err(|e| KafkaOpError::Other {
+            cluster: plan.target.alias.clone(),
+            op: format!("alter configs of {remote}"),
+            reason: e.to_string(),
+        })?;
+    let names: Vec<&str> = ops.iter().map(|(n, _)| n.as_str()).collect();
+    tracing::info!(flow = %plan.id, topic = %remote, changed = ?names, "synced topic configs");
+    Ok(())
 }

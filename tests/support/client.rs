@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -316,8 +316,7 @@ pub fn commit_group_offsets(bootstrap: &str, group: &str, offsets: &[(&str, i32,
     for &(topic, partition, offset) in offsets {
         tpl.add_partition_offset(topic, partition, Offset::Offset(offset)).expect("add partition");
     }
-    consumer
-        .commit(&tpl, CommitMode::Sync)
+    retry_transient(|| consumer.commit(&tpl, CommitMode::Sync))
         .unwrap_or_else(|e| panic!("commit offsets of group {group} on {bootstrap}: {e}"));
 }
 
@@ -328,8 +327,9 @@ pub fn group_offsets(bootstrap: &str, group: &str, partitions: &[(&str, i32)]) -
     for &(topic, partition) in partitions {
         tpl.add_partition(topic, partition);
     }
-    let committed = consumer
-        .committed_offsets(tpl, TIMEOUT)
+    // A fresh cluster answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while __consumer_offsets
+    // is created and loaded: retry those until the deadline.
+    let committed = retry_transient(|| consumer.committed_offsets(tpl.clone(), TIMEOUT))
         .unwrap_or_else(|e| panic!("committed offsets of group {group} on {bootstrap}: {e}"));
     partitions
         .iter()
@@ -348,4 +348,24 @@ fn group_client(bootstrap: &str, group: &str) -> BaseConsumer {
         .set("enable.auto.commit", "false")
         .create()
         .unwrap_or_else(|e| panic!("consumer for group {group} on {bootstrap}: {e}"))
+}
+
+/// Run `f` until it succeeds or fails with a non-transient error, for at most [`TIMEOUT`].
+fn retry_transient<T>(mut f: impl FnMut() -> KafkaResult<T>) -> KafkaResult<T> {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    let start = Instant::now();
+    loop {
+        match f() {
+            Err(e)
+                if start.elapsed() < TIMEOUT
+                    && matches!(
+                        e.rdkafka_error_code(),
+                        Some(C::NotCoordinator | C::CoordinatorLoadInProgress | C::CoordinatorNotAvailable)
+                    ) =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
 }

@@ -1,0 +1,162 @@
+//! An actor whose work is a blocking loop on its own thread (the copier, the offset-sync emitter, the
+//! heartbeat emitter): rdkafka's clients block, and records must not pass through a mailbox.
+//!
+//! The actor carries control to the loop over a channel ([`Signal`]) and reports how the loop ended to
+//! the flow supervisor as [`ChildExited`]; a panic in the loop is caught and reported like an error.
+
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+
+use super::supervisor::{ActorKind, ChildExited, FlowSupervisor};
+
+/// What a worker loop receives.
+#[derive(Debug)]
+pub enum Signal<M> {
+    Msg(M),
+    /// Finish by `deadline`: drain what is in flight, persist, exit.
+    Stop {
+        deadline: Instant,
+    },
+}
+
+/// The loop's end of the control channel.
+pub struct Control<M> {
+    rx: Receiver<Signal<M>>,
+}
+
+impl<M> Control<M> {
+    /// The next signal if one is waiting. A vanished actor counts as a stop request.
+    pub fn try_next(&self) -> Option<Signal<M>> {
+        match self.rx.try_recv() {
+            Ok(s) => Some(s),
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => Some(Signal::Stop { deadline: Instant::now() + Duration::from_secs(5) }),
+        }
+    }
+
+    /// Wait up to `timeout` for a signal.
+    pub fn next_within(&self, timeout: Duration) -> Option<Signal<M>> {
+        match self.rx.recv_timeout(timeout) {
+            Ok(s) => Some(s),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => {
+                Some(Signal::Stop { deadline: Instant::now() + Duration::from_secs(5) })
+            }
+        }
+    }
+}
+
+type LoopFn<M> = Box<dyn FnOnce(Control<M>) -> Result<(), String> + Send>;
+
+pub struct Worker<M: Send + Unpin + 'static> {
+    kind: ActorKind,
+    name: String,
+    supervisor: Addr<FlowSupervisor>,
+    body: Option<LoopFn<M>>,
+    initial: Vec<M>,
+    tx: Option<Sender<Signal<M>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<M: Send + Unpin + 'static> Worker<M> {
+    /// A worker that runs `body` on a thread named `name` once started; `initial` messages are queued
+    /// before the loop starts.
+    pub fn new(
+        kind: ActorKind,
+        name: String,
+        supervisor: Addr<FlowSupervisor>,
+        initial: Vec<M>,
+        body: impl FnOnce(Control<M>) -> Result<(), String> + Send + 'static,
+    ) -> Self {
+        Self { kind, name, supervisor, body: Some(Box::new(body)), initial, tx: None, thread: None }
+    }
+}
+
+impl<M: Send + Unpin + 'static> Actor for Worker<M> {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let (tx, rx) = mpsc::channel();
+        for m in self.initial.drain(..) {
+            let _ = tx.send(Signal::Msg(m));
+        }
+        let Some(body) = self.body.take() else { return };
+        let me = ctx.address();
+        let spawned = std::thread::Builder::new().name(self.name.clone()).spawn(move || {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(Control { rx })))
+                .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_message(&panic))));
+            me.do_send(LoopEnded(result));
+        });
+        match spawned {
+            Ok(handle) => {
+                self.thread = Some(handle);
+                self.tx = Some(tx);
+            }
+            Err(e) => {
+                self.supervisor
+                    .do_send(ChildExited { kind: self.kind, result: Err(format!("cannot start a thread: {e}")) });
+                ctx.stop();
+            }
+        }
+    }
+}
+
+pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string())
+}
+
+/// Pass a message to the loop.
+#[derive(Debug)]
+pub struct Deliver<M>(pub M);
+
+impl<M: Send + Unpin + 'static> Message for Deliver<M> {
+    type Result = ();
+}
+
+impl<M: Send + Unpin + 'static> Handler<Deliver<M>> for Worker<M> {
+    type Result = ();
+    fn handle(&mut self, msg: Deliver<M>, _: &mut Context<Self>) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Signal::Msg(msg.0));
+        }
+    }
+}
+
+/// Ask the loop to finish by `deadline`.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct StopWorker {
+    pub deadline: Instant,
+}
+
+impl<M: Send + Unpin + 'static> Handler<StopWorker> for Worker<M> {
+    type Result = ();
+    fn handle(&mut self, msg: StopWorker, _: &mut Context<Self>) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Signal::Stop { deadline: msg.deadline });
+        }
+    }
+}
+
+/// Sent by the loop's thread to its own actor when the loop returned.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+struct LoopEnded(Result<(), String>);
+
+impl<M: Send + Unpin + 'static> Handler<LoopEnded> for Worker<M> {
+    type Result = ();
+    fn handle(&mut self, msg: LoopEnded, ctx: &mut Context<Self>) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.supervisor.do_send(ChildExited { kind: self.kind, result: msg.0 });
+        ctx.stop();
+    }
+}

@@ -1,0 +1,295 @@
+//! When an acknowledged copy must be published as an offset sync: MM2's rule (3.7+, mm2-reference.md
+//! §4.6) plus ferry's delta-change rule, and the header that marks ferry's syncs.
+//!
+//! MM2 publishes a sync for the first record of a lifetime, after an upstream gap, after downstream
+//! truncation, when the downstream offset is `offset_lag_max` past the last sync, and (KAFKA-15906) the
+//! latest position of each partition once in a while. ferry additionally publishes a sync wherever
+//! `downstream - upstream` (the *delta*) changes, and publishes the latest position of a partition as
+//! soon as it has been quiet for [`QUIET_AFTER`].
+//!
+//! **The guarantee** this buys: between two consecutive ferry syncs of one partition and one copier
+//! lifetime (`seq` and `seq + 1` in the [`SyncMark`] header), every upstream record `u` in
+//! `[sync_a.upstream, sync_b.upstream)` exists and was copied to `u + delta_a`. A translator can then map
+//! a committed offset inside that run exactly, where MM2's `+1` rule re-reads up to a whole gap. Syncs
+//! without the header (MM2's, or another writer's) or with a broken sequence carry no such promise.
+//!
+//! Pure: no I/O, time is passed in.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::mm2::records::OffsetSync;
+
+/// A partition whose newest acknowledged position was not published gets it published once no new
+/// acknowledgement arrived for this long, so consumers at the end of a quiet topic translate exactly.
+pub const QUIET_AFTER: Duration = Duration::from_secs(1);
+
+/// Header key of ferry's mark on its offset-sync records. MM2's readers ignore headers.
+pub const SYNC_MARK_HEADER: &str = "ferry.sync";
+
+/// ferry's mark on an offset sync: which copier lifetime wrote it and its position in that lifetime's
+/// sequence for the partition. Encoded as version byte `1`, then `lifetime` and `seq` as big-endian u64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncMark {
+    pub lifetime: u64,
+    pub seq: u64,
+}
+
+impl SyncMark {
+    const VERSION: u8 = 1;
+
+    pub fn encode(&self) -> [u8; 17] {
+        let mut out = [0u8; 17];
+        out[0] = Self::VERSION;
+        out[1..9].copy_from_slice(&self.lifetime.to_be_bytes());
+        out[9..17].copy_from_slice(&self.seq.to_be_bytes());
+        out
+    }
+
+    /// `None` for anything that is not a version-1 mark (a future version is treated as unmarked).
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() < 17 || bytes[0] != Self::VERSION {
+            return None;
+        }
+        let lifetime = u64::from_be_bytes(bytes[1..9].try_into().ok()?);
+        let seq = u64::from_be_bytes(bytes[9..17].try_into().ok()?);
+        Some(Self { lifetime, seq })
+    }
+}
+
+/// A sync to publish, with its mark.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MarkedSync {
+    pub sync: OffsetSync,
+    pub mark: SyncMark,
+}
+
+/// Why a sync was published (for metrics and logs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SyncReason {
+    FirstOfLifetime,
+    UpstreamGap,
+    DownstreamTruncated,
+    DeltaChanged,
+    LagExceeded,
+    Quiet,
+}
+
+impl SyncReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::FirstOfLifetime => "first",
+            Self::UpstreamGap => "upstream_gap",
+            Self::DownstreamTruncated => "downstream_truncated",
+            Self::DeltaChanged => "delta_changed",
+            Self::LagExceeded => "lag",
+            Self::Quiet => "quiet",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct PartitionState {
+    previous_upstream: i64,
+    previous_downstream: i64,
+    /// Downstream offset of the last published sync (`-1`: none this lifetime). Quiet syncs do not move
+    /// it, like MM2's promoted delayed syncs.
+    last_sync_downstream: i64,
+    /// Delta of the last published sync.
+    last_sync_delta: i64,
+    /// Newest acknowledged position not yet published, and when it was acknowledged.
+    unpublished: Option<(i64, i64, Instant)>,
+    next_seq: u64,
+}
+
+/// The rule's state for every partition of one copier lifetime.
+#[derive(Debug)]
+pub struct SyncRule {
+    lifetime: u64,
+    offset_lag_max: i64,
+    partitions: HashMap<(String, i32), PartitionState>,
+}
+
+impl SyncRule {
+    /// `lifetime` must differ between copier lifetimes (a random number will do).
+    pub fn new(lifetime: u64, offset_lag_max: i64) -> Self {
+        Self { lifetime, offset_lag_max, partitions: HashMap::new() }
+    }
+
+    /// The target acknowledged upstream record `upstream` of `topic`-`partition` at `downstream`.
+    /// Returns the sync to publish now, if any.
+    pub fn on_ack(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        upstream: i64,
+        downstream: i64,
+        now: Instant,
+    ) -> Option<(MarkedSync, SyncReason)> {
+        let lag_max = self.offset_lag_max;
+        let state = match self.partitions.get_mut(&(topic.to_string(), partition)) {
+            Some(s) => s,
+            None => self.partitions.entry((topic.to_string(), partition)).or_insert(PartitionState {
+                previous_upstream: -1,
+                previous_downstream: -1,
+                last_sync_downstream: -1,
+                last_sync_delta: 0,
+                unpublished: None,
+                next_seq: 0,
+            }),
+        };
+        let delta = downstream - upstream;
+        let reason = if state.last_sync_downstream == -1 {
+            Some(SyncReason::FirstOfLifetime)
+        } else if upstream - state.previous_upstream != 1 {
+            Some(SyncReason::UpstreamGap)
+        } else if downstream < state.previous_downstream {
+            Some(SyncReason::DownstreamTruncated)
+        } else if delta != state.last_sync_delta {
+            Some(SyncReason::DeltaChanged)
+        } else if downstream - (state.last_sync_downstream + 1) >= lag_max {
+            Some(SyncReason::LagExceeded)
+        } else {
+            None
+        };
+        state.previous_upstream = upstream;
+        state.previous_downstream = downstream;
+        let Some(reason) = reason else {
+            state.unpublished = Some((upstream, downstream, now));
+            return None;
+        };
+        state.last_sync_downstream = downstream;
+        state.last_sync_delta = delta;
+        state.unpublished = None;
+        let mark = SyncMark { lifetime: self.lifetime, seq: state.next_seq };
+        state.next_seq += 1;
+        Some((marked(topic, partition, upstream, downstream, mark), reason))
+    }
+
+    /// Syncs for partitions whose newest position is unpublished and that have been quiet for
+    /// [`QUIET_AFTER`] (all of them with `force`, e.g. at shutdown).
+    pub fn quiet_syncs(&mut self, now: Instant, force: bool) -> Vec<MarkedSync> {
+        let mut out = Vec::new();
+        for ((topic, partition), state) in &mut self.partitions {
+            let Some((up, down, at)) = state.unpublished else { continue };
+            if force || now.duration_since(at) >= QUIET_AFTER {
+                state.unpublished = None;
+                let mark = SyncMark { lifetime: self.lifetime, seq: state.next_seq };
+                state.next_seq += 1;
+                out.push(marked(topic, *partition, up, down, mark));
+            }
+        }
+        out
+    }
+}
+
+fn marked(topic: &str, partition: i32, upstream: i64, downstream: i64, mark: SyncMark) -> MarkedSync {
+    MarkedSync {
+        sync: OffsetSync {
+            topic: topic.to_string(),
+            partition,
+            upstream_offset: upstream,
+            downstream_offset: downstream,
+        },
+        mark,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(rule: &mut SyncRule, pairs: &[(i64, i64)], now: Instant) -> Vec<(i64, i64, SyncReason)> {
+        pairs
+            .iter()
+            .filter_map(|(u, d)| rule.on_ack("t", 0, *u, *d, now))
+            .map(|(s, r)| (s.sync.upstream_offset, s.sync.downstream_offset, r))
+            .collect()
+    }
+
+    #[test]
+    fn one_to_one_copy_syncs_like_mm2() {
+        // MM2 with offset.lag.max=100 emits for downstream 0, 101, 202, ...
+        let mut rule = SyncRule::new(1, 100);
+        let pairs: Vec<_> = (0..=250).map(|i| (i, i)).collect();
+        let got: Vec<_> = run(&mut rule, &pairs, Instant::now()).into_iter().map(|(u, _, _)| u).collect();
+        assert_eq!(got, vec![0, 101, 202]);
+    }
+
+    #[test]
+    fn lag_zero_syncs_every_record() {
+        let mut rule = SyncRule::new(1, 0);
+        let got = run(&mut rule, &[(5, 0), (6, 1), (7, 2)], Instant::now());
+        assert_eq!(got.len(), 3);
+    }
+
+    #[test]
+    fn upstream_gap_truncation_and_delta_change_publish() {
+        let mut rule = SyncRule::new(1, 100);
+        let now = Instant::now();
+        let got = run(&mut rule, &[(0, 10), (1, 11), (5, 12), (6, 13), (7, 3), (8, 9)], now);
+        assert_eq!(
+            got,
+            vec![
+                (0, 10, SyncReason::FirstOfLifetime),
+                (5, 12, SyncReason::UpstreamGap),
+                (7, 3, SyncReason::DownstreamTruncated),
+                (8, 9, SyncReason::DeltaChanged), // a downstream gap: 3 -> 9
+            ]
+        );
+    }
+
+    #[test]
+    fn between_consecutive_marks_every_record_has_the_same_delta() {
+        // Property over a messy stream: for each pair of consecutive syncs, all acks in between share the
+        // first sync's delta.
+        let mut rule = SyncRule::new(7, 3);
+        let now = Instant::now();
+        let mut pairs = Vec::new();
+        let (mut u, mut d) = (0i64, 0i64);
+        for i in 0..500 {
+            pairs.push((u, d));
+            u += if i % 37 == 0 { 3 } else { 1 };
+            d += if i % 53 == 0 { 2 } else { 1 };
+        }
+        let mut syncs = Vec::new();
+        for (up, down) in &pairs {
+            if let Some((s, _)) = rule.on_ack("t", 0, *up, *down, now) {
+                syncs.push(s);
+            }
+        }
+        for w in syncs.windows(2) {
+            assert_eq!(w[1].mark.seq, w[0].mark.seq + 1);
+            let delta = w[0].sync.downstream_offset - w[0].sync.upstream_offset;
+            for (up, down) in
+                pairs.iter().filter(|(up, _)| *up >= w[0].sync.upstream_offset && *up < w[1].sync.upstream_offset)
+            {
+                assert_eq!(down - up, delta, "record {up} inside run starting at {}", w[0].sync.upstream_offset);
+            }
+        }
+    }
+
+    #[test]
+    fn quiet_partitions_publish_their_latest_position() {
+        let mut rule = SyncRule::new(1, 100);
+        let t0 = Instant::now();
+        run(&mut rule, &[(0, 0), (1, 1), (2, 2)], t0);
+        assert!(rule.quiet_syncs(t0 + Duration::from_millis(500), false).is_empty());
+        let quiet = rule.quiet_syncs(t0 + QUIET_AFTER, false);
+        assert_eq!(quiet.len(), 1);
+        assert_eq!((quiet[0].sync.upstream_offset, quiet[0].sync.downstream_offset, quiet[0].mark.seq), (2, 2, 1));
+        assert!(rule.quiet_syncs(t0 + QUIET_AFTER * 5, false).is_empty(), "published once");
+        // The next ack continues the sequence and does not count the quiet sync for the lag rule (MM2).
+        assert!(rule.on_ack("t", 0, 3, 3, t0).is_none());
+    }
+
+    #[test]
+    fn mark_round_trips_and_rejects_other_versions() {
+        let m = SyncMark { lifetime: 0xdead_beef, seq: 42 };
+        assert_eq!(SyncMark::decode(&m.encode()), Some(m));
+        let mut other = m.encode();
+        other[0] = 2;
+        assert_eq!(SyncMark::decode(&other), None);
+        assert_eq!(SyncMark::decode(&[1, 2, 3]), None);
+    }
+}
