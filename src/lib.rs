@@ -4,6 +4,7 @@
 //! [`filter`]s, MM2 record formats in [`mm2`], flow [`config`]) and a thin shell of actors that move
 //! data between Kafka and that core ([`node`], [`flow`]), with [`http`] serving health and metrics.
 
+pub mod checkpoint_store;
 pub mod config;
 pub mod filter;
 pub mod flow;
@@ -17,4 +18,6 @@ pub mod policy;
 pub mod raw_admin;
 pub mod status;
 pub mod sync_rule;
+pub mod sync_store;
 pub mod topic_configs;
+pub mod translate;

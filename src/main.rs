@@ -48,6 +48,19 @@ enum Command {
         #[arg(long)]
         flows: PathBuf,
     },
+    /// Print a consumer group's translated offsets on a flow's target (from its checkpoints); with
+    /// --apply, commit them to the group on the target (refused while the group is active there).
+    Translate {
+        #[arg(long)]
+        flows: PathBuf,
+        /// The flow, as SOURCE->TARGET.
+        #[arg(long)]
+        flow: config::FlowId,
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        apply: bool,
+    },
 }
 
 fn init_logging(format: LogFormat) {
@@ -74,6 +87,26 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Translate { flows, flow, group, apply } => {
+            let set = match config::load_dir(&flows) {
+                Ok(set) => set,
+                Err(errors) => {
+                    eprint!("{errors}");
+                    return ExitCode::from(2);
+                }
+            };
+            let Some(plan) = set.flows.get(&flow) else {
+                eprintln!("no flow {flow} in {}", flows.display());
+                return ExitCode::from(2);
+            };
+            match translate(plan, &group, apply) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("ferry translate: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Run { flows, listen, shutdown_timeout } => {
             init_logging(cli.log_format);
             let set = match config::load_dir(&flows) {
@@ -92,6 +125,20 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn translate(plan: &config::FlowPlan, group: &str, apply: bool) -> Result<(), String> {
+    use ferry::translate as t;
+    let offsets = t::translated_offsets(plan, group)?;
+    if offsets.is_empty() {
+        return Err(format!("no checkpoints for group `{group}` on `{}` (flow {})", plan.target.alias, plan.id));
+    }
+    print!("{}", t::render(&offsets, &t::current_offsets(plan, group)?));
+    if apply {
+        let n = t::apply(plan, group, &offsets)?;
+        println!("committed {n} offset(s) to group `{group}` on `{}`", plan.target.alias);
+    }
+    Ok(())
 }
 
 fn run(set: config::FlowSet, listen: SocketAddr, shutdown_timeout: Duration) -> anyhow::Result<()> {

@@ -27,6 +27,12 @@ pub struct Metrics {
     pub offset_syncs_queued: IntGaugeVec,
     /// Heartbeat rounds published (one record to the target, one to the source).
     pub heartbeats_emitted: IntCounterVec,
+    /// Checkpoints published to `<source>.checkpoints.internal`.
+    pub checkpoints_emitted: IntCounterVec,
+    /// Source consumer groups selected for checkpointing.
+    pub checkpoint_groups: IntGaugeVec,
+    /// Group offset sync attempts per target group, by result (ok, failed, skipped_active).
+    pub group_offset_syncs: IntCounterVec,
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
@@ -93,6 +99,19 @@ impl Metrics {
                 &["flow"],
             ),
             heartbeats_emitted: counter(&registry, "ferry_heartbeats_total", "Heartbeat rounds published.", &["flow"]),
+            checkpoints_emitted: counter(&registry, "ferry_checkpoints_total", "Checkpoints published.", &["flow"]),
+            checkpoint_groups: gauge(
+                &registry,
+                "ferry_checkpoint_groups",
+                "Source consumer groups selected for checkpointing.",
+                &["flow"],
+            ),
+            group_offset_syncs: counter(
+                &registry,
+                "ferry_group_offset_syncs_total",
+                "Group offset sync attempts per target group, by result.",
+                &["flow", "result"],
+            ),
             registry,
         }
     }

@@ -1,6 +1,7 @@
 //! One flow (`source->target`) at run time: its supervisor and the actors it supervises.
 
 pub mod acks;
+pub mod checkpoints;
 pub mod copier;
 pub mod heartbeats;
 pub mod offset_syncs;

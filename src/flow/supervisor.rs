@@ -14,6 +14,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::acks::{AckTable, SourcePartition};
+use super::checkpoints::{self, SharedCheckpointState};
 use super::copier::{self, Assignment};
 use super::heartbeats;
 use super::offset_syncs::{self, SyncQueue};
@@ -31,18 +32,21 @@ const HEALTHY_AFTER: Duration = Duration::from_secs(60);
 pub enum ActorKind {
     Copier,
     OffsetSyncs,
+    Checkpoints,
     Heartbeats,
     Topics,
 }
 
 impl ActorKind {
-    pub const ALL: [ActorKind; 4] = [Self::Topics, Self::Copier, Self::OffsetSyncs, Self::Heartbeats];
+    pub const ALL: [ActorKind; 5] =
+        [Self::Topics, Self::Copier, Self::OffsetSyncs, Self::Checkpoints, Self::Heartbeats];
 
     /// The name used in logs, metrics and status output.
     pub fn name(self) -> &'static str {
         match self {
             Self::Copier => "copier",
             Self::OffsetSyncs => "offset_syncs",
+            Self::Checkpoints => "checkpoints",
             Self::Heartbeats => "heartbeats",
             Self::Topics => "topics",
         }
@@ -107,8 +111,11 @@ pub struct FlowSupervisor {
     ready: BTreeSet<SourcePartition>,
     /// Survives restarts of the copier and the emitter: syncs selected but not yet published.
     syncs: Arc<SyncQueue>,
+    /// Survives checkpoint-computer restarts: published checkpoints and the offset-sync history.
+    checkpoint_state: SharedCheckpointState,
     copier: Option<Addr<Worker<Assignment>>>,
     offset_syncs: Option<Addr<Worker<()>>>,
+    checkpoints: Option<Addr<Worker<()>>>,
     heartbeats: Option<Addr<Worker<()>>>,
     topics: Option<Addr<TopicSync>>,
     restarts: HashMap<ActorKind, Restarts>,
@@ -130,8 +137,10 @@ impl FlowSupervisor {
             acks: Arc::new(AckTable::default()),
             ready: BTreeSet::new(),
             syncs,
+            checkpoint_state: SharedCheckpointState::default(),
             copier: None,
             offset_syncs: None,
+            checkpoints: None,
             heartbeats: None,
             topics: None,
             restarts: HashMap::new(),
@@ -156,6 +165,9 @@ impl FlowSupervisor {
             ActorKind::OffsetSyncs => {
                 self.offset_syncs = Some(offset_syncs::worker(plan, self.syncs.clone(), me).start())
             }
+            ActorKind::Checkpoints => {
+                self.checkpoints = Some(checkpoints::worker(plan, self.checkpoint_state.clone(), me).start())
+            }
             ActorKind::Heartbeats => self.heartbeats = Some(heartbeats::worker(plan, me).start()),
             ActorKind::Topics => self.topics = Some(TopicSync::new(plan, me).start()),
         }
@@ -163,7 +175,8 @@ impl FlowSupervisor {
         self.status.set(&self.flow(), kind.name(), ActorState::Running, None);
     }
 
-    /// Advance an ordered stop: copier, then offset-sync emitter; done when every worker has ended.
+    /// Advance an ordered stop: copier, then offset-sync emitter, then checkpoint computer (which reads
+    /// the final syncs); done when every worker has ended.
     fn advance_stop(&mut self, ctx: &mut Context<Self>) {
         let Some(stopping) = &self.stopping else { return };
         let deadline = stopping.deadline;
@@ -177,8 +190,14 @@ impl FlowSupervisor {
             c.do_send(StopWorker { deadline });
         } else if let Some(o) = &self.offset_syncs {
             o.do_send(StopWorker { deadline });
+        } else if let Some(c) = &self.checkpoints {
+            c.do_send(StopWorker { deadline });
         }
-        if self.copier.is_none() && self.offset_syncs.is_none() && self.heartbeats.is_none() {
+        if self.copier.is_none()
+            && self.offset_syncs.is_none()
+            && self.checkpoints.is_none()
+            && self.heartbeats.is_none()
+        {
             if let Some(s) = self.stopping.take() {
                 let _ = s.done.send(());
             }
@@ -232,6 +251,7 @@ impl Handler<ChildExited> for FlowSupervisor {
         match kind {
             ActorKind::Copier => self.copier = None,
             ActorKind::OffsetSyncs => self.offset_syncs = None,
+            ActorKind::Checkpoints => self.checkpoints = None,
             ActorKind::Heartbeats => self.heartbeats = None,
             ActorKind::Topics => self.topics = None,
         }

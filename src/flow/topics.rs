@@ -28,6 +28,10 @@ use crate::topic_configs;
 
 /// After a failed refresh, try again this soon (or at the regular interval if that is shorter).
 const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
+/// While the source has no `heartbeats` topic yet, look again this soon (or at the regular interval if
+/// that is shorter): the flow's heartbeat emitter creates it at start, usually just after the first
+/// refresh, and `<source>.heartbeats` should not wait a whole refresh interval to appear.
+const RECHECK_HEARTBEATS: Duration = Duration::from_secs(5);
 
 /// Clients of one refresh, shared with the blocking metadata calls.
 struct Clients {
@@ -100,12 +104,13 @@ impl TopicSync {
                 s.refresh_topics_interval
             };
             match result {
-                Ok(ready) => {
+                Ok(Refreshed { ready, source_has_heartbeats }) => {
                     if sync_configs {
                         me.configs_synced = Some(Instant::now());
                     }
                     me.supervisor.do_send(TopicsReady(ready));
-                    me.schedule(ctx, interval);
+                    let next = if source_has_heartbeats { interval } else { interval.min(RECHECK_HEARTBEATS) };
+                    me.schedule(ctx, next);
                 }
                 Err(e) => {
                     tracing::warn!(flow = %me.plan.id, error = %e, "topic refresh failed; retrying");
@@ -147,14 +152,19 @@ async fn metadata(
     })?
 }
 
+/// What one refresh found.
+struct Refreshed {
+    /// The source partitions ready to copy.
+    ready: BTreeSet<SourcePartition>,
+    /// Whether the source cluster has its `heartbeats` topic yet.
+    source_has_heartbeats: bool,
+}
+
 /// One pass: select source topics, create or grow remote topics (and, when `sync_configs`, bring their
 /// configs in line), return the partitions ready to copy.
-async fn refresh_once(
-    plan: &FlowPlan,
-    clients: &Arc<Clients>,
-    sync_configs: bool,
-) -> Result<BTreeSet<SourcePartition>, KafkaOpError> {
+async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>, sync_configs: bool) -> Result<Refreshed, KafkaOpError> {
     let (source_topics, mut target_topics) = metadata(clients, plan).await?;
+    let source_has_heartbeats = source_topics.contains_key(plan.policy.heartbeats_topic());
     let selected: Vec<(&String, i32)> = source_topics
         .iter()
         .filter(|(t, _)| should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, t))
@@ -213,7 +223,7 @@ async fn refresh_once(
             ready.insert((topic.clone(), p));
         }
     }
-    Ok(ready)
+    Ok(Refreshed { ready, source_has_heartbeats })
 }
 
 /// Stop the synchroniser (it holds nothing that needs flushing).

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
+};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
@@ -110,6 +112,36 @@ pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&
     wait_for(TIMEOUT, &format!("topic {topic} on {bootstrap} to have leaders"), || {
         partition_leaders(&client, topic).is_some_and(|l| l.len() == partitions as usize && l.iter().all(|&l| l >= 0))
     });
+}
+
+/// Grows `topic` to `partitions` partitions and waits until metadata shows every partition with a
+/// leader. Panics if the broker refuses (e.g. fewer partitions than the topic has).
+pub fn create_partitions(bootstrap: &str, topic: &str, partitions: i32) {
+    let new = NewPartitions::new(topic, partitions as usize);
+    let results = block_on(admin(bootstrap).create_partitions([&new], &admin_opts()))
+        .unwrap_or_else(|e| panic!("create partitions of {topic} on {bootstrap}: {e}"));
+    for r in results {
+        if let Err((t, code)) = r {
+            panic!("grow {t} to {partitions} partitions on {bootstrap}: {code}");
+        }
+    }
+    let client = metadata_client(bootstrap);
+    wait_for(TIMEOUT, &format!("topic {topic} on {bootstrap} to have {partitions} partitions with leaders"), || {
+        partition_leaders(&client, topic).is_some_and(|l| l.len() == partitions as usize && l.iter().all(|&l| l >= 0))
+    });
+}
+
+/// The topic-level overrides of `topic` (config source `DYNAMIC_TOPIC_CONFIG`), name → value: what
+/// `kafka-configs --describe --entity-type topics` lists. Panics if the topic does not exist.
+pub fn topic_overrides(bootstrap: &str, topic: &str) -> BTreeMap<String, Option<String>> {
+    let results = block_on(admin(bootstrap).describe_configs([&ResourceSpecifier::Topic(topic)], &admin_opts()))
+        .unwrap_or_else(|e| panic!("describe configs of {topic} on {bootstrap}: {e}"));
+    let resource = match results.into_iter().next() {
+        Some(Ok(r)) => r,
+        Some(Err(code)) => panic!("describe configs of {topic} on {bootstrap}: {code}"),
+        None => panic!("describe configs of {topic} on {bootstrap}: no result"),
+    };
+    resource.entries.into_iter().filter(|e| e.source == ConfigSource::DynamicTopic).map(|e| (e.name, e.value)).collect()
 }
 
 /// Deletes `topic` (absent is fine) and waits until metadata no longer shows it.

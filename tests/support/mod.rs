@@ -8,6 +8,8 @@
 //! - [`client`]: blocking topic admin, produce, consume-everything and group-offset helpers on
 //!   rdkafka, usable from sync and async tests alike (no runtime of their own).
 //! - [`ferry`]: [`Ferry`] runs the `ferry` binary with its output in a log file.
+//! - [`tools`]: Kafka's own command-line tools (e.g. the console consumer with MM2's formatters)
+//!   run from the fetched jars, with a deadline.
 //! - [`process`]: the watchdog that kills a child (JVM or ferry) when the test process dies, even
 //!   by SIGKILL, so that no broker outlives its test binary.
 //!
@@ -18,7 +20,10 @@
 pub mod client;
 pub mod cluster;
 pub mod ferry;
+pub mod group;
+pub mod mm2_client;
 pub mod process;
+pub mod tools;
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
@@ -26,11 +31,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use client::{
-    Rec, commit_group_offsets, consume_all, create_topic, delete_topic, group_offsets, list_topics, produce,
-    topic_partitions,
+    Rec, commit_group_offsets, consume_all, create_partitions, create_topic, delete_topic, group_offsets, list_topics,
+    produce, topic_overrides, topic_partitions,
 };
 pub use cluster::{Cluster, kafka_java, kafka_libdir, shared_pair};
 pub use ferry::{Ferry, ferry_bin};
+pub use group::{ActiveMember, http_get};
+pub use mm2_client::remote_cluster_utils_translate;
+pub use tools::{ToolOutput, console_consume, run_tool};
 
 /// Polls `f` (every 50 ms at first, backing off to 250 ms) until it returns true; panics naming
 /// `what` if that does not happen within `deadline`.

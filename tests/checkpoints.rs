@@ -1,0 +1,184 @@
+//! Checkpoints end to end: groups committed on east are translated to west's offsets, published to
+//! `east.checkpoints.internal` in MM2's format, readable by MM2's own client, and (when enabled) committed
+//! to idle groups on west.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ferry::mm2::records::{Checkpoint, OffsetSync};
+use ferry::sync_rule::{SYNC_MARK_HEADER, SyncMark};
+use ferry::sync_store::{StoredSync, SyncStore};
+use support::{
+    Cluster, Ferry, Rec, commit_group_offsets, consume_all, create_topic, group_offsets, produce, shared_pair,
+    topic_partitions, wait_for,
+};
+
+const FAST: &str = "emit_checkpoints_interval_seconds = 0.5\nrefresh_groups_interval_seconds = 0.5\n\
+                    sync_group_offsets_interval_seconds = 0.5\nrefresh_topics_interval_seconds = 1";
+
+fn flows_dir(east: &Cluster, west: &Cluster, flow: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("flows dir");
+    let clusters = format!(
+        "[clusters.east]\nbootstrap_servers = \"{}\"\n[clusters.west]\nbootstrap_servers = \"{}\"\n",
+        east.bootstrap, west.bootstrap
+    );
+    std::fs::write(dir.path().join("clusters.toml"), clusters).expect("write clusters");
+    std::fs::write(dir.path().join("flow.toml"), flow).expect("write flow");
+    dir
+}
+
+fn flow(topics: &str, groups: &str, extra: &str) -> String {
+    format!(
+        "[[flows]]\nsource = \"east\"\ntarget = \"west\"\ntopics = [{topics}]\ngroups = [{groups}]\n{FAST}\n{extra}\n"
+    )
+}
+
+/// Every checkpoint on west for `group`, oldest first.
+fn checkpoints(west: &Cluster, group: &str) -> Vec<Checkpoint> {
+    if topic_partitions(&west.bootstrap, "east.checkpoints.internal").is_none() {
+        return Vec::new();
+    }
+    consume_all(&west.bootstrap, "east.checkpoints.internal", Duration::from_secs(30))
+        .into_iter()
+        .filter_map(|r| Checkpoint::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref()).ok())
+        .filter(|c| c.group == group)
+        .collect()
+}
+
+/// The newest checkpoint per (topic, partition).
+fn latest(cps: &[Checkpoint]) -> BTreeMap<(String, i32), Checkpoint> {
+    cps.iter().map(|c| ((c.topic.clone(), c.partition), c.clone())).collect()
+}
+
+fn values(recs: &[Rec], partition: i32) -> Vec<Vec<u8>> {
+    recs.iter().filter(|r| r.partition == partition).map(|r| r.value.clone().unwrap_or_default()).collect()
+}
+
+/// How many records a consumer starting at `downstream` on west re-reads (records the group had already
+/// consumed upstream: those before `upstream`), or a negative number for records it would skip.
+fn reread(source: &[Rec], target: &[Rec], partition: i32, upstream: i64, downstream: i64) -> i64 {
+    let src = values(source, partition);
+    let dst = values(target, partition);
+    let consumed: std::collections::HashSet<&Vec<u8>> = src.iter().take(upstream as usize).collect();
+    let from_here = &dst[downstream as usize..];
+    let remaining: std::collections::HashSet<&Vec<u8>> = src.iter().skip(upstream as usize).collect();
+    assert!(
+        remaining.iter().all(|v| from_here.contains(v)),
+        "a consumer starting at {downstream} would skip records the group has not consumed"
+    );
+    from_here.iter().filter(|v| consumed.contains(v)).count() as i64
+}
+
+/// The translation MM2's rule gives for the same syncs without ferry's marks.
+fn mm2_translation(east: &Cluster, topic: &str, partition: i32, upstream: i64) -> Option<i64> {
+    let mut store = SyncStore::new(64);
+    for r in consume_all(&east.bootstrap, "mm2-offset-syncs.west.internal", Duration::from_secs(30)) {
+        let Ok(s) = OffsetSync::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref()) else { continue };
+        if s.topic == topic {
+            let sync = StoredSync {
+                upstream: s.upstream_offset,
+                downstream: s.downstream_offset,
+                mark: None,
+                position: r.offset,
+            };
+            store.handle(&s.topic, s.partition, sync);
+        }
+    }
+    store.set_read_to_end();
+    store.translate(topic, partition, upstream).offset()
+}
+
+#[test]
+fn a_committed_group_translates_exactly_and_mm2_reads_it() {
+    let (east, west) = shared_pair();
+    let topic = "cp-exact";
+    create_topic(&east.bootstrap, topic, 2, &[]);
+    let recs: Vec<Rec> =
+        (0..2_000).map(|i| Rec::new(i % 2, format!("v{i}").as_bytes(), 1_700_000_000_000 + i as i64)).collect();
+    produce(&east.bootstrap, topic, &recs);
+    let dir = flows_dir(east, west, &flow("\"cp-exact\"", "\"cp-exact-.*\"", ""));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(Duration::from_secs(60), "records copied", || {
+        topic_partitions(&west.bootstrap, "east.cp-exact").is_some()
+            && consume_all(&west.bootstrap, "east.cp-exact", Duration::from_secs(10)).len() == 2_000
+    });
+    // Offsets that do not sit on a sync: MM2's rule would re-read up to the gap to the previous sync.
+    commit_group_offsets(&east.bootstrap, "cp-exact-g", &[(topic, 0, 437), (topic, 1, 873)]);
+    wait_for(Duration::from_secs(30), "checkpoints for both partitions", || {
+        let l = latest(&checkpoints(west, "cp-exact-g"));
+        l.get(&("east.cp-exact".to_string(), 0)).is_some_and(|c| c.upstream_offset == 437)
+            && l.get(&("east.cp-exact".to_string(), 1)).is_some_and(|c| c.upstream_offset == 873)
+    });
+    let source = consume_all(&east.bootstrap, topic, Duration::from_secs(30));
+    let target = consume_all(&west.bootstrap, "east.cp-exact", Duration::from_secs(30));
+    for (p, up) in [(0, 437), (1, 873)] {
+        let cp = latest(&checkpoints(west, "cp-exact-g"))[&("east.cp-exact".to_string(), p)].clone();
+        let ours = reread(&source, &target, p, up, cp.downstream_offset);
+        let mm2_down = mm2_translation(east, topic, p, up).expect("MM2's rule translates too");
+        let mm2 = reread(&source, &target, p, up, mm2_down);
+        println!("partition {p}: group at {up}: ferry syncs re-read {ours}, MM2-format syncs re-read {mm2}");
+        assert_eq!(ours, 0, "ferry's marked syncs translate exactly");
+        assert!(mm2 > 0, "the MM2 rule re-reads here (otherwise this test proves nothing)");
+        assert_eq!(cp.metadata, "", "metadata copied from the commit");
+    }
+
+    // MM2's own client reads the same offsets from ferry's checkpoints.
+    let java = support::remote_cluster_utils_translate(&west.bootstrap, "east", "cp-exact-g");
+    let ours: BTreeMap<(String, i32), i64> =
+        latest(&checkpoints(west, "cp-exact-g")).into_iter().map(|(k, c)| (k, c.downstream_offset)).collect();
+    assert_eq!(java, ours, "RemoteClusterUtils.translateOffsets agrees with ferry's checkpoints");
+    ferry.terminate(Duration::from_secs(30));
+}
+
+#[test]
+fn group_offset_sync_commits_idle_groups_and_leaves_active_ones_alone() {
+    let (east, west) = shared_pair();
+    let topic = "cp-sync";
+    create_topic(&east.bootstrap, topic, 1, &[]);
+    let recs: Vec<Rec> = (0..300).map(|i| Rec::new(0, format!("s{i}").as_bytes(), 1_000 + i as i64)).collect();
+    produce(&east.bootstrap, topic, &recs);
+    commit_group_offsets(&east.bootstrap, "cp-sync-idle", &[(topic, 0, 250)]);
+    commit_group_offsets(&east.bootstrap, "cp-sync-active", &[(topic, 0, 250)]);
+    // wait for the remote topic to exist before a consumer subscribes to it on west
+    let dir = flows_dir(east, west, &flow("\"cp-sync\"", "\"cp-sync-.*\"", "sync_group_offsets_enabled = true"));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(Duration::from_secs(60), "remote topic", || topic_partitions(&west.bootstrap, "east.cp-sync").is_some());
+    let active = support::ActiveMember::join(&west.bootstrap, "cp-sync-active", "east.cp-sync");
+
+    wait_for(Duration::from_secs(60), "idle group committed on west", || {
+        group_offsets(&west.bootstrap, "cp-sync-idle", &[("east.cp-sync", 0)])[0] == Some(250)
+    });
+    let cps = latest(&checkpoints(west, "cp-sync-active"));
+    assert!(cps.contains_key(&("east.cp-sync".to_string(), 0)), "the active group is checkpointed too");
+    assert_eq!(active.committed(), None, "an active group's offsets are never written by ferry");
+    let metrics = support::http_get(ferry.listen_addr(), "/metrics");
+    assert!(
+        metrics.contains("ferry_group_offset_syncs_total{flow=\"east->west\",result=\"skipped_active\"}"),
+        "{metrics}"
+    );
+    drop(active);
+    ferry.terminate(Duration::from_secs(30));
+}
+
+/// Marks must be present on ferry's syncs for the exactness above to be ferry's doing.
+#[test]
+fn ferry_syncs_carry_their_mark() {
+    let (east, west) = shared_pair();
+    create_topic(&east.bootstrap, "cp-mark", 1, &[]);
+    produce(&east.bootstrap, "cp-mark", &[Rec::new(0, b"x", 1)]);
+    let dir = flows_dir(east, west, &flow("\"cp-mark\"", "\"none\"", ""));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(Duration::from_secs(60), "a marked sync for cp-mark", || {
+        topic_partitions(&east.bootstrap, "mm2-offset-syncs.west.internal").is_some()
+            && consume_all(&east.bootstrap, "mm2-offset-syncs.west.internal", Duration::from_secs(30)).iter().any(|r| {
+                OffsetSync::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref())
+                    .is_ok_and(|s| s.topic == "cp-mark")
+                    && r.headers
+                        .iter()
+                        .any(|(k, v)| k == SYNC_MARK_HEADER && v.as_deref().and_then(SyncMark::decode).is_some())
+            })
+    });
+    ferry.terminate(Duration::from_secs(30));
+}
