@@ -8,10 +8,13 @@
 //! soon as it has been quiet for [`QUIET_AFTER`].
 //!
 //! **The guarantee** this buys: between two consecutive ferry syncs of one partition and one copier
-//! lifetime (`seq` and `seq + 1` in the [`SyncMark`] header), every upstream record `u` in
-//! `[sync_a.upstream, sync_b.upstream)` exists and was copied to `u + delta_a`. A translator can then map
-//! a committed offset inside that run exactly, where MM2's `+1` rule re-reads up to a whole gap. Syncs
-//! without the header (MM2's, or another writer's) or with a broken sequence carry no such promise.
+//! lifetime (`seq` and `seq + 1` in the [`SyncMark`] header), every upstream record `u` copied in
+//! `[sync_a.upstream, sync_b.upstream)` landed at `u + delta_a`, and those records are contiguous from
+//! `sync_a.upstream` on; an upstream gap can only sit right before `sync_b` (the gap itself is what
+//! publishes `sync_b`). A translator can therefore map a committed offset `g` in that run to
+//! `min(g + delta_a, sync_b.downstream)` exactly (see `sync_store`), where MM2's `+1` rule re-reads up
+//! to a whole gap. Syncs without the header (MM2's, or another writer's) or with a broken sequence carry
+//! no such promise.
 //!
 //! Pure: no I/O, time is passed in.
 

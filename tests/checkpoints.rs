@@ -182,3 +182,137 @@ fn ferry_syncs_carry_their_mark() {
     });
     ferry.terminate(Duration::from_secs(30));
 }
+
+/// For each (group, topic, partition), checkpoints in topic order never move the downstream offset back
+/// unless the upstream offset went back too (a deliberate rewind).
+fn assert_monotonic(cps: &[Checkpoint]) {
+    let mut last: BTreeMap<(String, String, i32), &Checkpoint> = BTreeMap::new();
+    for cp in cps {
+        let key = (cp.group.clone(), cp.topic.clone(), cp.partition);
+        if let Some(prev) = last.get(&key) {
+            assert!(
+                cp.downstream_offset >= prev.downstream_offset || cp.upstream_offset < prev.upstream_offset,
+                "checkpoint moved backward without an upstream rewind: {prev:?} -> {cp:?}"
+            );
+            assert!(
+                cp.downstream_offset != prev.downstream_offset || cp.upstream_offset < prev.upstream_offset,
+                "repeated checkpoint {cp:?}"
+            );
+        }
+        last.insert(key, cp);
+    }
+}
+
+fn all_checkpoints(west: &Cluster, prefix: &str) -> Vec<Checkpoint> {
+    consume_all(&west.bootstrap, "east.checkpoints.internal", Duration::from_secs(30))
+        .into_iter()
+        .filter_map(|r| Checkpoint::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref()).ok())
+        .filter(|c| c.group.starts_with(prefix))
+        .collect()
+}
+
+fn produce_range(east: &Cluster, topic: &str, range: std::ops::Range<usize>) {
+    let recs: Vec<Rec> = range.map(|i| Rec::new(0, format!("r{i}").as_bytes(), 1_000 + i as i64)).collect();
+    produce(&east.bootstrap, topic, &recs);
+}
+
+fn restart_keeps_checkpoints_monotonic(graceful: bool) {
+    let (east, west) = shared_pair();
+    let tag = if graceful { "graceful" } else { "kill9" };
+    let topic = format!("cp-restart-{tag}");
+    let (lead, lag, late) = (format!("{topic}-lead"), format!("{topic}-lag"), format!("{topic}-late"));
+    create_topic(&east.bootstrap, &topic, 1, &[]);
+    produce_range(east, &topic, 0..5_000);
+    commit_group_offsets(&east.bootstrap, &lead, &[(&topic, 0, 4_000)]);
+    commit_group_offsets(&east.bootstrap, &lag, &[(&topic, 0, 1_000)]);
+    let interval = 2.0;
+    let extra = format!("emit_checkpoints_interval_seconds = {interval}\nrefresh_groups_interval_seconds = 1");
+    let dir =
+        flows_dir(east, west, &flow(&format!("\"{topic}\""), &format!("\"{topic}-.*\""), "").replace(FAST, &extra));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(Duration::from_secs(60), "checkpoints for lead and lag", || {
+        let cps = all_checkpoints(west, &topic);
+        cps.iter().any(|c| c.group == lead) && cps.iter().any(|c| c.group == lag)
+    });
+    if graceful {
+        assert!(ferry.terminate(Duration::from_secs(60)).success(), "{}", ferry.log());
+    } else {
+        ferry.kill9();
+    }
+
+    // While ferry is down: more data, and a new group far behind the newest sync.
+    produce_range(east, &topic, 5_000..7_000);
+    commit_group_offsets(&east.bootstrap, &late, &[(&topic, 0, 1_500)]);
+    let restarted = std::time::Instant::now();
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(Duration::from_secs(60), "a checkpoint for the lagging new group", || {
+        all_checkpoints(west, &topic).iter().any(|c| c.group == late)
+    });
+    let first = restarted.elapsed();
+    println!("{tag}: first checkpoint of a group far behind after {first:?} (emission interval {interval} s)");
+    // Startup (client connections, reading both internal topics) plus two emission intervals.
+    assert!(first < Duration::from_secs_f64(2.0 * interval + 8.0), "KAFKA-16622: took {first:?}");
+
+    // A deliberate rewind upstream is followed, even though the downstream offset goes back.
+    commit_group_offsets(&east.bootstrap, &lead, &[(&topic, 0, 2_000)]);
+    wait_for(Duration::from_secs(30), "the rewind is checkpointed", || {
+        latest(&checkpoints(west, &lead)).values().any(|c| c.upstream_offset == 2_000)
+    });
+    commit_group_offsets(&east.bootstrap, &lead, &[(&topic, 0, 6_500)]);
+    wait_for(Duration::from_secs(30), "the lead group moves on", || {
+        latest(&checkpoints(west, &lead)).values().any(|c| c.upstream_offset == 6_500)
+    });
+    ferry.terminate(Duration::from_secs(60));
+    assert_monotonic(&all_checkpoints(west, &topic));
+}
+
+#[test]
+fn kill_9_restart_never_moves_a_checkpoint_backward() {
+    restart_keeps_checkpoints_monotonic(false);
+}
+
+#[test]
+fn graceful_restart_never_moves_a_checkpoint_backward() {
+    restart_keeps_checkpoints_monotonic(true);
+}
+
+#[test]
+fn translate_prints_and_applies_offsets_but_refuses_active_groups() {
+    let (east, west) = shared_pair();
+    let topic = "cp-cli";
+    create_topic(&east.bootstrap, topic, 1, &[]);
+    produce_range(east, topic, 0..500);
+    commit_group_offsets(&east.bootstrap, "cp-cli-g", &[(topic, 0, 321)]);
+    let dir = flows_dir(east, west, &flow("\"cp-cli\"", "\"cp-cli-.*\"", ""));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(Duration::from_secs(60), "a checkpoint for cp-cli-g", || {
+        latest(&checkpoints(west, "cp-cli-g")).values().any(|c| c.upstream_offset == 321)
+    });
+    ferry.terminate(Duration::from_secs(30));
+    let expected = latest(&checkpoints(west, "cp-cli-g"))[&("east.cp-cli".to_string(), 0)].downstream_offset;
+
+    let translate = |group: &str, apply: bool| {
+        let mut cmd = std::process::Command::new(support::ferry_bin());
+        cmd.args(["translate", "--flows"]).arg(dir.path()).args(["--flow", "east->west", "--group", group]);
+        if apply {
+            cmd.arg("--apply");
+        }
+        cmd.output().expect("run ferry translate")
+    };
+    let out = translate("cp-cli-g", false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.lines().any(|l| l == format!("east.cp-cli\t0\t{expected}\t-")), "{stdout}");
+    assert_eq!(group_offsets(&west.bootstrap, "cp-cli-g", &[("east.cp-cli", 0)])[0], None, "printing applies nothing");
+
+    let member = support::ActiveMember::join(&west.bootstrap, "cp-cli-g", "east.cp-cli");
+    let out = translate("cp-cli-g", true);
+    assert!(!out.status.success(), "applying to an active group must be refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stop its consumers first"));
+    drop(member);
+
+    wait_for(Duration::from_secs(60), "apply succeeds once the group is idle", || {
+        translate("cp-cli-g", true).status.success()
+    });
+    assert_eq!(group_offsets(&west.bootstrap, "cp-cli-g", &[("east.cp-cli", 0)])[0], Some(expected));
+}
