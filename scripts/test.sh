@@ -10,5 +10,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scripts/kafka.sh fetch
 cargo fmt --check
-cargo clippy --locked --all-targets -- -D warnings
-cargo test --locked "$@"
+cargo clippy --locked --all-targets --features failpoints -- -D warnings
+cargo test --locked --features failpoints "$@"

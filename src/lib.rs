@@ -6,6 +6,7 @@
 
 pub mod checkpoint_store;
 pub mod config;
+pub mod failpoints;
 pub mod filter;
 pub mod flow;
 pub mod http;
@@ -16,6 +17,7 @@ pub mod node;
 pub mod policy;
 #[allow(unsafe_code)] // the one module that calls librdkafka directly; see its docs
 pub mod raw_admin;
+pub mod restart_policy;
 pub mod status;
 pub mod sync_rule;
 pub mod sync_store;

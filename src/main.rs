@@ -75,6 +75,9 @@ fn init_logging(format: LogFormat) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Test builds only: read FAILPOINTS (see src/failpoints.rs).
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     match cli.command {
         Command::Validate { flows } => match config::load_dir(&flows) {
             Ok(set) => {

@@ -33,6 +33,10 @@ pub struct Metrics {
     pub checkpoint_groups: IntGaugeVec,
     /// Group offset sync attempts per target group, by result (ok, failed, skipped_active).
     pub group_offset_syncs: IntCounterVec,
+    /// Actor restarts after an error or a panic.
+    pub actor_restarts: IntCounterVec,
+    /// Source records lost before they were copied (retention, topic re-creation).
+    pub source_gap_records: IntCounterVec,
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
@@ -111,6 +115,18 @@ impl Metrics {
                 "ferry_group_offset_syncs_total",
                 "Group offset sync attempts per target group, by result.",
                 &["flow", "result"],
+            ),
+            actor_restarts: counter(
+                &registry,
+                "ferry_actor_restarts_total",
+                "Actor restarts after an error or a panic.",
+                &["flow", "actor"],
+            ),
+            source_gap_records: counter(
+                &registry,
+                "ferry_source_gap_records_total",
+                "Source records lost before they were copied.",
+                &["flow", "topic"],
             ),
             registry,
         }

@@ -16,6 +16,8 @@ pub enum ActorState {
     Degraded,
     /// Stopped by an error; waiting for its restart.
     Restarting,
+    /// Its restart budget is spent: still retrying, slowly, until an operator fixes the cause.
+    Failed,
     Stopped,
 }
 
@@ -52,7 +54,7 @@ impl StatusBoard {
             entry.state = state;
             entry.since = now_secs();
         }
-        if state == ActorState::Restarting {
+        if matches!(state, ActorState::Restarting | ActorState::Failed) {
             entry.restarts += 1;
         }
         if error.is_some() {

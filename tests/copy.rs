@@ -97,27 +97,27 @@ fn a_topic_created_after_start_is_mirrored_within_the_refresh_interval() {
     assert_eq!(topic_partitions(&west.bootstrap, "east.late-arrival"), Some(2));
 }
 
-/// Produces `total` records to `topic` in small batches while the test restarts ferry.
-fn produce_in_background(
+/// Produces records to `topic` in small batches until `stop` is set; returns how many it produced.
+/// The stream keeps flowing while the test stops and restarts ferry, so the restart is mid-stream.
+fn produce_until_stopped(
     bootstrap: String,
     topic: &'static str,
-    total: usize,
     partitions: i32,
-) -> (std::thread::JoinHandle<()>, Arc<AtomicBool>) {
-    let done = Arc::new(AtomicBool::new(false));
-    let flag = done.clone();
-    let handle = std::thread::spawn(move || {
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
         let batch = 500;
-        for start in (0..total).step_by(batch) {
-            let recs: Vec<Rec> = (start..(start + batch).min(total))
+        let mut produced = 0;
+        while !stop.load(Ordering::SeqCst) {
+            let recs: Vec<Rec> = (produced..produced + batch)
                 .map(|i| Rec::new(i as i32 % partitions, format!("r{i}").as_bytes(), 1_000 + i as i64))
                 .collect();
             produce(&bootstrap, topic, &recs);
-            std::thread::sleep(Duration::from_millis(20)); // pace the stream so restarts land mid-stream
+            produced += batch;
+            std::thread::sleep(Duration::from_millis(20)); // pace the stream
         }
-        flag.store(true, Ordering::SeqCst);
-    });
-    (handle, done)
+        produced
+    })
 }
 
 /// Polls `f` until it holds or `deadline` passes; returns whether it held.
@@ -151,11 +151,11 @@ fn arrival_counts(west: &Cluster, remote: &str) -> HashMap<Vec<u8>, usize> {
 
 fn restart_mid_stream(topic: &'static str, graceful: bool) -> (usize, usize) {
     let (east, west) = shared_pair();
-    let total = 30_000;
     create_topic(&east.bootstrap, topic, 3, &[]);
     let dir = flows_dir(east, west, &flow(&format!("\"{topic}\""), ""));
     let remote = format!("east.{topic}");
-    let (producer, done) = produce_in_background(east.bootstrap.clone(), topic, total, 3);
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = produce_until_stopped(east.bootstrap.clone(), topic, 3, stop.clone());
 
     let mut ferry = Ferry::start(dir.path(), &[]);
     wait_for(ARRIVAL, "some records copied before the restart", || count(west, &remote) >= 5_000);
@@ -165,9 +165,12 @@ fn restart_mid_stream(topic: &'static str, graceful: bool) -> (usize, usize) {
     } else {
         ferry.kill9();
     }
-    assert!(!done.load(Ordering::SeqCst), "the restart must happen mid-stream");
+    assert!(!producer.is_finished(), "the producer keeps going across the restart");
+    let before_restart = count(east, topic);
     let mut ferry = Ferry::start(dir.path(), &[]);
-    producer.join().expect("producer thread");
+    wait_for(ARRIVAL, "copying resumed after the restart", || count(west, &remote) >= before_restart);
+    stop.store(true, Ordering::SeqCst);
+    let total = producer.join().expect("producer thread");
     let mut seen = 0;
     let all_arrived = poll_until(ARRIVAL, || {
         seen = arrival_counts(west, &remote).len();

@@ -138,6 +138,18 @@ pub struct FlowSettings {
     pub linger: Duration,
     pub batch_size_bytes: i64,
     pub enabled: bool,
+    pub restart: crate::restart_policy::RestartSettings,
+    pub on_source_gap: SourceGapPolicy,
+}
+
+/// What the copier does when records were lost on the source before it copied them (retention deleted
+/// them, or the topic was re-created).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceGapPolicy {
+    /// Log the lost range, count it, continue after it (MM2's behaviour, made visible).
+    Skip,
+    /// Stop the copier; it retries with backoff and keeps failing until an operator acts.
+    Fail,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

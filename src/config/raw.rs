@@ -74,4 +74,10 @@ pub struct RawFlow {
     pub linger_ms: Option<f64>,
     pub batch_size_bytes: Option<i64>,
     pub enabled: Option<bool>,
+    pub restart_backoff_initial_seconds: Option<f64>,
+    pub restart_backoff_max_seconds: Option<f64>,
+    pub restart_budget: Option<u32>,
+    pub restart_healthy_after_seconds: Option<f64>,
+    /// What the copier does when source records vanished before they were copied: "skip" or "fail".
+    pub on_source_gap: Option<String>,
 }

@@ -9,9 +9,11 @@ use std::time::Duration;
 use super::raw::{RawCluster, RawFile, RawFlow};
 use super::{
     ClusterSpec, ConfigError, ConfigErrors, FlowId, FlowPlan, FlowSet, FlowSettings, OffsetSyncsLocation, PolicyKind,
+    SourceGapPolicy,
 };
 use crate::filter::{self, GroupFilter, PatternList, TopicFilter};
 use crate::policy::ReplicationPolicy;
+use crate::restart_policy::RestartSettings;
 
 /// Collects errors for one file so each call site only names its key.
 struct Errors<'a> {
@@ -264,6 +266,40 @@ fn flow(
         errs.push(k("batch_size_bytes"), format!("must be between 1 and 2147483647, got {batch_size_bytes}"));
     }
 
+    let defaults = RestartSettings::default();
+    let restart = RestartSettings {
+        initial: seconds(
+            &k("restart_backoff_initial_seconds"),
+            rf.restart_backoff_initial_seconds,
+            defaults.initial.as_secs_f64(),
+            errs,
+        ),
+        max: seconds(
+            &k("restart_backoff_max_seconds"),
+            rf.restart_backoff_max_seconds,
+            defaults.max.as_secs_f64(),
+            errs,
+        ),
+        budget: rf.restart_budget.unwrap_or(defaults.budget),
+        healthy_after: seconds(
+            &k("restart_healthy_after_seconds"),
+            rf.restart_healthy_after_seconds,
+            defaults.healthy_after.as_secs_f64(),
+            errs,
+        ),
+    };
+    if restart.max < restart.initial {
+        errs.push(k("restart_backoff_max_seconds"), "must not be smaller than restart_backoff_initial_seconds");
+    }
+    let on_source_gap = match rf.on_source_gap.as_deref().unwrap_or("skip") {
+        "skip" => SourceGapPolicy::Skip,
+        "fail" => SourceGapPolicy::Fail,
+        other => {
+            errs.push(k("on_source_gap"), format!("`{other}` is not a policy; use \"skip\" or \"fail\""));
+            SourceGapPolicy::Skip
+        }
+    };
+
     let settings = FlowSettings {
         topics,
         topics_exclude,
@@ -316,6 +352,8 @@ fn flow(
         linger: Duration::from_secs_f64(linger_ms.clamp(0.0, 900_000.0) / 1000.0),
         batch_size_bytes,
         enabled: rf.enabled.unwrap_or(true),
+        restart,
+        on_source_gap,
     };
 
     if errs.out.len() > before {

@@ -25,6 +25,7 @@ use super::supervisor::{ActorKind, FlowSupervisor};
 use super::worker::{Control, Signal, Worker};
 use crate::checkpoint_store::CheckpointStore;
 use crate::config::FlowPlan;
+use crate::failpoints;
 use crate::filter::should_replicate_topic;
 use crate::kafka::{self, ErrorCapture, KafkaOpError, TopicSpec};
 use crate::metrics::METRICS;
@@ -173,6 +174,7 @@ impl<'a> Computer<'a> {
 
     /// One emission round over every selected group.
     fn emit(&self) -> Result<(), String> {
+        failpoints::check(failpoints::CHECKPOINTS_EMIT)?;
         let plan = self.plan;
         let groups = lock(&self.state).groups.clone();
         let mut emitted = Vec::new();

@@ -15,6 +15,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use super::supervisor::{ActorKind, FlowSupervisor};
 use super::worker::{Control, Signal, Worker};
 use crate::config::{ClusterSpec, FlowPlan};
+use crate::failpoints;
 use crate::kafka::{self, ErrorCapture, TopicSpec};
 use crate::metrics::METRICS;
 use crate::mm2::records::Heartbeat;
@@ -62,6 +63,7 @@ fn run(plan: &FlowPlan, control: Control<()>) -> Result<(), String> {
         if next < Instant::now() {
             next = Instant::now() + interval; // fell behind (a cluster was slow): do not burst
         }
+        failpoints::check(failpoints::HEARTBEATS_EMIT)?;
         let now_ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         for b in &beats {
             let hb =

@@ -18,6 +18,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use super::supervisor::{ActorKind, FlowSupervisor};
 use super::worker::{Control, Signal, Worker};
 use crate::config::{ClusterSpec, FlowPlan, OffsetSyncsLocation};
+use crate::failpoints;
 use crate::kafka::{self, ErrorCapture, TopicSpec};
 use crate::metrics::METRICS;
 use crate::sync_rule::{MarkedSync, SYNC_MARK_HEADER, SyncReason};
@@ -128,6 +129,7 @@ fn run(plan: &FlowPlan, queue: &SyncQueue, control: Control<()>) -> Result<(), S
             }
             continue;
         }
+        failpoints::check(failpoints::OFFSET_SYNCS_SEND)?;
         for s in &batch {
             let key = s.sync.encode_key().map_err(|e| format!("encode offset sync: {e}"))?;
             let value = s.sync.encode_value();

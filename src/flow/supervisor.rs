@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
@@ -21,12 +21,9 @@ use super::offset_syncs::{self, SyncQueue};
 use super::topics::{StopTopics, TopicSync};
 use super::worker::{Deliver, StopWorker, Worker};
 use crate::config::FlowPlan;
+use crate::metrics::METRICS;
+use crate::restart_policy::{RestartState, jitter};
 use crate::status::{ActorState, StatusBoard};
-
-const BACKOFF_START: Duration = Duration::from_secs(1);
-const BACKOFF_MAX: Duration = Duration::from_secs(60);
-/// A child that ran this long before failing is restarted with the initial backoff again.
-const HEALTHY_AFTER: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ActorKind {
@@ -83,25 +80,6 @@ pub struct StopFlow {
     pub done: oneshot::Sender<()>,
 }
 
-/// Restart bookkeeping of one child.
-#[derive(Debug, Default)]
-struct Restarts {
-    attempt: u32,
-    started_at: Option<Instant>,
-}
-
-impl Restarts {
-    /// Backoff before the next start, given that the child just failed.
-    fn next_delay(&mut self) -> Duration {
-        if self.started_at.is_some_and(|t| t.elapsed() >= HEALTHY_AFTER) {
-            self.attempt = 0;
-        }
-        let delay = BACKOFF_START.saturating_mul(1 << self.attempt.min(6)).min(BACKOFF_MAX);
-        self.attempt += 1;
-        delay
-    }
-}
-
 pub struct FlowSupervisor {
     plan: Arc<FlowPlan>,
     status: StatusBoard,
@@ -118,7 +96,7 @@ pub struct FlowSupervisor {
     checkpoints: Option<Addr<Worker<()>>>,
     heartbeats: Option<Addr<Worker<()>>>,
     topics: Option<Addr<TopicSync>>,
-    restarts: HashMap<ActorKind, Restarts>,
+    restarts: HashMap<ActorKind, RestartState>,
     stopping: Option<Stopping>,
 }
 
@@ -171,7 +149,7 @@ impl FlowSupervisor {
             ActorKind::Heartbeats => self.heartbeats = Some(heartbeats::worker(plan, me).start()),
             ActorKind::Topics => self.topics = Some(TopicSync::new(plan, me).start()),
         }
-        self.restarts.entry(kind).or_default().started_at = Some(Instant::now());
+        self.restarts.entry(kind).or_default().started(Instant::now());
         self.status.set(&self.flow(), kind.name(), ActorState::Running, None);
     }
 
@@ -266,14 +244,23 @@ impl Handler<ChildExited> for FlowSupervisor {
             Ok(()) => "exited unexpectedly".to_string(),
             Err(e) => e,
         };
-        let restarts = self.restarts.entry(kind).or_default();
-        let delay = restarts.next_delay();
-        let attempt = restarts.attempt;
-        tracing::error!(
-            flow = %self.plan.id, actor = kind.name(), attempt, backoff_ms = delay.as_millis() as u64,
-            reason = %reason, "actor failed; restarting after backoff"
-        );
-        self.status.set(&self.flow(), kind.name(), ActorState::Restarting, Some(reason));
+        let decision =
+            self.restarts.entry(kind).or_default().failed(&self.plan.settings.restart, Instant::now(), jitter());
+        METRICS.actor_restarts.with_label_values(&[&self.flow(), kind.name()]).inc();
+        let delay = decision.delay;
+        if decision.exhausted {
+            tracing::error!(
+                flow = %self.plan.id, actor = kind.name(), attempt = decision.attempt, backoff_ms = delay.as_millis() as u64,
+                reason = %reason, "actor failed and its restart budget is spent; flow marked failed, retrying slowly"
+            );
+            self.status.set(&self.flow(), kind.name(), ActorState::Failed, Some(reason));
+        } else {
+            tracing::warn!(
+                flow = %self.plan.id, actor = kind.name(), attempt = decision.attempt, backoff_ms = delay.as_millis() as u64,
+                reason = %reason, "actor failed; restarting after backoff"
+            );
+            self.status.set(&self.flow(), kind.name(), ActorState::Restarting, Some(reason));
+        }
         ctx.run_later(delay, move |me, ctx| me.start_child(kind, ctx));
     }
 }

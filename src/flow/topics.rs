@@ -19,15 +19,13 @@ use rdkafka::consumer::BaseConsumer;
 use super::acks::SourcePartition;
 use super::supervisor::{ActorKind, ChildExited, FlowSupervisor, TopicsReady};
 use crate::config::FlowPlan;
+use crate::failpoints;
 use crate::filter::{ConfigPropertyFilter, should_replicate_topic};
 use crate::kafka::{self, KafkaOpError, TopicSpec};
 use crate::metrics::METRICS;
 use crate::raw_admin;
-use crate::status::ActorState;
 use crate::topic_configs;
 
-/// After a failed refresh, try again this soon (or at the regular interval if that is shorter).
-const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
 /// While the source has no `heartbeats` topic yet, look again this soon (or at the regular interval if
 /// that is shorter): the flow's heartbeat emitter creates it at start, usually just after the first
 /// refresh, and `<source>.heartbeats` should not wait a whole refresh interval to appear.
@@ -49,11 +47,14 @@ pub struct TopicSync {
     refreshing: bool,
     /// When topic configs were last brought in line (None: not yet).
     configs_synced: Option<Instant>,
+    /// The supervisor was told how this actor ended (or asked for the stop). If the actor is dropped
+    /// without that, a panic killed it: the drop guard reports it.
+    exit_reported: bool,
 }
 
 impl TopicSync {
     pub fn new(plan: Arc<FlowPlan>, supervisor: Addr<FlowSupervisor>) -> Self {
-        Self { plan, supervisor, clients: None, refreshing: false, configs_synced: None }
+        Self { plan, supervisor, clients: None, refreshing: false, configs_synced: None, exit_reported: false }
     }
 
     fn clients(&mut self) -> Result<Arc<Clients>, KafkaOpError> {
@@ -72,6 +73,12 @@ impl TopicSync {
         Ok(c)
     }
 
+    fn exit(&mut self, result: Result<(), String>, ctx: &mut Context<Self>) {
+        self.exit_reported = true;
+        self.supervisor.do_send(ChildExited { kind: ActorKind::Topics, result });
+        ctx.stop();
+    }
+
     fn schedule(&mut self, ctx: &mut Context<Self>, after: Duration) {
         ctx.run_later(after, |me, ctx| me.refresh(ctx));
     }
@@ -84,8 +91,7 @@ impl TopicSync {
             Ok(c) => c,
             Err(e) => {
                 // Building clients fails only on bad client properties: an error for the supervisor.
-                self.supervisor.do_send(ChildExited { kind: ActorKind::Topics, result: Err(e.to_string()) });
-                ctx.stop();
+                self.exit(Err(e.to_string()), ctx);
                 return;
             }
         };
@@ -113,13 +119,9 @@ impl TopicSync {
                     me.schedule(ctx, next);
                 }
                 Err(e) => {
-                    tracing::warn!(flow = %me.plan.id, error = %e, "topic refresh failed; retrying");
-                    me.supervisor.do_send(super::supervisor::ActorStatusChanged {
-                        kind: ActorKind::Topics,
-                        state: ActorState::Degraded,
-                        error: Some(e.to_string()),
-                    });
-                    me.schedule(ctx, interval.min(RETRY_AFTER_ERROR));
+                    // Like every actor: an error ends it and the supervisor restarts it with backoff
+                    // (reporting the flow degraded meanwhile).
+                    me.exit(Err(e.to_string()), ctx);
                 }
             }
         }));
@@ -163,6 +165,11 @@ struct Refreshed {
 /// One pass: select source topics, create or grow remote topics (and, when `sync_configs`, bring their
 /// configs in line), return the partitions ready to copy.
 async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>, sync_configs: bool) -> Result<Refreshed, KafkaOpError> {
+    failpoints::check(failpoints::TOPICS_REFRESH).map_err(|reason| KafkaOpError::Other {
+        cluster: plan.source.alias.clone(),
+        op: "refresh topics".into(),
+        reason,
+    })?;
     let (source_topics, mut target_topics) = metadata(clients, plan).await?;
     let source_has_heartbeats = source_topics.contains_key(plan.policy.heartbeats_topic());
     let selected: Vec<(&String, i32)> = source_topics
@@ -234,7 +241,17 @@ pub struct StopTopics;
 impl Handler<StopTopics> for TopicSync {
     type Result = ();
     fn handle(&mut self, _: StopTopics, ctx: &mut Context<Self>) {
+        self.exit_reported = true;
         ctx.stop();
+    }
+}
+
+impl Drop for TopicSync {
+    fn drop(&mut self) {
+        if !self.exit_reported {
+            self.supervisor
+                .do_send(ChildExited { kind: ActorKind::Topics, result: Err("topic synchroniser panicked".into()) });
+        }
     }
 }
 

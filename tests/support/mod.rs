@@ -8,6 +8,7 @@
 //! - [`client`]: blocking topic admin, produce, consume-everything and group-offset helpers on
 //!   rdkafka, usable from sync and async tests alike (no runtime of their own).
 //! - [`ferry`]: [`Ferry`] runs the `ferry` binary with its output in a log file.
+//! - [`mm2`]: [`Mm2`] runs a real Java MirrorMaker 2 in dedicated mode from the fetched jars.
 //! - [`tools`]: Kafka's own command-line tools (e.g. the console consumer with MM2's formatters)
 //!   run from the fetched jars, with a deadline.
 //! - [`process`]: the watchdog that kills a child (JVM or ferry) when the test process dies, even
@@ -21,6 +22,7 @@ pub mod client;
 pub mod cluster;
 pub mod ferry;
 pub mod group;
+pub mod mm2;
 pub mod mm2_client;
 pub mod process;
 pub mod tools;
@@ -37,6 +39,7 @@ pub use client::{
 pub use cluster::{Cluster, kafka_java, kafka_libdir, shared_pair};
 pub use ferry::{Ferry, ferry_bin};
 pub use group::{ActiveMember, http_get};
+pub use mm2::{Mm2, dedicated_properties};
 pub use mm2_client::remote_cluster_utils_translate;
 pub use tools::{ToolOutput, console_consume, run_tool};
 

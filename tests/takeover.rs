@@ -1,0 +1,391 @@
+//! Takeover from a real MM2: a Java MirrorMaker 2 in dedicated mode (from the jars the harness fetched)
+//! mirrors a topic and checkpoints a group for a while and is stopped; ferry then runs the same flow. It must
+//! resume copying from the positions MM2 stored in `mm2-offsets.east.internal` on west (copying nothing
+//! twice) and continue MM2's checkpoints without moving any partition backwards.
+//!
+//! Runs on its own east/west pair: MM2 creates and uses many internal topics (Connect's offsets, configs
+//! and status topics, checkpoints, offset syncs, heartbeats) that would disturb the shared pair's tests.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use ferry::mm2::connect_offsets::{
+    SOURCE_CONNECTOR, decode_source_key, decode_source_value, encode_source_key, encode_source_value, partition_for_key,
+};
+use ferry::mm2::records::Checkpoint;
+use support::{
+    Cluster, Ferry, Mm2, Rec, commit_group_offsets, consume_all, create_topic, dedicated_properties, list_topics,
+    produce, topic_partitions, wait_for,
+};
+
+const TOPIC: &str = "orders";
+const REMOTE: &str = "east.orders";
+const GROUP: &str = "takeover-g";
+/// A second group that commits once, before MM2 starts, and never again: ferry checkpoints the very
+/// position MM2 already checkpointed, and must not publish a smaller downstream offset for it.
+const IDLE_GROUP: &str = "takeover-idle";
+const IDLE_COMMIT: [i64; 3] = [450, 820, 999];
+/// Both groups, as a Java regex for MM2 and a Rust regex for ferry.
+const GROUPS: &str = "takeover-.*";
+const PARTITIONS: i32 = 3;
+const OFFSETS_TOPIC: &str = "mm2-offsets.east.internal";
+const CHECKPOINTS_TOPIC: &str = "east.checkpoints.internal";
+/// Records copied by MM2, then by ferry.
+const N1: usize = 3_000;
+const N2: usize = 1_500;
+/// G's commits on east before MM2 starts and before ferry starts, per partition (1 000 then 1 500 records
+/// per partition): mid-log positions and one at the log end.
+const COMMIT_1: [i64; 3] = [600, 750, 1_000];
+const COMMIT_2: [i64; 3] = [1_300, 1_100, 1_500];
+
+const READ: Duration = Duration::from_secs(30);
+
+/// Record `i`: partition `i % 3`, a value unique in the test, so that a copy shows up as a duplicate value.
+fn records(range: std::ops::Range<usize>) -> Vec<Rec> {
+    range
+        .map(|i| {
+            Rec::new((i % PARTITIONS as usize) as i32, format!("order-{i:06}").as_bytes(), 1_700_000_000_000 + i as i64)
+                .key(format!("k{}", i % 97).as_bytes())
+        })
+        .collect()
+}
+
+fn start_pair() -> (Cluster, Cluster) {
+    std::thread::scope(|s| {
+        let east = s.spawn(|| Cluster::start("east"));
+        let west = s.spawn(|| Cluster::start("west"));
+        (east.join().expect("start east"), west.join().expect("start west"))
+    })
+}
+
+fn flows_dir(east: &Cluster, west: &Cluster) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("flows dir");
+    let flows = format!(
+        "[clusters.east]\nbootstrap_servers = \"{}\"\n[clusters.west]\nbootstrap_servers = \"{}\"\n\n\
+         [[flows]]\nsource = \"east\"\ntarget = \"west\"\ntopics = [\"{TOPIC}\"]\ngroups = [\"{GROUPS}\"]\n\
+         emit_checkpoints_interval_seconds = 0.5\nrefresh_groups_interval_seconds = 0.5\n\
+         refresh_topics_interval_seconds = 1\n",
+        east.bootstrap, west.bootstrap
+    );
+    std::fs::write(dir.path().join("flows.toml"), flows).expect("write flows");
+    dir
+}
+
+/// Every record of `topic` (empty if it does not exist yet).
+fn read_all(bootstrap: &str, topic: &str) -> Vec<Rec> {
+    if topic_partitions(bootstrap, topic).is_none() {
+        return Vec::new();
+    }
+    consume_all(bootstrap, topic, READ)
+}
+
+/// One record of the Connect offsets topic that stores a copy position of the test topic.
+#[derive(Clone, Debug)]
+struct Stored {
+    /// Partition and offset in the offsets topic.
+    at: (i32, i64),
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+    /// Source partition of the test topic.
+    source_partition: i32,
+    /// The decoded value: offset of the last replicated record.
+    last: Option<i64>,
+}
+
+/// Source-connector records for the test topic in `mm2-offsets.east.internal` on west, in (partition,
+/// offset) order of the offsets topic; the second value lists every distinct key of other shapes (the
+/// checkpoint and heartbeat connectors' meaningless offsets).
+fn stored_progress(west: &Cluster) -> (Vec<Stored>, BTreeSet<String>) {
+    let mut ours = Vec::new();
+    let mut others = BTreeSet::new();
+    for r in read_all(&west.bootstrap, OFFSETS_TOPIC) {
+        let key = r.key.clone().unwrap_or_default();
+        match decode_source_key(&key) {
+            Some(k) if k.connector == SOURCE_CONNECTOR && k.cluster == "east" && k.topic == TOPIC => {
+                let last = decode_source_value(r.value.as_deref())
+                    .unwrap_or_else(|e| panic!("undecodable value at {}-{}: {e}", r.partition, r.offset));
+                ours.push(Stored {
+                    at: (r.partition, r.offset),
+                    key,
+                    value: r.value,
+                    source_partition: k.partition,
+                    last,
+                });
+            }
+            _ => {
+                others.insert(String::from_utf8_lossy(&key).into_owned());
+            }
+        }
+    }
+    (ours, others)
+}
+
+/// Source partition → last replicated offset, from the newest record of each key. Each key must live in
+/// exactly one partition of the offsets topic, otherwise "newest" would be undefined (and Connect, which
+/// reads partitions in no particular order, could resume from either).
+fn last_positions(stored: &[Stored]) -> BTreeMap<i32, Option<i64>> {
+    let mut partition_of: HashMap<i32, i32> = HashMap::new();
+    let mut last = BTreeMap::new();
+    for s in stored {
+        let home = *partition_of.entry(s.source_partition).or_insert(s.at.0);
+        assert_eq!(
+            home, s.at.0,
+            "positions of {TOPIC}-{} are spread over partitions {home} and {} of {OFFSETS_TOPIC}",
+            s.source_partition, s.at.0
+        );
+        last.insert(s.source_partition, s.last);
+    }
+    last
+}
+
+/// Every checkpoint of `group` on west with its offset in the checkpoints topic, oldest first.
+fn checkpoints(west: &Cluster, group: &str) -> Vec<(i64, Checkpoint)> {
+    read_all(&west.bootstrap, CHECKPOINTS_TOPIC)
+        .into_iter()
+        .filter(|r| r.partition == 0)
+        .filter_map(|r| {
+            Checkpoint::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref()).ok().map(|c| (r.offset, c))
+        })
+        .filter(|(_, c)| c.group == group)
+        .collect()
+}
+
+/// The newest checkpoint per partition of the remote topic.
+fn latest<'a>(cps: impl IntoIterator<Item = &'a (i64, Checkpoint)>) -> BTreeMap<i32, Checkpoint> {
+    cps.into_iter().filter(|(_, c)| c.topic == REMOTE).map(|(_, c)| (c.partition, c.clone())).collect()
+}
+
+fn show(cp: &Checkpoint) -> String {
+    format!("{}-{} upstream {} -> downstream {}", cp.topic, cp.partition, cp.upstream_offset, cp.downstream_offset)
+}
+
+fn values(recs: &[Rec], partition: i32) -> Vec<String> {
+    recs.iter()
+        .filter(|r| r.partition == partition)
+        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+        .collect()
+}
+
+/// `text` without ANSI escape sequences (ferry colours its text logs even into a file).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ parameters final-byte (0x40..=0x7e)
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if ('\u{40}'..='\u{7e}').contains(&c) {
+                        break;
+                    }
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn ferry_continues_a_stopped_mm2_without_recopying_or_regressing_checkpoints() {
+    let t0 = Instant::now();
+    let (east, west) = start_pair();
+    println!("clusters up after {:.1?}", t0.elapsed());
+    create_topic(&east.bootstrap, TOPIC, PARTITIONS, &[]);
+    produce(&east.bootstrap, TOPIC, &records(0..N1));
+    let commit = |group: &str, offsets: [i64; 3]| {
+        let offsets: Vec<(&str, i32, i64)> = (0..PARTITIONS).map(|p| (TOPIC, p, offsets[p as usize])).collect();
+        commit_group_offsets(&east.bootstrap, group, &offsets);
+    };
+    commit(GROUP, COMMIT_1);
+    commit(IDLE_GROUP, IDLE_COMMIT);
+    let per_partition_1 = N1 as i64 / i64::from(PARTITIONS);
+
+    // ---- MM2 mirrors and checkpoints.
+    let mut mm2 = Mm2::start(&dedicated_properties(&east, &west, TOPIC, GROUPS));
+    wait_for(Duration::from_secs(90), "MM2 to copy the first records", || {
+        mm2.assert_running();
+        read_all(&west.bootstrap, REMOTE).len() == N1
+    });
+    let copied_at = mm2.uptime();
+    wait_for(Duration::from_secs(60), "MM2's checkpoints of both groups for every partition", || {
+        mm2.assert_running();
+        [GROUP, IDLE_GROUP].iter().all(|g| latest(&checkpoints(&west, g)).len() == PARTITIONS as usize)
+    });
+    let checkpointed_at = mm2.uptime();
+    wait_for(Duration::from_secs(60), "MM2 to flush source offsets covering every copied record", || {
+        mm2.assert_running();
+        let last = last_positions(&stored_progress(&west).0);
+        (0..PARTITIONS).all(|p| last.get(&p) == Some(&Some(per_partition_1 - 1)))
+    });
+    let flushed_at = mm2.uptime();
+    let stop_start = Instant::now();
+    let (status, killed) = mm2.stop(Duration::from_secs(60));
+    let stop_took = stop_start.elapsed();
+    assert!(!killed, "MM2 ignored SIGTERM for 60 s; log tail:\n{}", support::tail(&mm2.log(), 60));
+    println!(
+        "MM2: all {N1} records on west {copied_at:.1?} after start, checkpoints for all partitions at \
+         {checkpointed_at:.1?}, offsets flushed by {flushed_at:.1?}; SIGTERM -> exit ({status}) in {stop_took:.1?}"
+    );
+    let log = mm2.log();
+    println!(
+        "MM2 log: {} lines, {} WARN, {} ERROR ({})",
+        log.lines().count(),
+        log.lines().filter(|l| l.contains("] WARN ")).count(),
+        log.lines().filter(|l| l.contains("] ERROR ")).count(),
+        mm2.log_path().display()
+    );
+    println!("topics on east: {:?}", list_topics(&east.bootstrap));
+    println!("topics on west: {:?}", list_topics(&west.bootstrap));
+
+    // What MM2 stored, byte for byte, against what ferry computes for the same position.
+    let offsets_partitions = topic_partitions(&west.bootstrap, OFFSETS_TOPIC).expect("MM2 created the offsets topic");
+    let (mm2_stored, other_keys) = stored_progress(&west);
+    println!("{OFFSETS_TOPIC}: {offsets_partitions} partitions; other connectors' keys: {other_keys:?}");
+    let mm2_positions = last_positions(&mm2_stored);
+    for s in &mm2_stored {
+        let ours = encode_source_key(SOURCE_CONNECTOR, "east", TOPIC, s.source_partition);
+        assert_eq!(
+            String::from_utf8_lossy(&s.key),
+            String::from_utf8_lossy(&ours),
+            "ferry's key for {TOPIC}-{} differs from MM2's",
+            s.source_partition
+        );
+        assert_eq!(
+            partition_for_key(&ours, offsets_partitions),
+            s.at.0,
+            "ferry would put the position of {TOPIC}-{} into another partition than MM2",
+            s.source_partition
+        );
+        let last = s.last.expect("MM2 stores a position");
+        assert_eq!(s.value.as_deref(), Some(&encode_source_value(last)[..]), "ferry encodes values like MM2");
+    }
+    println!("MM2 wrote {} position records; the newest per source partition, and ferry's:", mm2_stored.len());
+    for p in 0..PARTITIONS {
+        let s = mm2_stored.iter().rfind(|s| s.source_partition == p).expect("a position per partition");
+        let key = encode_source_key(SOURCE_CONNECTOR, "east", TOPIC, p);
+        println!(
+            "  MM2:   {OFFSETS_TOPIC}-{} @{}: key {} value {}\n  ferry: {OFFSETS_TOPIC}-{}:     key {} value {}",
+            s.at.0,
+            s.at.1,
+            String::from_utf8_lossy(&s.key),
+            String::from_utf8_lossy(s.value.as_deref().unwrap_or_default()),
+            partition_for_key(&key, offsets_partitions),
+            String::from_utf8_lossy(&key),
+            String::from_utf8_lossy(&encode_source_value(s.last.unwrap_or(-1))),
+        );
+    }
+    println!("MM2's stored positions (last replicated offset): {mm2_positions:?}");
+
+    // Everything from this offset on in the checkpoints topic is ferry's.
+    let mm2_end = read_all(&west.bootstrap, CHECKPOINTS_TOPIC).last().map_or(0, |r| r.offset + 1);
+    let mut mm2_last = BTreeMap::new();
+    for (group, commit) in [(GROUP, COMMIT_1), (IDLE_GROUP, IDLE_COMMIT)] {
+        let cps = checkpoints(&west, group);
+        let last = latest(&cps);
+        println!("MM2's {} checkpoints of {group}; the last ones:", cps.len());
+        for (p, cp) in &last {
+            println!("  {}", show(cp));
+            assert_eq!(cp.upstream_offset, commit[*p as usize], "MM2 checkpointed {group}'s commit");
+        }
+        mm2_last.insert(group, last);
+    }
+
+    // ---- More data and a further commit of G while nothing mirrors; then ferry takes over.
+    produce(&east.bootstrap, TOPIC, &records(N1..N1 + N2));
+    commit(GROUP, COMMIT_2);
+    let dir = flows_dir(&east, &west);
+    let ferry_start = Instant::now();
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    ferry.wait_log("recovered copy progress", Duration::from_secs(60));
+    wait_for(Duration::from_secs(60), "ferry to copy the new records", || {
+        assert!(ferry.try_status().is_none(), "ferry exited");
+        read_all(&west.bootstrap, REMOTE).len() >= N1 + N2
+    });
+    let ferry_copied_at = ferry_start.elapsed();
+    wait_for(Duration::from_secs(60), "ferry's checkpoints of G's new commit", || {
+        assert!(ferry.try_status().is_none(), "ferry exited");
+        let cps = checkpoints(&west, GROUP);
+        let newest = latest(cps.iter().filter(|(offset, _)| *offset >= mm2_end));
+        (0..PARTITIONS).all(|p| newest.get(&p).is_some_and(|c| c.upstream_offset == COMMIT_2[p as usize]))
+    });
+    let ferry_checkpointed_at = ferry_start.elapsed();
+    // The emission that published G's new commit considered the idle group too (every selected group is
+    // translated in each round), and ferry emits once more when it stops.
+    ferry.terminate(Duration::from_secs(30));
+    println!(
+        "ferry: all {} records on west {ferry_copied_at:.1?} after start, checkpoints of G's new commit at \
+         {ferry_checkpointed_at:.1?}",
+        N1 + N2
+    );
+
+    // ---- Copying resumed exactly where MM2 stopped.
+    let log = strip_ansi(&ferry.log());
+    let recovered = log.lines().find(|l| l.contains("recovered copy progress")).expect("recovery line");
+    println!("ferry log: {recovered}");
+    assert!(recovered.contains(&format!("partitions={PARTITIONS}")), "ferry recovered every partition: {recovered}");
+    let source = read_all(&east.bootstrap, TOPIC);
+    let target = read_all(&west.bootstrap, REMOTE);
+    let distinct: BTreeSet<&[u8]> = target.iter().map(|r| r.value.as_deref().unwrap_or_default()).collect();
+    let recopied = target.len() - distinct.len();
+    println!("west has {} records, {} distinct: ferry re-copied {recopied}", target.len(), distinct.len());
+    assert_eq!(recopied, 0, "ferry copied records MM2 had already copied");
+    assert_eq!(target.len(), N1 + N2, "every record exactly once");
+    for p in 0..PARTITIONS {
+        assert_eq!(values(&target, p), values(&source, p), "partition {p}: same records in the same order");
+    }
+    // Hence offset k of a partition holds the same record on both clusters: the exact translation is the
+    // identity, which bounds every checkpoint below.
+    assert!(target.iter().zip(&source).all(|(t, s)| t.offset == s.offset), "offsets line up");
+
+    // ---- Checkpoints continue from MM2's: per partition, never below MM2's last downstream offset (no
+    // group went back upstream here), never past the group's position, and G's newest is its new commit.
+    for (group, commit) in [(GROUP, COMMIT_2), (IDLE_GROUP, IDLE_COMMIT)] {
+        let all = checkpoints(&west, group);
+        let ferry_cps: Vec<&(i64, Checkpoint)> = all.iter().filter(|(offset, _)| *offset >= mm2_end).collect();
+        let mut previous = mm2_last[group].clone();
+        for (offset, cp) in &ferry_cps {
+            assert_eq!(cp.topic, REMOTE, "checkpoint at {offset}: {}", show(cp));
+            let prev = &previous[&cp.partition];
+            assert!(cp.upstream_offset >= prev.upstream_offset, "{group} never went back upstream: {}", show(cp));
+            assert!(
+                cp.downstream_offset >= prev.downstream_offset,
+                "{group}: checkpoint at {offset} regresses: {} after {}",
+                show(cp),
+                show(prev)
+            );
+            assert!(cp.downstream_offset <= cp.upstream_offset, "{group}: checkpoint at {offset} skips: {}", show(cp));
+            previous.insert(cp.partition, cp.clone());
+        }
+        println!(
+            "{group}: ferry published {} checkpoints; the newest of all (a consumer there re-reads):",
+            ferry_cps.len()
+        );
+        for (p, cp) in &latest(&all) {
+            let by = if ferry_cps.iter().any(|(_, c)| c == cp) { "ferry" } else { "MM2" };
+            println!(
+                "  {} by {by} (MM2's last: {}), re-reads {}",
+                show(cp),
+                show(&mm2_last[group][p]),
+                cp.upstream_offset - cp.downstream_offset
+            );
+            assert_eq!(cp.upstream_offset, commit[*p as usize], "{group}: the newest checkpoint is its commit");
+        }
+    }
+    assert!(
+        checkpoints(&west, GROUP).iter().any(|(offset, _)| *offset >= mm2_end),
+        "ferry checkpointed G after the takeover"
+    );
+
+    // ---- And ferry's own positions sit where MM2 (or a restarted MM2) looks for them.
+    let (stored, _) = stored_progress(&west);
+    let positions = last_positions(&stored);
+    let per_partition = (N1 + N2) as i64 / i64::from(PARTITIONS);
+    println!("stored positions after ferry's graceful stop: {positions:?} ({} records)", stored.len());
+    for p in 0..PARTITIONS {
+        assert_eq!(positions.get(&p), Some(&Some(per_partition - 1)), "partition {p}: last copied offset");
+    }
+}
