@@ -254,3 +254,43 @@ pub async fn describe_topic_configs(
         None => Ok(Vec::new()),
     }
 }
+
+/// Remembers when librdkafka last reported a cluster-level connection problem (all brokers down, a
+/// transport failure, a name that does not resolve), so that a worker blocked on an absent cluster can
+/// report itself degraded instead of looking healthy while it waits.
+#[derive(Default)]
+pub struct ClusterWatch {
+    last: Mutex<Option<(std::time::Instant, String)>>,
+}
+
+impl ClusterWatch {
+    pub fn record(&self, error: &KafkaError, reason: &str) {
+        use RDKafkaErrorCode as C;
+        let code = match error {
+            KafkaError::Global(code) => Some(*code),
+            other => other.rdkafka_error_code(),
+        };
+        if matches!(code, Some(C::AllBrokersDown | C::BrokerTransportFailure | C::Resolve | C::Authentication)) {
+            *self.last.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some((std::time::Instant::now(), reason.to_string()));
+        }
+    }
+
+    /// The last problem, if it was reported within `window`.
+    pub fn recent(&self, window: Duration) -> Option<String> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.as_ref().filter(|(at, _)| at.elapsed() <= window).map(|(_, r)| r.clone())
+    }
+}
+
+/// A consumer context that feeds a [`ClusterWatch`].
+pub struct WatchedConsumer(pub std::sync::Arc<ClusterWatch>);
+
+impl ClientContext for WatchedConsumer {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.0.record(&error, reason);
+        tracing::warn!(error = %error, reason, "source client error");
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for WatchedConsumer {}

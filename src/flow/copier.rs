@@ -23,12 +23,13 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::acks::{AckTable, SourcePartition};
 use super::offset_syncs::SyncQueue;
 use super::progress::{self, ProgressWriter};
-use super::supervisor::{ActorKind, FlowSupervisor};
+use super::supervisor::{ActorKind, ActorStatusChanged, FlowSupervisor};
 use super::worker::{Control, Signal, Worker};
-use crate::config::FlowPlan;
+use crate::config::{FlowPlan, SourceGapPolicy};
 use crate::failpoints;
-use crate::kafka::{self, KafkaOpError};
+use crate::kafka::{self, ClusterWatch, KafkaOpError, WatchedConsumer};
 use crate::metrics::METRICS;
+use crate::status::ActorState;
 use crate::sync_rule::SyncRule;
 
 /// Persist acknowledged positions this often: bounds what a `kill -9` copies twice to about a quarter
@@ -51,8 +52,9 @@ pub fn worker(
 ) -> Worker<Assignment> {
     let name = format!("copier {}", plan.id);
     let initial = if initial.is_empty() { Vec::new() } else { vec![initial] };
+    let sup = supervisor.clone();
     Worker::new(ActorKind::Copier, name, supervisor, initial, move |control| {
-        CopyLoop { plan, acks, syncs, control }.run()
+        CopyLoop { plan, acks, syncs, control, supervisor: sup }.run()
     })
 }
 
@@ -69,11 +71,18 @@ struct DeliveryContext {
     /// Offset-sync rule of this copier lifetime; also ticked by the loop for quiet partitions.
     rule: Arc<Mutex<SyncRule>>,
     syncs: Arc<SyncQueue>,
+    /// Connection problems with the target, for degraded reporting.
+    watch: Arc<ClusterWatch>,
     /// Remote topic → its source topic; read per report, written when topics are assigned.
     remotes: RwLock<HashMap<String, RemoteTopic>>,
 }
 
-impl ClientContext for DeliveryContext {}
+impl ClientContext for DeliveryContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.watch.record(&error, reason);
+        tracing::warn!(error = %error, reason, "target client error");
+    }
+}
 
 impl ProducerContext for DeliveryContext {
     /// The upstream offset of the record.
@@ -111,6 +120,40 @@ struct CopyLoop {
     acks: Arc<AckTable>,
     syncs: Arc<SyncQueue>,
     control: Control<Assignment>,
+    supervisor: Addr<FlowSupervisor>,
+}
+
+/// How long after librdkafka's last connection error a cluster still counts as away.
+const DEGRADED_WINDOW: Duration = Duration::from_secs(15);
+
+/// Where each assigned source partition should continue: the offset after the last record seen, or
+/// the position it was assigned at. A record beyond it means records vanished (see [`CopyLoop::gap`]).
+#[derive(Default)]
+struct Expected(HashMap<String, HashMap<i32, i64>>);
+
+/// A compacted topic has gaps everywhere; checking the log start for each would cost a broker round
+/// trip per gap. One check per partition per this interval bounds that (a retention loss inside the
+/// same interval on a compact+delete topic can then go unreported).
+const GAP_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+impl Expected {
+    fn set(&mut self, topic: &str, partition: i32, next: i64) {
+        match self.0.get_mut(topic) {
+            Some(parts) => {
+                parts.insert(partition, next);
+            }
+            None => {
+                self.0.entry(topic.to_string()).or_default().insert(partition, next);
+            }
+        }
+    }
+
+    /// Record that `offset` arrived; returns the offset that was expected instead, if different.
+    fn arrived(&mut self, topic: &str, partition: i32, offset: i64) -> Option<i64> {
+        let parts = self.0.get_mut(topic)?;
+        let previous = parts.insert(partition, offset + 1);
+        previous.filter(|e| *e != offset)
+    }
 }
 
 impl CopyLoop {
@@ -136,27 +179,37 @@ impl CopyLoop {
         self.acks.clear_failures();
         let mut writer = ProgressWriter::new(plan, offsets_partitions, persisted).map_err(err)?;
 
-        let consumer = source_consumer(plan).map_err(err)?;
+        let source_watch = Arc::new(ClusterWatch::default());
+        let target_watch = Arc::new(ClusterWatch::default());
+        let consumer = source_consumer(plan, source_watch.clone()).map_err(err)?;
         let rule = Arc::new(Mutex::new(SyncRule::new(lifetime_id(), plan.settings.offset_lag_max)));
         let context = DeliveryContext {
             acks: self.acks.clone(),
             rule: rule.clone(),
             syncs: self.syncs.clone(),
+            watch: target_watch.clone(),
             remotes: RwLock::new(HashMap::new()),
         };
         let producer = target_producer(plan, context).map_err(err)?;
         let mut assigned: BTreeSet<SourcePartition> = BTreeSet::new();
         let mut renames: HashMap<String, String> = HashMap::new();
+        let mut expected = Expected::default();
+        let mut gap_checks: HashMap<(String, i32), Instant> = HashMap::new();
         let mut last_persist = Instant::now();
+        let mut degraded: Option<String> = None;
         let gauge = METRICS.partitions_assigned.with_label_values(&[&flow]);
 
-        let outcome = loop {
+        let outcome: Result<Instant, String> = 'copy: loop {
             // With nothing assigned, wait for an assignment instead of spinning on poll.
             let signal =
                 if assigned.is_empty() { self.control.next_within(POLL_WAIT) } else { self.control.try_next() };
             match signal {
                 Some(Signal::Msg(wanted)) => {
-                    self.reassign(&consumer, &producer, &mut assigned, &mut renames, wanted)?;
+                    if let Err(e) =
+                        self.reassign(&consumer, &producer, &mut assigned, &mut renames, &mut expected, wanted)
+                    {
+                        break Err(e);
+                    }
                     gauge.set(assigned.len() as i64);
                 }
                 Some(Signal::Stop { deadline }) => break Ok(deadline),
@@ -181,7 +234,15 @@ impl CopyLoop {
                         None => break,
                         Some(Ok(msg)) => {
                             let Some(remote) = renames.get(msg.topic()) else { continue };
-                            self.send(&producer, remote, &msg)?;
+                            if let Some(want) = expected.arrived(msg.topic(), msg.partition(), msg.offset()) {
+                                let (t, p, o) = (msg.topic(), msg.partition(), msg.offset());
+                                if let Err(e) = self.gap(&consumer, &mut gap_checks, t, p, want, o) {
+                                    break 'copy Err(e);
+                                }
+                            }
+                            if let Err(e) = self.send(&producer, remote, &msg) {
+                                break 'copy Err(e);
+                            }
                         }
                         Some(Err(e)) => {
                             tracing::warn!(flow = %flow, error = %e, "source consumer error");
@@ -195,8 +256,11 @@ impl CopyLoop {
             let quiet = rule.lock().unwrap_or_else(|p| p.into_inner()).quiet_syncs(Instant::now(), false);
             self.syncs.push_quiet(quiet);
             if last_persist.elapsed() >= PERSIST_INTERVAL {
-                self.persist(&mut writer)?;
+                if let Err(e) = self.persist(&mut writer) {
+                    break Err(e);
+                }
                 last_persist = Instant::now();
+                self.report_health(&mut degraded, &source_watch, &target_watch);
             }
         };
 
@@ -223,17 +287,21 @@ impl CopyLoop {
     /// offset when none is known, like MM2), unassign those that went away.
     fn reassign(
         &self,
-        consumer: &BaseConsumer,
+        consumer: &BaseConsumer<WatchedConsumer>,
         producer: &ThreadedProducer<DeliveryContext>,
         assigned: &mut BTreeSet<SourcePartition>,
         renames: &mut HashMap<String, String>,
+        expected: &mut Expected,
         wanted: BTreeSet<SourcePartition>,
     ) -> Result<(), String> {
         let flow = &self.plan.id;
         let mut add = TopicPartitionList::new();
         for (topic, partition) in wanted.difference(assigned) {
             let offset = match self.acks.next(topic, *partition) {
-                Some(next) => Offset::Offset(next),
+                Some(next) => {
+                    expected.set(topic, *partition, next);
+                    Offset::Offset(next)
+                }
                 None => Offset::Beginning,
             };
             add.add_partition_offset(topic, *partition, offset)
@@ -310,6 +378,73 @@ impl CopyLoop {
         }
     }
 
+    /// A record arrived at `got` where `want` was expected. Compaction leaves gaps that are fine; records
+    /// below the partition's log start were deleted before they were copied (retention, delete-records),
+    /// and an offset that went back means the partition was re-created or truncated. Both are data loss:
+    /// logged with the range, counted, and with `on_source_gap = "fail"` they stop the copier.
+    fn gap(
+        &self,
+        consumer: &BaseConsumer<WatchedConsumer>,
+        checked: &mut HashMap<(String, i32), Instant>,
+        topic: &str,
+        partition: i32,
+        want: i64,
+        got: i64,
+    ) -> Result<(), String> {
+        let flow = &self.plan.id;
+        if got > want {
+            let key = (topic.to_string(), partition);
+            if checked.get(&key).is_some_and(|t| t.elapsed() < GAP_CHECK_INTERVAL) {
+                return Ok(());
+            }
+            checked.insert(key, Instant::now());
+        }
+        let lost = if got < want {
+            Some(format!(
+                "the partition restarted at offset {got} below the expected {want} (re-created or truncated); records after {want} in the old log were not copied"
+            ))
+        } else {
+            let (low, _) = consumer
+                .fetch_watermarks(topic, partition, kafka::ADMIN_TIMEOUT)
+                .map_err(|e| format!("cluster `{}`: watermarks of {topic}-{partition}: {e}", self.plan.source.alias))?;
+            (low > want).then(|| {
+                let end = low.min(got);
+                METRICS.source_gap_records.with_label_values(&[&flow.to_string(), topic]).inc_by((end - want) as u64);
+                format!("offsets {want}..{end} ({} records) were deleted before they were copied", end - want)
+            })
+        };
+        let Some(what) = lost else { return Ok(()) };
+        if got < want {
+            METRICS.source_gap_records.with_label_values(&[&flow.to_string(), topic]).inc();
+        }
+        match self.plan.settings.on_source_gap {
+            SourceGapPolicy::Skip => {
+                tracing::error!(flow = %flow, topic, partition, "records lost on the source: {what}; skipping (on_source_gap = \"skip\")");
+                Ok(())
+            }
+            SourceGapPolicy::Fail => {
+                Err(format!("records lost on the source {topic}-{partition}: {what} (on_source_gap = \"fail\")"))
+            }
+        }
+    }
+
+    /// Report the copier degraded while librdkafka says a cluster is away, and running again after.
+    fn report_health(&self, degraded: &mut Option<String>, source: &ClusterWatch, target: &ClusterWatch) {
+        let problem = source
+            .recent(DEGRADED_WINDOW)
+            .map(|r| format!("source `{}` unreachable: {r}", self.plan.source.alias))
+            .or_else(|| {
+                target.recent(DEGRADED_WINDOW).map(|r| format!("target `{}` unreachable: {r}", self.plan.target.alias))
+            });
+        if problem.is_some() == degraded.is_some() {
+            return;
+        }
+        let state = if problem.is_some() { ActorState::Degraded } else { ActorState::Running };
+        tracing::info!(flow = %self.plan.id, actor = "copier", ?state, reason = problem.as_deref().unwrap_or("clusters reachable"), "copier health changed");
+        self.supervisor.do_send(ActorStatusChanged { kind: ActorKind::Copier, state, error: problem.clone() });
+        *degraded = problem;
+    }
+
     fn persist(&self, writer: &mut ProgressWriter) -> Result<(), String> {
         let written = writer.persist(&self.acks.snapshot())?;
         if written > 0 {
@@ -328,7 +463,7 @@ fn lifetime_id() -> u64 {
     h.finish()
 }
 
-fn source_consumer(plan: &FlowPlan) -> Result<BaseConsumer, KafkaOpError> {
+fn source_consumer(plan: &FlowPlan, watch: Arc<ClusterWatch>) -> Result<BaseConsumer<WatchedConsumer>, KafkaOpError> {
     let mut cfg = kafka::client_config(&plan.source, &plan.id, "replication-consumer");
     cfg.set("group.id", format!("ferry-{}-copier-unused", plan.id))
         .set("enable.auto.commit", "false")
@@ -337,7 +472,8 @@ fn source_consumer(plan: &FlowPlan) -> Result<BaseConsumer, KafkaOpError> {
         .set("auto.offset.reset", "earliest")
         .set("fetch.wait.max.ms", "100")
         .set("queued.max.messages.kbytes", "65536");
-    cfg.create().map_err(|e| KafkaOpError::kafka(&plan.source.alias, "create replication consumer", e))
+    cfg.create_with_context(WatchedConsumer(watch))
+        .map_err(|e| KafkaOpError::kafka(&plan.source.alias, "create replication consumer", e))
 }
 
 fn target_producer(
