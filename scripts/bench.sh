@@ -20,9 +20,11 @@ trap 'kill -TERM "$(cat "$WORK/pid" 2>/dev/null)" 2>/dev/null || true' EXIT
 LIB=$(scripts/kafka.sh libdir)
 scripts/kafka.sh up east west >/dev/null
 tool() { java -cp "$LIB/*" -Dlog4j2.configurationFile="$ROOT/scripts/kafka/log4j2.yaml" "$@"; }
+PORT=${FERRY_BENCH_PORT:-19464}
+# Acknowledged copies as ferry counts them (a JVM tool per poll would cost seconds of CPU each time).
 count() {
-  tool org.apache.kafka.tools.GetOffsetShell --bootstrap-server 127.0.0.1:29092 --topic "east.$TOPIC" 2>/dev/null \
-    | awk -F: '{s+=$3} END {print s+0}'
+  curl -s "http://127.0.0.1:$PORT/metrics" | awk -v t="topic=\"$TOPIC\"" \
+    '/^ferry_records_copied_total/ && index($0, t) {s+=$2} END {print s+0}'
 }
 
 cargo build --release --quiet
@@ -38,7 +40,7 @@ cp flows/clusters.toml "$WORK/flows/"
 printf '[[flows]]\nsource = "east"\ntarget = "west"\ntopics = ["%s"]\n' "$TOPIC" >"$WORK/flows/flow.toml"
 
 start=$(date +%s.%N)
-target/release/ferry run --flows "$WORK/flows" --listen 127.0.0.1:0 >"$WORK/ferry.log" 2>&1 &
+target/release/ferry run --flows "$WORK/flows" --listen "127.0.0.1:$PORT" >"$WORK/ferry.log" 2>&1 &
 echo $! >"$WORK/pid"
 pid=$(cat "$WORK/pid")
 peak=0
@@ -48,13 +50,17 @@ while :; do
   c=$(count)
   ((c >= N)) && break
   kill -0 "$pid" 2>/dev/null || { cat "$WORK/ferry.log"; exit 1; }
-  sleep 0.5
+  sleep 0.2
 done
 end=$(date +%s.%N)
 cpu=$(awk '{print ($14+$15)/100}' "/proc/$pid/stat")
 secs=$(awk -v a="$start" -v b="$end" 'BEGIN {print b - a}')
 rate=$(awk -v n="$N" -v s="$secs" 'BEGIN {print n / s}')
 mb=$(awk -v n="$N" -v z="$SIZE" -v s="$secs" 'BEGIN {print n * z / s / 1048576}')
+# Cross-check on the target itself once: every record is there.
+on_target=$(tool org.apache.kafka.tools.GetOffsetShell --bootstrap-server 127.0.0.1:29092 --topic "east.$TOPIC" \
+  2>/dev/null | awk -F: '{s+=$3} END {print s+0}')
+((on_target >= N)) || { echo "target holds $on_target of $N records" >&2; exit 1; }
 line=$(printf '| %s | %s | %d | %d | %.1f s | %.0f rec/s | %.1f MiB/s | %.0f MiB | %.1f s |' \
   "$(date -u +%F)" "$(nproc) cores" "$N" "$SIZE" "$secs" "$rate" "$mb" "$((peak / 1024))" "$cpu")
 echo "records | size | wall (incl. startup) | records/s | payload MiB/s | peak RSS | ferry CPU"
