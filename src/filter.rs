@@ -14,6 +14,8 @@
 //!
 //! Splitting a comma-separated config value into patterns is the caller's job.
 
+use std::marker::PhantomData;
+
 use regex::Regex;
 
 use crate::policy::{ReplicationPolicy, is_cycle};
@@ -107,21 +109,52 @@ fn builtin(patterns: &[&str]) -> PatternList {
     }
 }
 
-/// `DefaultTopicFilter`: `topics` / `topics.exclude`. Excludes win over includes.
+/// An include list and an exclude list, as MM2's `DefaultTopicFilter` (`topics` / `topics.exclude`) and
+/// `DefaultGroupFilter` (`groups` / `groups.exclude`) use them: a name is admitted when it matches an
+/// include pattern and no exclude pattern. `K` only selects the defaults and the method names.
 #[derive(Clone, Debug)]
-pub struct TopicFilter {
+pub struct NameFilter<K> {
     pub include: PatternList,
     pub exclude: PatternList,
+    kind: PhantomData<K>,
 }
 
-impl TopicFilter {
-    /// A filter from compiled `topics` and `topics.exclude` lists.
+/// MM2's default lists of one kind of filter.
+pub trait FilterDefaults {
+    const INCLUDE: &'static [&'static str];
+    const EXCLUDE: &'static [&'static str];
+}
+
+/// Topics: everything except `.*[\-\.]internal`, `.*\.replica`, `__.*`.
+#[derive(Clone, Debug)]
+pub enum Topics {}
+/// Groups: every group except `console-consumer-.*`, `connect-.*`, `__.*`.
+#[derive(Clone, Debug)]
+pub enum Groups {}
+
+impl FilterDefaults for Topics {
+    const INCLUDE: &'static [&'static str] = DEFAULT_TOPICS;
+    const EXCLUDE: &'static [&'static str] = DEFAULT_TOPICS_EXCLUDE;
+}
+
+impl FilterDefaults for Groups {
+    const INCLUDE: &'static [&'static str] = DEFAULT_GROUPS;
+    const EXCLUDE: &'static [&'static str] = DEFAULT_GROUPS_EXCLUDE;
+}
+
+/// `DefaultTopicFilter`.
+pub type TopicFilter = NameFilter<Topics>;
+/// `DefaultGroupFilter`.
+pub type GroupFilter = NameFilter<Groups>;
+
+impl<K> NameFilter<K> {
+    /// A filter from compiled include and exclude lists.
     #[must_use]
     pub fn new(include: PatternList, exclude: PatternList) -> Self {
-        Self { include, exclude }
+        Self { include, exclude, kind: PhantomData }
     }
 
-    /// A filter from `topics` and `topics.exclude` pattern strings.
+    /// A filter from include and exclude pattern strings.
     ///
     /// # Errors
     ///
@@ -130,55 +163,31 @@ impl TopicFilter {
         Ok(Self::new(PatternList::new(include)?, PatternList::new(exclude)?))
     }
 
+    fn admits(&self, name: &str) -> bool {
+        self.include.is_match(name) && !self.exclude.is_match(name)
+    }
+}
+
+impl<K: FilterDefaults> Default for NameFilter<K> {
+    fn default() -> Self {
+        Self::new(builtin(K::INCLUDE), builtin(K::EXCLUDE))
+    }
+}
+
+impl TopicFilter {
     /// Whether the filter lists alone admit `topic` (no heartbeat, internal or cycle rules;
     /// see [`should_replicate_topic`]).
     #[must_use]
     pub fn should_replicate_topic(&self, topic: &str) -> bool {
-        self.include.is_match(topic) && !self.exclude.is_match(topic)
+        self.admits(topic)
     }
-}
-
-impl Default for TopicFilter {
-    /// MM2's defaults: everything except `.*[\-\.]internal`, `.*\.replica`, `__.*`.
-    fn default() -> Self {
-        Self { include: builtin(DEFAULT_TOPICS), exclude: builtin(DEFAULT_TOPICS_EXCLUDE) }
-    }
-}
-
-/// `DefaultGroupFilter`: `groups` / `groups.exclude`. Excludes win over includes.
-#[derive(Clone, Debug)]
-pub struct GroupFilter {
-    pub include: PatternList,
-    pub exclude: PatternList,
 }
 
 impl GroupFilter {
-    /// A filter from compiled `groups` and `groups.exclude` lists.
-    #[must_use]
-    pub fn new(include: PatternList, exclude: PatternList) -> Self {
-        Self { include, exclude }
-    }
-
-    /// A filter from `groups` and `groups.exclude` pattern strings.
-    ///
-    /// # Errors
-    ///
-    /// [`PatternError`] for the first pattern that does not compile.
-    pub fn from_patterns<S: AsRef<str>>(include: &[S], exclude: &[S]) -> Result<Self, PatternError> {
-        Ok(Self::new(PatternList::new(include)?, PatternList::new(exclude)?))
-    }
-
     /// Whether checkpoints should be emitted for consumer group `group`.
     #[must_use]
     pub fn should_replicate_group(&self, group: &str) -> bool {
-        self.include.is_match(group) && !self.exclude.is_match(group)
-    }
-}
-
-impl Default for GroupFilter {
-    /// MM2's defaults: every group except `console-consumer-.*`, `connect-.*`, `__.*`.
-    fn default() -> Self {
-        Self { include: builtin(DEFAULT_GROUPS), exclude: builtin(DEFAULT_GROUPS_EXCLUDE) }
+        self.admits(group)
     }
 }
 
