@@ -206,6 +206,10 @@ transaction.state.log.num.partitions=5
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# Tests write records with fixed, old timestamps (1970, 2023) and check that ferry keeps them; the
+# default 7-day time retention would delete them at the first retention check, 30 s after start.
+# Retention is off unless a test sets it on a topic (e.g. to make records vanish on purpose).
+log.retention.ms=-1
 # A broker killed with SIGKILL cannot re-register until its old session expires (the restarted
 # controller answers DUPLICATE_BROKER_REGISTRATION): 9 s by default, 3 s here.
 broker.heartbeat.interval.ms=500

@@ -1,7 +1,8 @@
 //! Takeover from a real MM2: a Java MirrorMaker 2 in dedicated mode (from the jars the harness fetched)
 //! mirrors a topic and checkpoints a group for a while and is stopped; ferry then runs the same flow. It must
 //! resume copying from the positions MM2 stored in `mm2-offsets.east.internal` on west (copying nothing
-//! twice) and continue MM2's checkpoints without moving any partition backwards.
+//! twice) and continue MM2's checkpoints without moving any partition backwards: neither for a group that
+//! committed further meanwhile (its newest checkpoint must be the new commit) nor for one that stayed put.
 //!
 //! Runs on its own east/west pair: MM2 creates and uses many internal topics (Connect's offsets, configs
 //! and status topics, checkpoints, offset syncs, heartbeats) that would disturb the shared pair's tests.
@@ -43,10 +44,14 @@ const COMMIT_2: [i64; 3] = [1_300, 1_100, 1_500];
 const READ: Duration = Duration::from_secs(30);
 
 /// Record `i`: partition `i % 3`, a value unique in the test, so that a copy shows up as a duplicate value.
+///
+/// Timestamped by the producer (now): records older than the default 7-day retention are deleted by the
+/// brokers' first retention check, 30 s after they start, even from the active segment, on east and on
+/// west (MM2 and ferry keep timestamps), which would make offsets vanish mid-test.
 fn records(range: std::ops::Range<usize>) -> Vec<Rec> {
     range
         .map(|i| {
-            Rec::new((i % PARTITIONS as usize) as i32, format!("order-{i:06}").as_bytes(), 1_700_000_000_000 + i as i64)
+            Rec::new((i % PARTITIONS as usize) as i32, format!("order-{i:06}").as_bytes(), -1)
                 .key(format!("k{}", i % 97).as_bytes())
         })
         .collect()
@@ -168,6 +173,27 @@ fn values(recs: &[Rec], partition: i32) -> Vec<String> {
         .collect()
 }
 
+/// Prints both brokers' logs (WARN and above) if the test panics, for diagnosis.
+struct BrokerLogsOnPanic<'a>(&'a Cluster, &'a Cluster);
+
+impl Drop for BrokerLogsOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for c in [self.0, self.1] {
+                let alive = c.pid().is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
+                eprintln!(
+                    "[{}] broker {} pid {:?} alive {alive}; log ({}):\n{}",
+                    c.name,
+                    c.bootstrap,
+                    c.pid(),
+                    c.log_path().display(),
+                    support::tail(&c.log(), 40)
+                );
+            }
+        }
+    }
+}
+
 /// `text` without ANSI escape sequences (ferry colours its text logs even into a file).
 fn strip_ansi(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -193,7 +219,8 @@ fn strip_ansi(text: &str) -> String {
 fn ferry_continues_a_stopped_mm2_without_recopying_or_regressing_checkpoints() {
     let t0 = Instant::now();
     let (east, west) = start_pair();
-    println!("clusters up after {:.1?}", t0.elapsed());
+    let _logs = BrokerLogsOnPanic(&east, &west);
+    println!("clusters up after {:.1?}: east {}, west {}", t0.elapsed(), east.bootstrap, west.bootstrap);
     create_topic(&east.bootstrap, TOPIC, PARTITIONS, &[]);
     produce(&east.bootstrap, TOPIC, &records(0..N1));
     let commit = |group: &str, offsets: [i64; 3]| {
@@ -327,8 +354,8 @@ fn ferry_continues_a_stopped_mm2_without_recopying_or_regressing_checkpoints() {
     let recovered = log.lines().find(|l| l.contains("recovered copy progress")).expect("recovery line");
     println!("ferry log: {recovered}");
     assert!(recovered.contains(&format!("partitions={PARTITIONS}")), "ferry recovered every partition: {recovered}");
-    let source = read_all(&east.bootstrap, TOPIC);
-    let target = read_all(&west.bootstrap, REMOTE);
+    let source = consume_all(&east.bootstrap, TOPIC, READ);
+    let target = consume_all(&west.bootstrap, REMOTE, READ);
     let distinct: BTreeSet<&[u8]> = target.iter().map(|r| r.value.as_deref().unwrap_or_default()).collect();
     let recopied = target.len() - distinct.len();
     println!("west has {} records, {} distinct: ferry re-copied {recopied}", target.len(), distinct.len());
