@@ -125,6 +125,7 @@ impl<'a> Computer<'a> {
         }
         let mut syncs = SyncReader::new(plan, &self.state)?;
         syncs.read_to_end(&self.state)?;
+        control.running();
 
         let s = &plan.settings;
         let gauge_groups = METRICS.checkpoint_groups.with_label_values(&[&plan.id.to_string()]);

@@ -8,7 +8,7 @@
 //! only after the target acknowledged the record.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, mpsc};
 use std::time::{Duration, Instant};
 
 use actix::Addr;
@@ -24,7 +24,7 @@ use super::acks::{AckTable, SourcePartition};
 use super::offset_syncs::SyncQueue;
 use super::progress::{self, ProgressWriter};
 use super::supervisor::{ActorKind, ActorStatusChanged, FlowSupervisor};
-use super::worker::{Control, Signal, Worker};
+use super::worker::{Control, Signal, Worker, panic_message};
 use crate::config::{FlowPlan, SourceGapPolicy};
 use crate::failpoints;
 use crate::kafka::{self, ClusterWatch, KafkaOpError, WatchedConsumer};
@@ -196,73 +196,80 @@ impl CopyLoop {
         let mut expected = Expected::default();
         let mut gap_checks: HashMap<(String, i32), Instant> = HashMap::new();
         let mut last_persist = Instant::now();
-        let mut degraded: Option<String> = None;
         let gauge = METRICS.partitions_assigned.with_label_values(&[&flow]);
+        self.control.running(); // before the health reporter, whose reports must come after this one
+        let _health = HealthReporter::start(plan, &self.supervisor, &source_watch, &target_watch)?;
 
-        let outcome: Result<Instant, String> = 'copy: loop {
-            // With nothing assigned, wait for an assignment instead of spinning on poll.
-            let signal =
-                if assigned.is_empty() { self.control.next_within(POLL_WAIT) } else { self.control.try_next() };
-            match signal {
-                Some(Signal::Msg(wanted)) => {
-                    if let Err(e) =
-                        self.reassign(&consumer, &producer, &mut assigned, &mut renames, &mut expected, wanted)
-                    {
+        // A panic in the loop still goes through the ordered shutdown below: in-flight records are flushed
+        // rather than purged, and the final position of every partition is published. Otherwise a partition
+        // that receives nothing after the restart would never get its last position synced.
+        let copied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            'copy: loop {
+                // With nothing assigned, wait for an assignment instead of spinning on poll.
+                let signal =
+                    if assigned.is_empty() { self.control.next_within(POLL_WAIT) } else { self.control.try_next() };
+                match signal {
+                    Some(Signal::Msg(wanted)) => {
+                        if let Err(e) =
+                            self.reassign(&consumer, &producer, &mut assigned, &mut renames, &mut expected, wanted)
+                        {
+                            break Err(e);
+                        }
+                        gauge.set(assigned.len() as i64);
+                    }
+                    Some(Signal::Stop { deadline }) => break Ok(deadline),
+                    None => {}
+                }
+                if let Some(failure) = self.acks.first_failure() {
+                    break Err(format!("delivery to the target failed: {failure}"));
+                }
+                if self.syncs.is_backlogged() {
+                    // The offset-sync emitter is behind (its cluster may be away): stop copying rather than
+                    // drop syncs; the queue drains when it comes back.
+                    std::thread::sleep(POLL_WAIT);
+                } else if !assigned.is_empty() {
+                    if let Err(e) = failpoints::check(failpoints::COPIER_POLL) {
                         break Err(e);
                     }
-                    gauge.set(assigned.len() as i64);
-                }
-                Some(Signal::Stop { deadline }) => break Ok(deadline),
-                None => {}
-            }
-            if let Some(failure) = self.acks.first_failure() {
-                break Err(format!("delivery to the target failed: {failure}"));
-            }
-            if self.syncs.is_backlogged() {
-                // The offset-sync emitter is behind (its cluster may be away): stop copying rather than
-                // drop syncs; the queue drains when it comes back.
-                std::thread::sleep(POLL_WAIT);
-            } else if !assigned.is_empty() {
-                if let Err(e) = failpoints::check(failpoints::COPIER_POLL) {
-                    break Err(e);
-                }
-                // Drain what the consumer has buffered, then come back to the control channel.
-                let mut budget = 10_000;
-                let mut wait = POLL_WAIT;
-                while budget > 0 {
-                    match consumer.poll(wait) {
-                        None => break,
-                        Some(Ok(msg)) => {
-                            let Some(remote) = renames.get(msg.topic()) else { continue };
-                            if let Some(want) = expected.arrived(msg.topic(), msg.partition(), msg.offset()) {
-                                let (t, p, o) = (msg.topic(), msg.partition(), msg.offset());
-                                if let Err(e) = self.gap(&consumer, &mut gap_checks, t, p, want, o) {
+                    // Drain what the consumer has buffered, then come back to the control channel.
+                    let mut budget = 10_000;
+                    let mut wait = POLL_WAIT;
+                    while budget > 0 {
+                        match consumer.poll(wait) {
+                            None => break,
+                            Some(Ok(msg)) => {
+                                let Some(remote) = renames.get(msg.topic()) else { continue };
+                                if let Some(want) = expected.arrived(msg.topic(), msg.partition(), msg.offset()) {
+                                    let (t, p, o) = (msg.topic(), msg.partition(), msg.offset());
+                                    if let Err(e) = self.gap(&consumer, &mut gap_checks, t, p, want, o) {
+                                        break 'copy Err(e);
+                                    }
+                                }
+                                if let Err(e) = self.send(&producer, remote, &msg) {
                                     break 'copy Err(e);
                                 }
                             }
-                            if let Err(e) = self.send(&producer, remote, &msg) {
-                                break 'copy Err(e);
+                            Some(Err(e)) => {
+                                tracing::warn!(flow = %flow, error = %e, "source consumer error");
+                                break;
                             }
                         }
-                        Some(Err(e)) => {
-                            tracing::warn!(flow = %flow, error = %e, "source consumer error");
-                            break;
-                        }
+                        budget -= 1;
+                        wait = Duration::ZERO;
                     }
-                    budget -= 1;
-                    wait = Duration::ZERO;
+                }
+                let quiet = rule.lock().unwrap_or_else(|p| p.into_inner()).quiet_syncs(Instant::now(), false);
+                self.syncs.push_quiet(quiet);
+                if last_persist.elapsed() >= PERSIST_INTERVAL {
+                    if let Err(e) = self.persist(&mut writer) {
+                        break Err(e);
+                    }
+                    last_persist = Instant::now();
                 }
             }
-            let quiet = rule.lock().unwrap_or_else(|p| p.into_inner()).quiet_syncs(Instant::now(), false);
-            self.syncs.push_quiet(quiet);
-            if last_persist.elapsed() >= PERSIST_INTERVAL {
-                if let Err(e) = self.persist(&mut writer) {
-                    break Err(e);
-                }
-                last_persist = Instant::now();
-                self.report_health(&mut degraded, &source_watch, &target_watch);
-            }
-        };
+        }));
+        let outcome: Result<Instant, String> =
+            copied.unwrap_or_else(|panic| Err(format!("panicked: {}", panic_message(&panic))));
 
         // Ordered shutdown (also after an error, so that what was acknowledged is not copied again).
         let deadline = match &outcome {
@@ -428,29 +435,69 @@ impl CopyLoop {
         }
     }
 
-    /// Report the copier degraded while librdkafka says a cluster is away, and running again after.
-    fn report_health(&self, degraded: &mut Option<String>, source: &ClusterWatch, target: &ClusterWatch) {
-        let problem = source
-            .recent(DEGRADED_WINDOW)
-            .map(|r| format!("source `{}` unreachable: {r}", self.plan.source.alias))
-            .or_else(|| {
-                target.recent(DEGRADED_WINDOW).map(|r| format!("target `{}` unreachable: {r}", self.plan.target.alias))
-            });
-        if problem.is_some() == degraded.is_some() {
-            return;
-        }
-        let state = if problem.is_some() { ActorState::Degraded } else { ActorState::Running };
-        tracing::info!(flow = %self.plan.id, actor = "copier", ?state, reason = problem.as_deref().unwrap_or("clusters reachable"), "copier health changed");
-        self.supervisor.do_send(ActorStatusChanged { kind: ActorKind::Copier, state, error: problem.clone() });
-        *degraded = problem;
-    }
-
     fn persist(&self, writer: &mut ProgressWriter) -> Result<(), String> {
         let written = writer.persist(&self.acks.snapshot())?;
         if written > 0 {
             METRICS.progress_commits.with_label_values(&[&self.plan.id.to_string()]).inc_by(written as u64);
         }
         Ok(())
+    }
+}
+
+/// Reports the copier degraded while librdkafka says a cluster is away, and running again after, from its
+/// own thread: the copy loop can block for a long time exactly when a cluster is away (a progress flush
+/// waits up to 30 s, a full producer queue waits for the target), and must not look healthy meanwhile.
+/// Stops when dropped.
+struct HealthReporter {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HealthReporter {
+    fn start(
+        plan: &FlowPlan,
+        supervisor: &Addr<FlowSupervisor>,
+        source: &Arc<ClusterWatch>,
+        target: &Arc<ClusterWatch>,
+    ) -> Result<Self, String> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let (source_alias, target_alias) = (plan.source.alias.clone(), plan.target.alias.clone());
+        let (flow, supervisor, source, target) =
+            (plan.id.to_string(), supervisor.clone(), source.clone(), target.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("copier-health {flow}"))
+            .spawn(move || {
+                let mut degraded: Option<String> = None;
+                loop {
+                    let problem = source
+                        .recent(DEGRADED_WINDOW)
+                        .map(|r| format!("source `{source_alias}` unreachable: {r}"))
+                        .or_else(|| {
+                            target.recent(DEGRADED_WINDOW).map(|r| format!("target `{target_alias}` unreachable: {r}"))
+                        });
+                    if problem.is_some() != degraded.is_some() {
+                        let state = if problem.is_some() { ActorState::Degraded } else { ActorState::Running };
+                        tracing::info!(flow = %flow, actor = "copier", ?state, reason = problem.as_deref().unwrap_or("clusters reachable"), "copier health changed");
+                        supervisor.do_send(ActorStatusChanged { kind: ActorKind::Copier, state, error: problem.clone() });
+                        degraded = problem;
+                    }
+                    match stopped.recv_timeout(PERSIST_INTERVAL) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        _ => return,
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the copier's health thread: {e}"))?;
+        Ok(Self { stop: Some(stop), thread: Some(thread) })
+    }
+}
+
+impl Drop for HealthReporter {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 

@@ -49,6 +49,7 @@ fn run(plan: &FlowPlan, control: Control<()>) -> Result<(), String> {
             .map_err(|e| format!("cluster `{}`: create heartbeat producer: {e}", cluster.alias))?;
         beats.push(Beat { cluster, from, to, producer });
     }
+    control.running();
     let counter = METRICS.heartbeats_emitted.with_label_values(&[&plan.id.to_string()]);
     let interval = plan.settings.emit_heartbeats_interval;
     let mut next = Instant::now();

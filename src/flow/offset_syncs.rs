@@ -115,6 +115,7 @@ fn run(plan: &FlowPlan, queue: &SyncQueue, control: Control<()>) -> Result<(), S
     let producer: BaseProducer<ErrorCapture> = cfg
         .create_with_context(ErrorCapture::default())
         .map_err(|e| format!("cluster `{}`: create offset-syncs producer: {e}", cluster.alias))?;
+    control.running();
 
     let mut stopping: Option<Instant> = None;
     loop {

@@ -149,8 +149,13 @@ impl FlowSupervisor {
             ActorKind::Heartbeats => self.heartbeats = Some(heartbeats::worker(plan, me).start()),
             ActorKind::Topics => self.topics = Some(TopicSync::new(plan, me).start()),
         }
+        let first_start = !self.restarts.contains_key(&kind);
         self.restarts.entry(kind).or_default().started(Instant::now());
-        self.status.set(&self.flow(), kind.name(), ActorState::Running, None);
+        // The actor reports itself running once its clusters answered (see `Control::running`, `TopicsReady`);
+        // a restarted one keeps showing restarting (or failed) until then.
+        if first_start {
+            self.status.set(&self.flow(), kind.name(), ActorState::Starting, None);
+        }
     }
 
     /// Advance an ordered stop: copier, then offset-sync emitter, then checkpoint computer (which reads

@@ -143,15 +143,27 @@ async fn metadata(
 ) -> Result<(HashMap<String, i32>, HashMap<String, i32>), KafkaOpError> {
     let c = clients.clone();
     let (source, target) = (plan.source.alias.clone(), plan.target.alias.clone());
-    tokio::task::spawn_blocking(move || {
-        Ok((kafka::topic_partitions(&c.source_meta, &source)?, kafka::topic_partitions(&c.target_meta, &target)?))
-    })
-    .await
-    .map_err(|e| KafkaOpError::Other {
+    let failed = |reason: String| KafkaOpError::Other {
         cluster: plan.source.alias.clone(),
         op: "fetch metadata".into(),
-        reason: e.to_string(),
-    })?
+        reason,
+    };
+    // A thread of its own, not `spawn_blocking`: dropping the runtime when the node exits waits for the
+    // blocking pool, and a metadata call to an unreachable cluster takes ADMIN_TIMEOUT (30 s); the node must
+    // exit within its shutdown timeout.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!("topics-metadata {}", plan.id))
+        .spawn(move || {
+            let _ = tx.send((|| {
+                Ok((
+                    kafka::topic_partitions(&c.source_meta, &source)?,
+                    kafka::topic_partitions(&c.target_meta, &target)?,
+                ))
+            })());
+        })
+        .map_err(|e| failed(e.to_string()))?;
+    rx.await.map_err(|e| failed(e.to_string()))?
 }
 
 /// What one refresh found.

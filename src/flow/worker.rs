@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::supervisor::{ActorKind, ChildExited, FlowSupervisor};
+use super::supervisor::{ActorKind, ActorStatusChanged, ChildExited, FlowSupervisor};
+use crate::status::ActorState;
 
 /// What a worker loop receives.
 #[derive(Debug)]
@@ -25,9 +26,18 @@ pub enum Signal<M> {
 /// The loop's end of the control channel.
 pub struct Control<M> {
     rx: Receiver<Signal<M>>,
+    kind: ActorKind,
+    supervisor: Addr<FlowSupervisor>,
 }
 
 impl<M> Control<M> {
+    /// The loop finished its setup (the clusters it needs answered): report the actor running. Until then
+    /// a started actor shows as starting, and a restarted one as restarting (or failed), so that an actor
+    /// stuck on an unreachable cluster never looks healthy.
+    pub fn running(&self) {
+        self.supervisor.do_send(ActorStatusChanged { kind: self.kind, state: ActorState::Running, error: None });
+    }
+
     /// The next signal if one is waiting. A vanished actor counts as a stop request.
     pub fn try_next(&self) -> Option<Signal<M>> {
         match self.rx.try_recv() {
@@ -85,8 +95,10 @@ impl<M: Send + Unpin + 'static> Actor for Worker<M> {
         }
         let Some(body) = self.body.take() else { return };
         let me = ctx.address();
+        let (kind, supervisor) = (self.kind, self.supervisor.clone());
         let spawned = std::thread::Builder::new().name(self.name.clone()).spawn(move || {
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(Control { rx })))
+            let control = Control { rx, kind, supervisor };
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(control)))
                 .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_message(&panic))));
             me.do_send(LoopEnded(result));
         });

@@ -401,3 +401,56 @@ fn retry_transient<T>(mut f: impl FnMut() -> KafkaResult<T>) -> KafkaResult<T> {
         }
     }
 }
+
+/// The high watermark (end offset) of every partition of `topic`, index = partition; empty if the
+/// cluster does not know the topic. Cheap next to [`consume_all`]: one metadata and one list-offsets
+/// round trip per partition. A topic created moments ago (e.g. by ferry while the test polls) answers
+/// "no leader" for a while: that is retried.
+pub fn end_offsets(bootstrap: &str, topic: &str) -> Vec<i64> {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    let client = metadata_client(bootstrap);
+    let Some(leaders) = partition_leaders(&client, topic) else { return Vec::new() };
+    let start = Instant::now();
+    (0..leaders.len() as i32)
+        .map(|p| {
+            loop {
+                match client.fetch_watermarks(topic, p, TIMEOUT) {
+                    Ok((_, high)) => break high,
+                    Err(e)
+                        if start.elapsed() < TIMEOUT
+                            && matches!(
+                                e.rdkafka_error_code(),
+                                Some(
+                                    C::NotLeaderForPartition
+                                        | C::LeaderNotAvailable
+                                        | C::UnknownTopicOrPartition
+                                        | C::UnknownPartition
+                                )
+                            ) =>
+                    {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    Err(e) => panic!("watermarks of {topic}-{p} on {bootstrap}: {e}"),
+                }
+            }
+        })
+        .collect()
+}
+
+/// Deletes the records of `topic`-`partition` below offset `before` (Kafka's DeleteRecords, what
+/// `kafka-delete-records` does: the partition's log start moves to `before`). Panics on refusal.
+pub fn delete_records(bootstrap: &str, topic: &str, partition: i32, before: i64) {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(before)).expect("add partition");
+    let result = block_on(admin(bootstrap).delete_records(&tpl, &admin_opts()))
+        .unwrap_or_else(|e| panic!("delete records of {topic}-{partition} before {before} on {bootstrap}: {e}"));
+    for e in result.elements() {
+        if let Err(err) = e.error() {
+            panic!("delete records of {topic}-{partition} before {before} on {bootstrap}: {err}");
+        }
+    }
+    let (low, _) = metadata_client(bootstrap)
+        .fetch_watermarks(topic, partition, TIMEOUT)
+        .unwrap_or_else(|e| panic!("watermarks of {topic}-{partition} on {bootstrap}: {e}"));
+    assert_eq!(low, before, "log start of {topic}-{partition} after DeleteRecords");
+}

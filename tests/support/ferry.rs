@@ -32,9 +32,19 @@ impl Ferry {
         Ferry::start_with(&ferry_bin(), flows_dir, extra_args)
     }
 
+    /// Starts [`ferry_bin`] on `flows_dir` with extra environment variables, e.g.
+    /// `[("FAILPOINTS", "copier-poll=1*panic")]` (the test build has failure points compiled in).
+    pub fn start_env(flows_dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> Ferry {
+        Ferry::spawn(&ferry_bin(), flows_dir, extra_args, env)
+    }
+
     /// Starts `bin run --flows <flows_dir> --listen 127.0.0.1:<free port> <extra_args>`. Returns at
     /// once; wait for readiness with [`Ferry::wait_log`] or the HTTP endpoint.
     pub fn start_with(bin: &Path, flows_dir: &Path, extra_args: &[&str]) -> Ferry {
+        Ferry::spawn(bin, flows_dir, extra_args, &[])
+    }
+
+    fn spawn(bin: &Path, flows_dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> Ferry {
         let dir = tempfile::Builder::new().prefix("ferry-run-").tempdir().expect("ferry temp dir");
         let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let log = File::create(dir.path().join("ferry.log")).expect("create ferry.log");
@@ -46,6 +56,7 @@ impl Ferry {
             .arg(listen.to_string())
             .args(extra_args)
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup log fd"))
             .stderr(log)
@@ -125,6 +136,12 @@ impl Drop for Ferry {
         self.kill9();
         if std::thread::panicking() {
             eprintln!("ferry log ({}):\n{}", self.log_path().display(), tail(&self.log(), 60));
+        }
+        // For debugging: FERRY_TEST_KEEP_LOGS=<dir> keeps every ferry.log (the temp dir goes with self).
+        if let Some(keep) = std::env::var_os("FERRY_TEST_KEEP_LOGS") {
+            let name = format!("ferry-{}-{}.log", std::process::id(), self.listen.port());
+            let _ = std::fs::create_dir_all(&keep);
+            let _ = std::fs::copy(self.log_path(), Path::new(&keep).join(name));
         }
     }
 }

@@ -11,6 +11,7 @@
 //! - [`mm2`]: [`Mm2`] runs a real Java MirrorMaker 2 in dedicated mode from the fetched jars.
 //! - [`tools`]: Kafka's own command-line tools (e.g. the console consumer with MM2's formatters)
 //!   run from the fetched jars, with a deadline.
+//! - [`observe`]: what an operator reads: ferry's `/health` and `/metrics`, and checks over checkpoints.
 //! - [`process`]: the watchdog that kills a child (JVM or ferry) when the test process dies, even
 //!   by SIGKILL, so that no broker outlives its test binary.
 //!
@@ -24,6 +25,7 @@ pub mod ferry;
 pub mod group;
 pub mod mm2;
 pub mod mm2_client;
+pub mod observe;
 pub mod process;
 pub mod tools;
 
@@ -33,8 +35,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use client::{
-    Rec, commit_group_offsets, consume_all, create_partitions, create_topic, delete_topic, group_offsets, list_topics,
-    produce, topic_overrides, topic_partitions,
+    Rec, commit_group_offsets, consume_all, create_partitions, create_topic, delete_records, delete_topic, end_offsets,
+    group_offsets, list_topics, produce, topic_overrides, topic_partitions,
 };
 pub use cluster::{Cluster, kafka_java, kafka_libdir, shared_pair};
 pub use ferry::{Ferry, ferry_bin};

@@ -1,0 +1,871 @@
+//! Faults end to end, asserting what an operator sees: the records on the target, the checkpoints, and
+//! the node's `/health` and `/metrics`.
+//!
+//! - injected panics and errors in every actor (the `failpoints` feature, `FAILPOINTS` per ferry process);
+//! - the target broker restarted mid-stream and the source broker away for 30 s (dedicated clusters);
+//! - a cluster unreachable from the start, next to a healthy flow;
+//! - `kill -9` of the node at random moments under load, and a graceful SIGTERM;
+//! - corrupt records in the internal topics (dedicated clusters: they write into internal topics);
+//! - source records deleted before they were copied (`on_source_gap`).
+//!
+//! Tests that stop brokers or write into internal topics run on their own clusters; the others use the
+//! shared pair with unique topic and group names.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ferry::mm2::connect_offsets::{self, SOURCE_CONNECTOR};
+use ferry::mm2::records::{Checkpoint, OffsetSync};
+use support::observe::{self, actor_restarts, assert_monotonic, flow_actors, health, metric_sum, unhealthy};
+use support::{
+    Cluster, Ferry, Rec, commit_group_offsets, consume_all, create_topic, delete_records, end_offsets, free_port,
+    produce, shared_pair, tail, topic_partitions, unique, wait_for,
+};
+
+const FLOW: &str = "east->west";
+const ACTORS: [&str; 5] = ["copier", "offset_syncs", "checkpoints", "heartbeats", "topics"];
+/// Short restart backoffs, so that restarts show within seconds.
+const FAST_RESTARTS: &str = "restart_backoff_initial_seconds = 0.2\nrestart_backoff_max_seconds = 1\n";
+const ARRIVAL: Duration = Duration::from_secs(120);
+const READ: Duration = Duration::from_secs(60);
+const STARTED: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------------------
+
+/// A flows directory defining `clusters` (alias, bootstrap) and `flows`.
+fn flows_dir(clusters: &[(&str, &str)], flows: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("flows dir");
+    let text: String = clusters
+        .iter()
+        .map(|(alias, bootstrap)| format!("[clusters.{alias}]\nbootstrap_servers = \"{bootstrap}\"\n"))
+        .collect();
+    std::fs::write(dir.path().join("clusters.toml"), text).expect("write clusters");
+    std::fs::write(dir.path().join("flow.toml"), flows).expect("write flows");
+    dir
+}
+
+/// One flow copying exactly `topics`, with short restart backoffs and `extra` keys.
+fn flow(source: &str, target: &str, topics: &[&str], extra: &str) -> String {
+    let topics: Vec<String> = topics.iter().map(|t| format!("\"{t}\"")).collect();
+    format!(
+        "[[flows]]\nsource = \"{source}\"\ntarget = \"{target}\"\ntopics = [{}]\n{FAST_RESTARTS}{extra}\n",
+        topics.join(", ")
+    )
+}
+
+/// The east/west clusters of the usual two-cluster test.
+fn pair_dir(east: &Cluster, west: &Cluster, flows: &str) -> tempfile::TempDir {
+    flows_dir(&[("east", &east.bootstrap), ("west", &west.bootstrap)], flows)
+}
+
+/// A dedicated east/west pair, started in parallel, for tests that stop brokers or write internal topics.
+fn start_pair(tag: &str) -> (Cluster, Cluster) {
+    std::thread::scope(|s| {
+        let east = s.spawn(|| Cluster::start(&format!("{tag}-east")));
+        let west = s.spawn(|| Cluster::start(&format!("{tag}-west")));
+        (east.join().expect("east starts"), west.join().expect("west starts"))
+    })
+}
+
+/// Panics with the log tail if ferry exited: no fault may take the node down.
+fn assert_alive(ferry: &mut Ferry) {
+    if let Some(status) = ferry.try_status() {
+        panic!("the ferry node exited ({status}); log tail:\n{}", tail(&ferry.log(), 80));
+    }
+}
+
+/// Records on `topic` (sum of its partitions' end offsets; duplicates included), 0 before it exists.
+fn total(bootstrap: &str, topic: &str) -> i64 {
+    end_offsets(bootstrap, topic).iter().sum()
+}
+
+/// The values `prefix0`, `prefix1`, ... for `range`: each produced record's identity.
+fn values(prefix: &str, range: std::ops::Range<usize>) -> Vec<Vec<u8>> {
+    range.map(|i| format!("{prefix}{i}").into_bytes()).collect()
+}
+
+fn records(prefix: &str, range: std::ops::Range<usize>, partitions: i32) -> Vec<Rec> {
+    range.map(|i| Rec::new(i as i32 % partitions, format!("{prefix}{i}").as_bytes(), 1_000 + i as i64)).collect()
+}
+
+/// How often each value arrived on `topic`.
+fn arrivals(bootstrap: &str, topic: &str) -> HashMap<Vec<u8>, usize> {
+    let mut counts = HashMap::new();
+    for r in consume_all(bootstrap, topic, READ) {
+        *counts.entry(r.value.unwrap_or_default()).or_insert(0) += 1;
+    }
+    counts
+}
+
+fn duplicates(counts: &HashMap<Vec<u8>, usize>) -> usize {
+    counts.values().map(|n| n - 1).sum()
+}
+
+/// Waits until every one of `expected` is on `topic` (while ferry stays up); returns the arrival counts.
+fn wait_all_arrived(ferry: &mut Ferry, bootstrap: &str, topic: &str, expected: &[Vec<u8>]) -> HashMap<Vec<u8>, usize> {
+    let mut counts = HashMap::new();
+    let mut missing = expected.len();
+    let what = format!("all {} records on {topic}", expected.len());
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for(ARRIVAL, &what, || {
+            assert_alive(ferry);
+            if total(bootstrap, topic) < expected.len() as i64 {
+                return false;
+            }
+            counts = arrivals(bootstrap, topic);
+            missing = expected.iter().filter(|v| !counts.contains_key(*v)).count();
+            missing == 0
+        })
+    }));
+    if let Err(e) = result {
+        eprintln!("{missing} records still missing on {topic}");
+        std::panic::resume_unwind(e);
+    }
+    counts
+}
+
+/// Produces `prefix<i>` records to `topic` in paced batches on a thread until finished: load that keeps
+/// flowing while the test injects its fault.
+struct Stream {
+    stop: Arc<AtomicBool>,
+    produced: Arc<AtomicUsize>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Stream {
+    fn start(bootstrap: &str, topic: &str, partitions: i32, prefix: &str, batch: usize, pause: Duration) -> Stream {
+        let stop = Arc::new(AtomicBool::new(false));
+        let produced = Arc::new(AtomicUsize::new(0));
+        let (b, t, p, s, n) =
+            (bootstrap.to_string(), topic.to_string(), prefix.to_string(), stop.clone(), produced.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                let from = n.load(Ordering::SeqCst);
+                produce(&b, &t, &records(&p, from..from + batch, partitions));
+                n.store(from + batch, Ordering::SeqCst);
+                std::thread::sleep(pause); // pacing, not synchronisation
+            }
+        });
+        Stream { stop, produced, thread: Some(thread) }
+    }
+
+    fn produced(&self) -> usize {
+        self.produced.load(Ordering::SeqCst)
+    }
+
+    /// Stops producing; returns how many records were produced (all acknowledged by the source).
+    fn finish(mut self) -> usize {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take()
+            && let Err(e) = t.join()
+        {
+            std::panic::resume_unwind(e);
+        }
+        self.produced()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Every checkpoint on `west` for `group`, in topic order.
+fn checkpoints(west: &Cluster, group: &str) -> Vec<Checkpoint> {
+    if topic_partitions(&west.bootstrap, "east.checkpoints.internal").is_none() {
+        return Vec::new();
+    }
+    consume_all(&west.bootstrap, "east.checkpoints.internal", READ)
+        .into_iter()
+        .filter_map(|r| Checkpoint::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref()).ok())
+        .filter(|c| c.group == group)
+        .collect()
+}
+
+/// The newest checkpoint per partition of `group` on `remote`.
+fn latest(cps: &[Checkpoint], remote: &str) -> BTreeMap<i32, Checkpoint> {
+    cps.iter().filter(|c| c.topic == remote).map(|c| (c.partition, c.clone())).collect()
+}
+
+/// Every offset sync for `topic` in `mm2-offset-syncs.west.internal` on `east`, in topic order.
+fn offset_syncs(east: &Cluster, topic: &str) -> Vec<OffsetSync> {
+    consume_all(&east.bootstrap, "mm2-offset-syncs.west.internal", READ)
+        .into_iter()
+        .filter_map(|r| OffsetSync::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref()).ok())
+        .filter(|s| s.topic == topic)
+        .collect()
+}
+
+/// The copy progress ferry persisted for `topic` (partition → offset of the last copied record).
+fn stored_progress(west: &Cluster, topic: &str) -> BTreeMap<i32, i64> {
+    let mut out = BTreeMap::new();
+    for r in consume_all(&west.bootstrap, &connect_offsets::offsets_topic("east"), READ) {
+        let Some(key) = r.key.as_deref().and_then(connect_offsets::decode_source_key) else { continue };
+        if key.connector != SOURCE_CONNECTOR || key.cluster != "east" || key.topic != topic {
+            continue;
+        }
+        if let Ok(Some(last)) = connect_offsets::decode_source_value(r.value.as_deref()) {
+            out.insert(key.partition, last);
+        }
+    }
+    out
+}
+
+/// Commits `group` on `east` at the current end of every partition of `topic` (a consumer keeping up).
+fn commit_at_end(east: &Cluster, group: &str, topic: &str) -> Vec<i64> {
+    let ends = end_offsets(&east.bootstrap, topic);
+    let offsets: Vec<(&str, i32, i64)> = ends.iter().enumerate().map(|(p, e)| (topic, p as i32, *e)).collect();
+    commit_group_offsets(&east.bootstrap, group, &offsets);
+    ends
+}
+
+/// A uniformly random duration in `[lo, hi)` seconds (std's random hasher keys; no rand crate).
+fn random_secs(lo: f64, hi: f64) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    let x = (h.finish() >> 11) as f64 / (1u64 << 53) as f64;
+    Duration::from_secs_f64(lo + (hi - lo) * x)
+}
+
+/// [`wait_for`] on `f`, which returns whether the condition holds and what it saw; on timeout the panic
+/// message shows the last thing seen.
+fn wait_showing<T: std::fmt::Debug>(deadline: Duration, what: &str, mut f: impl FnMut() -> (bool, T)) -> T {
+    let mut last = None;
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for(deadline, what, || {
+            let (ok, seen) = f();
+            last = Some(seen);
+            ok
+        })
+    }));
+    match result {
+        Ok(()) => last.expect("polled at least once"),
+        Err(e) => {
+            eprintln!("waiting for {what}: last seen {last:#?}");
+            std::panic::resume_unwind(e)
+        }
+    }
+}
+
+/// Waits until `/health` shows some actor of `flow` degraded, restarting or failed; returns those actors.
+fn wait_unhealthy(ferry: &mut Ferry, flow: &str, deadline: Duration) -> BTreeMap<String, observe::ActorHealth> {
+    let addr = ferry.listen_addr();
+    let mut seen = BTreeMap::new();
+    wait_for(deadline, &format!("/health to show {flow} not running"), || {
+        assert_alive(ferry);
+        let h = health(addr);
+        seen = unhealthy(&h, flow);
+        if !seen.is_empty() {
+            assert_eq!(h["status"], "degraded", "a flow that is not running makes the node degraded: {h}");
+        }
+        !seen.is_empty()
+    });
+    seen
+}
+
+/// Waits until `/health` says ok with every actor of `flow` running.
+fn wait_healthy(ferry: &mut Ferry, flow: &str, deadline: Duration) {
+    let addr = ferry.listen_addr();
+    let mut last = serde_json::Value::Null;
+    let what = format!("/health ok with every actor of {flow} running");
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for(deadline, &what, || {
+            assert_alive(ferry);
+            last = health(addr);
+            let actors = flow_actors(&last, flow);
+            last["status"] == "ok" && actors.len() == ACTORS.len() && actors.values().all(|a| a.state == "running")
+        })
+    }));
+    if let Err(e) = result {
+        eprintln!("last /health: {last}");
+        std::panic::resume_unwind(e);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// 1. Injected failures in every actor
+// ---------------------------------------------------------------------------------------------------------
+
+#[test]
+fn every_actor_restarts_after_a_panic_or_an_error_and_nothing_is_lost() {
+    let (east, west) = shared_pair();
+    let topic = unique("faults-actors");
+    let remote = format!("east.{topic}");
+    let group = format!("{topic}-g");
+    create_topic(&east.bootstrap, &topic, 3, &[]);
+    let extra = format!(
+        "groups = [\"{group}\"]\nemit_checkpoints_interval_seconds = 0.5\nrefresh_groups_interval_seconds = 0.5\n\
+         refresh_topics_interval_seconds = 1\n"
+    );
+    let dir = pair_dir(east, west, &flow("east", "west", &[&topic], &extra));
+    // Panics in three actors, errors in the others; the copier gets both, mid-stream.
+    let failpoints = [
+        "copier-poll=20*off->1*panic",
+        "copier-deliver=1500*off->2*return(target refused the record)",
+        "offset-syncs-send=2*return(offset-syncs cluster away)",
+        "checkpoints-emit=2*off->1*panic",
+        "heartbeats-emit=2*return(heartbeats cluster away)",
+        "topics-refresh=1*off->1*panic",
+    ]
+    .join(";");
+    let stream = Stream::start(&east.bootstrap, &topic, 3, "a", 200, Duration::from_millis(50));
+    let started = Instant::now();
+    let mut ferry = Ferry::start_env(dir.path(), &[], &[("FAILPOINTS", &failpoints)]);
+    ferry.wait_log("node started", STARTED);
+    let addr = ferry.listen_addr();
+
+    // The group consumes right behind the stream and commits as it goes: its checkpoints follow it
+    // through every restart.
+    let mut restarts = BTreeMap::new();
+    wait_for(ARRIVAL, "every actor restarted at least once", || {
+        assert_alive(&mut ferry);
+        commit_at_end(east, &group, &topic);
+        let text = observe::metrics(addr);
+        restarts = ACTORS
+            .iter()
+            .map(|a| (*a, metric_sum(&text, "ferry_actor_restarts_total", &[("flow", FLOW), ("actor", a)])))
+            .collect();
+        restarts.values().all(|n| *n >= 1.0)
+    });
+    println!("every actor restarted after {:?}: {restarts:?}", started.elapsed());
+    let produced = stream.finish();
+    let ends = commit_at_end(east, &group, &topic);
+    // Every failure point fires: the copier fails three times (two errors, one panic).
+    let expected = [("copier", 3.0), ("offset_syncs", 2.0), ("checkpoints", 1.0), ("heartbeats", 2.0), ("topics", 1.0)];
+    wait_showing(Duration::from_secs(60), "every failure point fired", || {
+        assert_alive(&mut ferry);
+        let text = observe::metrics(addr);
+        let got: Vec<(&str, f64)> = expected
+            .iter()
+            .map(|(a, _)| (*a, metric_sum(&text, "ferry_actor_restarts_total", &[("flow", FLOW), ("actor", a)])))
+            .collect();
+        (got.iter().zip(&expected).all(|((_, n), (_, want))| n >= want), got)
+    });
+
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("a", 0..produced));
+    assert_eq!(counts.len(), produced, "nothing but the produced records on {remote}");
+    // A group at the end of the source translates to the end of the remote topic: a consumer failing over
+    // re-reads nothing and skips nothing.
+    let remote_ends = end_offsets(&west.bootstrap, &remote);
+    wait_showing(Duration::from_secs(60), "checkpoints of the group at the end of every partition", || {
+        assert_alive(&mut ferry);
+        let l = latest(&checkpoints(west, &group), &remote);
+        let ok = (0..3).all(|p| {
+            l.get(&p).is_some_and(|c| {
+                c.upstream_offset == ends[p as usize] && c.downstream_offset == remote_ends[p as usize]
+            })
+        });
+        // For the failure message: the newest offset syncs of each partition.
+        let mut syncs: BTreeMap<i32, Vec<(i64, i64)>> = BTreeMap::new();
+        for s in offset_syncs(east, &topic) {
+            syncs.entry(s.partition).or_default().push((s.upstream_offset, s.downstream_offset));
+        }
+        let newest: BTreeMap<i32, Vec<(i64, i64)>> =
+            syncs.into_iter().map(|(p, v)| (p, v[v.len().saturating_sub(3)..].to_vec())).collect();
+        (ok, (ends.clone(), remote_ends.clone(), l, newest))
+    });
+    let cps = checkpoints(west, &group);
+    assert_monotonic(&cps);
+    wait_healthy(&mut ferry, FLOW, Duration::from_secs(30));
+    let h = health(addr);
+    for (name, a) in flow_actors(&h, FLOW) {
+        assert!(a.restarts >= 1, "/health counts the restarts of {name}: {a:?}");
+    }
+
+    let log = observe::strip_ansi(&ferry.log());
+    for needle in [
+        "failpoint copier-poll panic",
+        "failpoint copier-deliver: target refused the record",
+        "failpoint offset-syncs-send: offset-syncs cluster away",
+        "failpoint checkpoints-emit panic",
+        "failpoint heartbeats-emit: heartbeats cluster away",
+        "failpoint topics-refresh panic",
+        "topic synchroniser panicked",
+    ] {
+        assert!(log.contains(needle), "the log names the failure {needle:?}");
+    }
+    let status = ferry.terminate(Duration::from_secs(30));
+    assert!(status.success(), "graceful stop after the faults: {status:?}");
+    println!(
+        "{produced} records, {} duplicates, {} checkpoints for the group, total {:?}",
+        duplicates(&counts),
+        cps.len(),
+        started.elapsed()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// 2. Brokers away: the target restarted mid-stream, the source stopped for 30 s
+// ---------------------------------------------------------------------------------------------------------
+
+#[test]
+fn a_broker_outage_on_either_side_is_reported_and_loses_nothing() {
+    let (mut east, mut west) = start_pair("outage");
+    let topic = "outage";
+    let remote = "east.outage";
+    create_topic(&east.bootstrap, topic, 3, &[]);
+    let dir = pair_dir(&east, &west, &flow("east", "west", &[topic], ""));
+    let stream = Stream::start(&east.bootstrap, topic, 3, "o", 200, Duration::from_millis(50));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    ferry.wait_log("node started", STARTED);
+    wait_healthy(&mut ferry, FLOW, Duration::from_secs(30));
+    wait_for(ARRIVAL, "copying under way", || total(&west.bootstrap, remote) >= 2_000);
+
+    // The target goes away mid-stream and comes back.
+    let down = Instant::now();
+    west.stop();
+    let stopped = down.elapsed();
+    // librdkafka reports the lost connections at once; the copier shows degraded within its window.
+    let seen = wait_unhealthy(&mut ferry, FLOW, Duration::from_secs(20));
+    println!("target stopped (took {stopped:?}): /health after {:?}: {seen:?}", down.elapsed());
+    west.restart();
+    assert_alive(&mut ferry);
+    println!("target back after {:?}", down.elapsed());
+    let at_restart = total(&west.bootstrap, remote);
+    wait_for(ARRIVAL, "copying resumed after the target came back", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, remote) > at_restart
+    });
+    wait_healthy(&mut ferry, FLOW, Duration::from_secs(90));
+    println!("healthy again {:?} after the target stopped", down.elapsed());
+
+    // The source goes away for 30 s. Its producers stop first (they would fail too).
+    let produced = stream.finish();
+    wait_all_arrived(&mut ferry, &west.bootstrap, remote, &values("o", 0..produced));
+    let down = Instant::now();
+    east.stop();
+    let mut seen = None;
+    // Keeping the broker down for 30 s is the scenario; meanwhile watch what an operator sees: once the
+    // flow shows unhealthy, it stays so until the source is back.
+    while down.elapsed() < Duration::from_secs(30) {
+        assert_alive(&mut ferry);
+        let h = health(ferry.listen_addr());
+        let nr = unhealthy(&h, FLOW);
+        match &seen {
+            None if !nr.is_empty() => seen = Some((down.elapsed(), nr)),
+            None => {}
+            Some(_) => assert!(!nr.is_empty(), "the flow looked healthy while the source was down: {h}"),
+        }
+        if seen.is_some() {
+            assert_eq!(h["status"], "degraded", "{h}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let (after, states) = seen.expect("/health showed the flow not running while the source was down");
+    println!("source stopped: /health after {after:?}: {states:?}");
+    assert!(after < Duration::from_secs(20), "the source outage showed on /health only after {after:?}");
+    east.restart();
+    assert_alive(&mut ferry);
+    produce(&east.bootstrap, topic, &records("p", 0..2_000, 3));
+    let mut expected = values("o", 0..produced);
+    expected.extend(values("p", 0..2_000));
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, remote, &expected);
+    wait_healthy(&mut ferry, FLOW, Duration::from_secs(90));
+    println!("healthy again {:?} after the source stopped", down.elapsed());
+    let status = ferry.terminate(Duration::from_secs(60));
+    assert!(status.success(), "{status:?}");
+    assert_eq!(counts.len(), expected.len(), "only the produced records arrived");
+    println!("{} records, {} duplicates across both outages", expected.len(), duplicates(&counts));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// 3. A cluster unreachable from the start
+// ---------------------------------------------------------------------------------------------------------
+
+#[test]
+fn a_cluster_unreachable_at_start_fails_only_its_own_flow() {
+    let (east, west) = shared_pair();
+    let nowhere = format!("127.0.0.1:{}", free_port()); // nothing listens there
+    let topic = unique("faults-unreachable");
+    let remote = format!("east.{topic}");
+    create_topic(&east.bootstrap, &topic, 2, &[]);
+    produce(&east.bootstrap, &topic, &records("u", 0..2_000, 2));
+    let flows = flow("east", "west", &[&topic], "") + &flow("east", "nowhere", &[&topic], "");
+    let dir = flows_dir(&[("east", &east.bootstrap), ("west", &west.bootstrap), ("nowhere", &nowhere)], &flows);
+    let started = Instant::now();
+    let mut ferry = Ferry::start(dir.path(), &["--shutdown-timeout", "5"]);
+    ferry.wait_log("node started", STARTED);
+    let addr = ferry.listen_addr();
+
+    wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("u", 0..2_000));
+    println!("east->west copied everything after {:?}", started.elapsed());
+    let seen = wait_unhealthy(&mut ferry, "east->nowhere", Duration::from_secs(90));
+    println!("east->nowhere not running after {:?}: {seen:?}", started.elapsed());
+    // Restarts per actor of east->nowhere, from /metrics.
+    let restarts = || -> BTreeMap<&str, f64> {
+        let text = observe::metrics(addr);
+        ACTORS
+            .iter()
+            .map(|a| (*a, metric_sum(&text, "ferry_actor_restarts_total", &[("flow", "east->nowhere"), ("actor", a)])))
+            .collect()
+    };
+    let first = restarts();
+    println!("east->nowhere restarts after {:?}: {first:?}", started.elapsed());
+    assert!(first.values().any(|n| *n >= 1.0), "the unhealthy actors were restarted: {first:?}");
+    // It keeps retrying with backoff: some actor fails again after its restart.
+    let later = wait_showing(Duration::from_secs(90), "east->nowhere retrying", || {
+        assert_alive(&mut ferry);
+        // Between its retries the flow never looks healthy.
+        let h = health(addr);
+        assert!(!unhealthy(&h, "east->nowhere").is_empty(), "east->nowhere reported healthy while failing: {h}");
+        assert_eq!(h["status"], "degraded", "{h}");
+        let now = restarts();
+        (now.values().any(|n| *n >= 2.0), now)
+    });
+    println!("east->nowhere restarts after {:?}: {later:?}", started.elapsed());
+
+    // Meanwhile the healthy flow copies new records and is reported running, never restarted.
+    produce(&east.bootstrap, &topic, &records("v", 0..1_000, 2));
+    wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("v", 0..1_000));
+    let h = health(addr);
+    let actors = flow_actors(&h, FLOW);
+    assert_eq!(actors.len(), ACTORS.len(), "{h}");
+    assert!(actors.values().all(|a| a.state == "running" && a.restarts == 0), "east->west is unaffected: {h}");
+    assert!(!unhealthy(&h, "east->nowhere").is_empty(), "east->nowhere still reported: {h}");
+    assert_eq!(h["status"], "degraded", "{h}");
+    for a in ACTORS {
+        assert_eq!(actor_restarts(addr, FLOW, a), 0.0, "east->west {a} never restarted");
+    }
+    let log = observe::strip_ansi(&ferry.log());
+    assert!(
+        log.lines().any(|l| l.contains("restarting after backoff") && l.contains("flow=east->nowhere")),
+        "the log tells why east->nowhere restarts"
+    );
+    // The stuck flow does not hold the node beyond its --shutdown-timeout (5 s).
+    let stopping = Instant::now();
+    let status = ferry.terminate(Duration::from_secs(30));
+    let took = stopping.elapsed();
+    println!("SIGTERM with east->nowhere stuck: exited {status:?} after {took:?}");
+    assert!(status.success(), "{status:?}");
+    assert!(took < Duration::from_secs(8), "the node exits within --shutdown-timeout 5 (plus a margin): {took:?}");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// 4. kill -9 at random moments under load
+// ---------------------------------------------------------------------------------------------------------
+
+#[test]
+fn kill_9_at_random_moments_under_load_loses_nothing() {
+    const ROUNDS: usize = 5;
+    let (east, west) = shared_pair();
+    let topic = unique("faults-kill9");
+    let remote = format!("east.{topic}");
+    create_topic(&east.bootstrap, &topic, 3, &[]);
+    let dir = pair_dir(east, west, &flow("east", "west", &[&topic], ""));
+    let stream = Stream::start(&east.bootstrap, &topic, 3, "k", 200, Duration::from_millis(30));
+
+    // Duplicates on the target after each killed node; the next node copies again what the killed one
+    // had copied but not yet persisted.
+    let mut dups_after = vec![0usize];
+    let mut killed_after = Vec::new();
+    for round in 1..=ROUNDS {
+        let before = total(&west.bootstrap, &remote);
+        let mut ferry = Ferry::start(dir.path(), &[]);
+        wait_for(ARRIVAL, &format!("round {round}: records arriving"), || {
+            assert_alive(&mut ferry);
+            total(&west.bootstrap, &remote) > before
+        });
+        let wait = random_secs(1.0, 4.0);
+        std::thread::sleep(wait); // the random moment of the crash: the scenario, not synchronisation
+        assert_alive(&mut ferry);
+        ferry.kill9();
+        killed_after.push(wait);
+        dups_after.push(duplicates(&arrivals(&west.bootstrap, &remote)));
+    }
+    let produced = stream.finish();
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("k", 0..produced));
+    let status = ferry.terminate(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}");
+    let counts_final = arrivals(&west.bootstrap, &remote);
+    assert_eq!(counts_final.len(), produced, "every record, and only those, on the target");
+    dups_after.push(duplicates(&counts_final));
+    for round in 1..=ROUNDS {
+        println!(
+            "round {round}: killed {:.2} s after records arrived; duplicates from this kill: {}",
+            killed_after[round - 1].as_secs_f64(),
+            dups_after[round + 1] - dups_after[round]
+        );
+    }
+    println!(
+        "{produced} records, {} on the target, {} duplicates in total ({} before the final run)",
+        counts_final.values().sum::<usize>(),
+        duplicates(&counts_final),
+        duplicates(&counts)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// 5. SIGTERM: drain, persist, final offset syncs and checkpoints; nothing twice after a restart
+// ---------------------------------------------------------------------------------------------------------
+
+#[test]
+fn sigterm_drains_in_time_publishes_final_positions_and_restarts_without_duplicates() {
+    let (east, west) = shared_pair();
+    let streamed = unique("faults-term");
+    let fixed = format!("{streamed}-fixed");
+    let group = format!("{streamed}-g");
+    let (remote_streamed, remote_fixed) = (format!("east.{streamed}"), format!("east.{fixed}"));
+    create_topic(&east.bootstrap, &streamed, 3, &[]);
+    create_topic(&east.bootstrap, &fixed, 2, &[]);
+    produce(&east.bootstrap, &fixed, &records("f", 0..1_000, 2));
+    commit_group_offsets(&east.bootstrap, &group, &[(&fixed, 0, 100), (&fixed, 1, 100)]);
+    // Groups are listed and checkpoints emitted at the start and then only at the stop.
+    let extra = format!(
+        "groups = [\"{group}\"]\nemit_checkpoints_interval_seconds = 600\nrefresh_groups_interval_seconds = 600\n"
+    );
+    let dir = pair_dir(east, west, &flow("east", "west", &[&streamed, &fixed], &extra));
+    let stream = Stream::start(&east.bootstrap, &streamed, 3, "s", 200, Duration::from_millis(30));
+    let mut ferry = Ferry::start(dir.path(), &["--shutdown-timeout", "20"]);
+    ferry.wait_log("node started", STARTED);
+    wait_for(ARRIVAL, "the fixed topic copied and the stream under way", || {
+        assert_alive(&mut ferry);
+        end_offsets(&west.bootstrap, &remote_fixed) == [500, 500] && total(&west.bootstrap, &remote_streamed) >= 3_000
+    });
+    // The group finishes the fixed topic: only the stop can checkpoint that.
+    commit_group_offsets(&east.bootstrap, &group, &[(&fixed, 0, 500), (&fixed, 1, 500)]);
+    let before = latest(&checkpoints(west, &group), &remote_fixed);
+    assert!(before.values().all(|c| c.upstream_offset < 500), "no checkpoint at the end before the stop: {before:?}");
+
+    // SIGTERM mid-stream.
+    let stopping = Instant::now();
+    let status = ferry.terminate(Duration::from_secs(20));
+    let took = stopping.elapsed();
+    println!("SIGTERM mid-stream: exited {status:?} after {took:?}");
+    assert!(status.success(), "a graceful stop exits 0: {status:?}");
+    assert!(took < Duration::from_secs(20), "drained within --shutdown-timeout: {took:?}");
+
+    // The last record copied of every partition has an offset sync and is the persisted progress.
+    let source_offset: HashMap<Vec<u8>, i64> = consume_all(&east.bootstrap, &streamed, READ)
+        .into_iter()
+        .map(|r| (r.value.unwrap_or_default(), r.offset))
+        .collect();
+    let copied = consume_all(&west.bootstrap, &remote_streamed, READ);
+    let syncs = offset_syncs(east, &streamed);
+    let progress = stored_progress(west, &streamed);
+    for p in 0..3 {
+        let last = copied.iter().rfind(|r| r.partition == p).expect("records copied in every partition");
+        let upstream = source_offset[last.value.as_deref().unwrap_or_default()];
+        assert!(
+            syncs
+                .iter()
+                .any(|s| s.partition == p && s.upstream_offset == upstream && s.downstream_offset == last.offset),
+            "{streamed}-{p}: an offset sync at the last copied record ({upstream} -> {})",
+            last.offset
+        );
+        assert_eq!(progress.get(&p), Some(&upstream), "{streamed}-{p}: persisted progress is the last copied record");
+    }
+    let fixed_syncs = offset_syncs(east, &fixed);
+    for p in 0..2 {
+        assert!(
+            fixed_syncs.iter().any(|s| s.partition == p && s.upstream_offset == 499 && s.downstream_offset == 499),
+            "{fixed}-{p}: an offset sync at the last record: {fixed_syncs:?}"
+        );
+    }
+    let cps = checkpoints(west, &group);
+    let l = latest(&cps, &remote_fixed);
+    for p in 0..2 {
+        let cp = l.get(&p).unwrap_or_else(|| panic!("a final checkpoint for {remote_fixed}-{p}: {cps:?}"));
+        assert_eq!(
+            (cp.upstream_offset, cp.downstream_offset),
+            (500, 500),
+            "the group at the end translates to the end"
+        );
+    }
+    assert_monotonic(&cps);
+
+    // After a restart nothing is copied twice.
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    ferry.wait_log("node started", STARTED);
+    let at_restart = total(&west.bootstrap, &remote_streamed);
+    wait_for(ARRIVAL, "copying resumed", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote_streamed) > at_restart
+    });
+    let produced = stream.finish();
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote_streamed, &values("s", 0..produced));
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+    let fixed_counts = arrivals(&west.bootstrap, &remote_fixed);
+    println!(
+        "{produced} streamed records, {} duplicates; fixed topic {} records, {} duplicates",
+        duplicates(&counts),
+        fixed_counts.len(),
+        duplicates(&fixed_counts)
+    );
+    assert_eq!(counts.len(), produced);
+    assert_eq!(duplicates(&counts), 0, "a graceful stop copies nothing twice");
+    assert_eq!((fixed_counts.len(), duplicates(&fixed_counts)), (1_000, 0));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// 6. Corrupt records in the internal topics
+// ---------------------------------------------------------------------------------------------------------
+
+#[test]
+fn corrupt_internal_records_are_skipped_with_a_warning_naming_them() {
+    let (east, west) = start_pair("corrupt");
+    let topic = "corrupt";
+    let remote = "east.corrupt";
+    let group = "corrupt-g";
+    let syncs_topic = "mm2-offset-syncs.west.internal";
+    let cps_topic = "east.checkpoints.internal";
+    let compact = [("cleanup.policy", "compact")];
+    create_topic(&east.bootstrap, syncs_topic, 1, &compact);
+    create_topic(&west.bootstrap, cps_topic, 1, &compact);
+    // A tombstone under a well-formed key, then bytes that decode as nothing (compacted topics need keys).
+    let sync_key = OffsetSync { topic: topic.into(), partition: 0, upstream_offset: 0, downstream_offset: 0 }
+        .encode_key()
+        .expect("encode key");
+    let (cp_key, _) = Checkpoint {
+        group: group.into(),
+        topic: remote.into(),
+        partition: 0,
+        upstream_offset: 0,
+        downstream_offset: 0,
+        metadata: String::new(),
+    }
+    .encode()
+    .expect("encode checkpoint");
+    let corrupt = |key: &[u8]| {
+        vec![
+            Rec { value: None, ..Rec::new(0, b"", 1_000).key(key) },
+            Rec::new(0, b"\xff\x00 not a record \x01", 1_001).key(b"\x00\x07garbage"),
+        ]
+    };
+    produce(&east.bootstrap, syncs_topic, &corrupt(&sync_key));
+    produce(&west.bootstrap, cps_topic, &corrupt(&cp_key));
+    create_topic(&east.bootstrap, topic, 1, &[]);
+    produce(&east.bootstrap, topic, &records("c", 0..1_000, 1));
+    commit_group_offsets(&east.bootstrap, group, &[(topic, 0, 700)]);
+
+    let extra = format!(
+        "groups = [\"{group}\"]\nemit_checkpoints_interval_seconds = 0.5\nrefresh_groups_interval_seconds = 0.5\n"
+    );
+    let dir = pair_dir(&east, &west, &flow("east", "west", &[topic], &extra));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    ferry.wait_log("node started", STARTED);
+    wait_all_arrived(&mut ferry, &west.bootstrap, remote, &values("c", 0..1_000));
+    // Translated exactly (records are copied one to one): the syncs after the corrupt records were read.
+    wait_showing(Duration::from_secs(60), "a checkpoint of the group past the corrupt records", || {
+        assert_alive(&mut ferry);
+        let cps = checkpoints(&west, group);
+        let ok = latest(&cps, remote).get(&0).is_some_and(|c| (c.upstream_offset, c.downstream_offset) == (700, 700));
+        (ok, cps)
+    });
+
+    let log = observe::strip_ansi(&ferry.log());
+    for t in [syncs_topic, cps_topic] {
+        for offset in [0, 1] {
+            let found = log.lines().any(|l| {
+                l.contains("WARN")
+                    && (l.contains(&format!("topic={t} ")) || l.contains(&format!("topic=\"{t}\" ")))
+                    && l.contains("partition=0")
+                    && l.contains(&format!("offset={offset} "))
+            });
+            assert!(found, "a warning names {t} partition 0 offset {offset}; log:\n{}", tail(&log, 60));
+        }
+    }
+    wait_healthy(&mut ferry, FLOW, Duration::from_secs(30));
+    for a in ACTORS {
+        assert_eq!(actor_restarts(ferry.listen_addr(), FLOW, a), 0.0, "corrupt records restart nothing ({a})");
+    }
+    for l in log.lines().filter(|l| l.contains("does not decode")) {
+        println!("{l}");
+    }
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// 7. Records deleted on the source before they were copied
+// ---------------------------------------------------------------------------------------------------------
+
+/// Copies 1,000 records, stops ferry gracefully, produces 1,000 more and deletes the source partition up
+/// to 1,500: records 1,000..1,500 are gone before ferry saw them. Returns ferry started again on it.
+fn lose_records_before_they_are_copied(policy: &str) -> (Ferry, tempfile::TempDir, String) {
+    let (east, west) = shared_pair();
+    let topic = unique(&format!("faults-gap-{policy}"));
+    let remote = format!("east.{topic}");
+    create_topic(&east.bootstrap, &topic, 1, &[]);
+    produce(&east.bootstrap, &topic, &records("g", 0..1_000, 1));
+    let dir = pair_dir(east, west, &flow("east", "west", &[&topic], &format!("on_source_gap = \"{policy}\"\n")));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(ARRIVAL, "the first 1,000 records copied", || {
+        assert_alive(&mut ferry);
+        end_offsets(&west.bootstrap, &remote) == [1_000]
+    });
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+    assert_eq!(stored_progress(west, &topic).get(&0), Some(&999), "progress persisted at the stop");
+
+    produce(&east.bootstrap, &topic, &records("g", 1_000..2_000, 1));
+    delete_records(&east.bootstrap, &topic, 0, 1_500);
+    let ferry = Ferry::start(dir.path(), &[]);
+    (ferry, dir, topic)
+}
+
+#[test]
+fn a_source_gap_is_logged_counted_and_skipped_by_default() {
+    let (_, west) = shared_pair();
+    let (mut ferry, _dir, topic) = lose_records_before_they_are_copied("skip");
+    let remote = format!("east.{topic}");
+    let mut expected = values("g", 0..1_000);
+    expected.extend(values("g", 1_500..2_000));
+    ferry.wait_log("node started", STARTED);
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &expected);
+    assert_eq!(counts.len(), 1_500, "exactly the records that survived on the source");
+    assert_eq!(duplicates(&counts), 0);
+    let addr = ferry.listen_addr();
+    let lost =
+        metric_sum(&observe::metrics(addr), "ferry_source_gap_records_total", &[("flow", FLOW), ("topic", &topic)]);
+    assert_eq!(lost, 500.0, "ferry_source_gap_records_total counts the lost records");
+    let log = observe::strip_ansi(&ferry.log());
+    let line = log
+        .lines()
+        .find(|l| l.contains("records lost on the source") && l.contains(&topic))
+        .unwrap_or_else(|| panic!("the loss is logged; log:\n{}", tail(&log, 40)));
+    println!("{line}");
+    assert!(line.contains("1000..1500") && line.contains("500 records"), "the log names the lost range: {line}");
+    wait_healthy(&mut ferry, FLOW, Duration::from_secs(30));
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn a_source_gap_stops_the_copier_with_on_source_gap_fail() {
+    let (_, west) = shared_pair();
+    let (mut ferry, _dir, topic) = lose_records_before_they_are_copied("fail");
+    let remote = format!("east.{topic}");
+    ferry.wait_log("node started", STARTED);
+    let addr = ferry.listen_addr();
+    let mut copier = None;
+    wait_for(Duration::from_secs(60), "/health shows the copier failing over the lost records", || {
+        assert_alive(&mut ferry);
+        copier = flow_actors(&health(addr), FLOW).remove("copier");
+        copier.as_ref().is_some_and(|c| {
+            matches!(c.state.as_str(), "restarting" | "failed")
+                && c.last_error.as_deref().is_some_and(|e| e.contains("records lost on the source"))
+        })
+    });
+    let copier = copier.expect("copier status");
+    println!("copier: {copier:?}");
+    let error = copier.last_error.unwrap_or_default();
+    assert!(error.contains(&format!("{topic}-0")) && error.contains("1000..1500"), "{error}");
+    wait_for(Duration::from_secs(60), "the copier keeps failing", || {
+        assert_alive(&mut ferry);
+        actor_restarts(addr, FLOW, "copier") >= 3.0
+    });
+    assert_eq!(end_offsets(&west.bootstrap, &remote), [1_000], "nothing after the gap was copied");
+    let lost =
+        metric_sum(&observe::metrics(addr), "ferry_source_gap_records_total", &[("flow", FLOW), ("topic", &topic)]);
+    assert!(lost >= 500.0, "the lost records are counted: {lost}");
+    let h = health(addr);
+    assert_eq!(h["status"], "degraded", "{h}");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
