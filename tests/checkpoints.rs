@@ -18,16 +18,7 @@ use support::{
 const FAST: &str = "emit_checkpoints_interval_seconds = 0.5\nrefresh_groups_interval_seconds = 0.5\n\
                     sync_group_offsets_interval_seconds = 0.5\nrefresh_topics_interval_seconds = 1";
 
-fn flows_dir(east: &Cluster, west: &Cluster, flow: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("flows dir");
-    let clusters = format!(
-        "[clusters.east]\nbootstrap_servers = \"{}\"\n[clusters.west]\nbootstrap_servers = \"{}\"\n",
-        east.bootstrap, west.bootstrap
-    );
-    std::fs::write(dir.path().join("clusters.toml"), clusters).expect("write clusters");
-    std::fs::write(dir.path().join("flow.toml"), flow).expect("write flow");
-    dir
-}
+use support::{assert_monotonic, flows_dir};
 
 fn flow(topics: &str, groups: &str, extra: &str) -> String {
     format!(
@@ -181,26 +172,6 @@ fn ferry_syncs_carry_their_mark() {
             })
     });
     ferry.terminate(Duration::from_secs(30));
-}
-
-/// For each (group, topic, partition), checkpoints in topic order never move the downstream offset back
-/// unless the upstream offset went back too (a deliberate rewind).
-fn assert_monotonic(cps: &[Checkpoint]) {
-    let mut last: BTreeMap<(String, String, i32), &Checkpoint> = BTreeMap::new();
-    for cp in cps {
-        let key = (cp.group.clone(), cp.topic.clone(), cp.partition);
-        if let Some(prev) = last.get(&key) {
-            assert!(
-                cp.downstream_offset >= prev.downstream_offset || cp.upstream_offset < prev.upstream_offset,
-                "checkpoint moved backward without an upstream rewind: {prev:?} -> {cp:?}"
-            );
-            assert!(
-                cp.downstream_offset != prev.downstream_offset || cp.upstream_offset < prev.upstream_offset,
-                "repeated checkpoint {cp:?}"
-            );
-        }
-        last.insert(key, cp);
-    }
 }
 
 fn all_checkpoints(west: &Cluster, prefix: &str) -> Vec<Checkpoint> {

@@ -11,21 +11,7 @@ use support::{Cluster, Ferry, Rec, consume_all, create_topic, produce, shared_pa
 
 const ARRIVAL: Duration = Duration::from_secs(120);
 
-/// A flows directory with clusters `east`/`west` and the given flow definitions.
-fn flows_dir(east: &Cluster, west: &Cluster, flows: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("flows dir");
-    let clusters = format!(
-        "[clusters.east]\nbootstrap_servers = \"{}\"\n[clusters.west]\nbootstrap_servers = \"{}\"\n",
-        east.bootstrap, west.bootstrap
-    );
-    std::fs::write(dir.path().join("clusters.toml"), clusters).expect("write clusters");
-    std::fs::write(dir.path().join("flow.toml"), flows).expect("write flow");
-    dir
-}
-
-fn flow(topics: &str, extra: &str) -> String {
-    format!("[[flows]]\nsource = \"east\"\ntarget = \"west\"\ntopics = [{topics}]\n{extra}\n")
-}
+use support::{east_west_flow as flow, flows_dir};
 
 /// Records of one partition ordered by offset, offsets dropped (they differ between clusters).
 fn by_partition(recs: &[Rec]) -> HashMap<i32, Vec<Rec>> {

@@ -19,21 +19,7 @@ const ARRIVAL: Duration = Duration::from_secs(120);
 const SYNCS_TOPIC: &str = "mm2-offset-syncs.west.internal";
 const READ: Duration = Duration::from_secs(30);
 
-/// A flows directory with clusters `east`/`west` and the given flow definitions.
-fn flows_dir(east: &Cluster, west: &Cluster, flows: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("flows dir");
-    let clusters = format!(
-        "[clusters.east]\nbootstrap_servers = \"{}\"\n[clusters.west]\nbootstrap_servers = \"{}\"\n",
-        east.bootstrap, west.bootstrap
-    );
-    std::fs::write(dir.path().join("clusters.toml"), clusters).expect("write clusters");
-    std::fs::write(dir.path().join("flow.toml"), flows).expect("write flow");
-    dir
-}
-
-fn flow(topics: &str, extra: &str) -> String {
-    format!("[[flows]]\nsource = \"east\"\ntarget = \"west\"\ntopics = [{topics}]\n{extra}\n")
-}
+use support::{east_west_flow as flow, flows_dir};
 
 /// Records on `topic`, or 0 while ferry has not created it yet.
 fn count(cluster: &Cluster, topic: &str) -> usize {

@@ -9,6 +9,8 @@
 
 mod support;
 
+use support::strip_ansi;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
@@ -192,27 +194,6 @@ impl Drop for BrokerLogsOnPanic<'_> {
             }
         }
     }
-}
-
-/// `text` without ANSI escape sequences (ferry colours its text logs even into a file).
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // CSI: ESC [ parameters final-byte (0x40..=0x7e)
-            if chars.next() == Some('[') {
-                for c in chars.by_ref() {
-                    if ('\u{40}'..='\u{7e}').contains(&c) {
-                        break;
-                    }
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[test]

@@ -19,21 +19,7 @@ use support::{
 const ARRIVAL: Duration = Duration::from_secs(60);
 const READ: Duration = Duration::from_secs(30);
 
-/// A flows directory with clusters `east`/`west` and the given flow definitions.
-fn flows_dir(east: &Cluster, west: &Cluster, flows: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("flows dir");
-    let clusters = format!(
-        "[clusters.east]\nbootstrap_servers = \"{}\"\n[clusters.west]\nbootstrap_servers = \"{}\"\n",
-        east.bootstrap, west.bootstrap
-    );
-    std::fs::write(dir.path().join("clusters.toml"), clusters).expect("write clusters");
-    std::fs::write(dir.path().join("flow.toml"), flows).expect("write flow");
-    dir
-}
-
-fn flow(topics: &str, extra: &str) -> String {
-    format!("[[flows]]\nsource = \"east\"\ntarget = \"west\"\ntopics = [{topics}]\n{extra}\n")
-}
+use support::{east_west_flow as flow, flows_dir};
 
 /// Values per partition on `topic`, in offset order; empty while the topic does not exist.
 fn values_by_partition(cluster: &Cluster, topic: &str) -> BTreeMap<i32, Vec<String>> {

@@ -22,6 +22,7 @@
 pub mod client;
 pub mod cluster;
 pub mod ferry;
+pub mod flows;
 pub mod group;
 pub mod mm2;
 pub mod mm2_client;
@@ -40,9 +41,11 @@ pub use client::{
 };
 pub use cluster::{Cluster, kafka_java, kafka_libdir, shared_pair};
 pub use ferry::{Ferry, ferry_bin};
+pub use flows::{east_west_flow, flows_dir};
 pub use group::{ActiveMember, http_get};
 pub use mm2::{Mm2, dedicated_properties};
 pub use mm2_client::remote_cluster_utils_translate;
+pub use observe::{assert_monotonic, strip_ansi};
 pub use tools::{ToolOutput, console_consume, run_tool};
 
 /// Polls `f` (every 50 ms at first, backing off to 250 ms) until it returns true; panics naming
