@@ -300,22 +300,7 @@ mod tests {
         assert_eq!(round(&syncs, &mut store, "group1", 400), Some(cp("group1", "source1.t1", 0, 400, 376)));
     }
 
-    /// Deterministic generator.
-    struct SplitMix(u64);
-
-    impl SplitMix {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-
-        fn below(&mut self, n: u64) -> i64 {
-            (self.next() % n) as i64
-        }
-    }
+    use crate::test_rng::SplitMix;
 
     #[test]
     fn restarted_task_never_moves_a_group_back_without_an_upstream_rewind() {

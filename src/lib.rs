@@ -21,5 +21,7 @@ pub mod restart_policy;
 pub mod status;
 pub mod sync_rule;
 pub mod sync_store;
+#[cfg(test)]
+mod test_rng;
 pub mod topic_configs;
 pub mod translate;

@@ -822,28 +822,9 @@ mod tests {
         }
     }
 
-    /// Deterministic generator for the randomised ports (Java's `Random(0)` sequence is not
-    /// reproduced; the properties hold for any input).
-    struct SplitMix(u64);
-
-    impl SplitMix {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-
-        /// In `[lo, hi)`.
-        fn range(&mut self, lo: i64, hi: i64) -> i64 {
-            lo + (self.next() % (hi - lo) as u64) as i64
-        }
-
-        fn chance(&mut self, percent: u64) -> bool {
-            self.next() % 100 < percent
-        }
-    }
+    // Deterministic generator for the randomised ports (Java's `Random(0)` sequence is not reproduced
+    // there; the properties hold for any input).
+    use crate::test_rng::SplitMix;
 
     /// `java.util.Random`, so that the randomised ports see Java's exact inputs (checked against
     /// JDK 17: `new Random(0).longs(5, 0, 2)` is `0 0 0 1 1`).
