@@ -11,6 +11,12 @@ pub const OFFSET_SYNCS_SEND: &str = "offset-syncs-send";
 pub const CHECKPOINTS_EMIT: &str = "checkpoints-emit";
 pub const HEARTBEATS_EMIT: &str = "heartbeats-emit";
 pub const TOPICS_REFRESH: &str = "topics-refresh";
+pub const LEASE_POLL: &str = "lease-poll";
+/// `copier-seek=N*return` answers the copier's seeks as librdkafka does for a partition whose fetch has not
+/// started yet (`__STATE`), the race right after the group assigned it.
+pub const COPIER_SEEK: &str = "copier-seek";
+/// Per consumer group: `checkpoints-group-offsets=return(GROUP)` fails reading GROUP's offsets only.
+pub const CHECKPOINTS_GROUP_OFFSETS: &str = "checkpoints-group-offsets";
 
 /// `Err` when the point `name` is configured to return; panics when it is configured to panic.
 #[inline]
@@ -20,5 +26,19 @@ pub fn check(name: &'static str) -> Result<(), String> {
         Some(a) => format!("failpoint {name}: {a}"),
         None => format!("failpoint {name}"),
     }));
+    Ok(())
+}
+
+/// `Err` when the point `name` is configured as `return(ITEM)` with this `item` (e.g. one consumer
+/// group among many); every other item passes.
+#[inline]
+pub fn check_for(name: &'static str, item: &str) -> Result<(), String> {
+    #[cfg(feature = "failpoints")]
+    if let Some(Some(e)) = fail::eval(name, |arg: Option<String>| {
+        (arg.as_deref() == Some(item)).then(|| format!("failpoint {name}: {item}"))
+    }) {
+        return Err(e);
+    }
+    let _ = (name, item);
     Ok(())
 }

@@ -1,48 +1,472 @@
-//! The node's HTTP interface: `/health` (per flow and actor status), `/flows` (the same as JSON)
-//! and `/metrics` (Prometheus text). Nothing here prints configuration values.
+//! The node's HTTP interface: `/health` (the node and every flow), `/flows` (the flows and the last
+//! reload, JSON), `/flows/{id}` (one flow), `/metrics` (Prometheus text) and `POST /reload`.
+//!
+//! What it owns besides the handlers is *admission* ([`admit`], in front of every route):
+//! - Reads (`GET`, `HEAD`) are open, for scrapers and probes.
+//! - Everything else mutates the node and needs authority: with `--admin-token-file`, a request must
+//!   carry `Authorization: Bearer <token>` (compared in constant time); without a token file, mutating
+//!   requests are accepted only on a loopback listener, where only local processes can send them.
+//! - A request body larger than [`MAX_BODY`], or one without a length, and headers over [`MAX_HEADERS`]
+//!   are refused before any handler.
+//!
+//! The guard keys on the method, not the path, so a new mutating endpoint (e.g. `POST /flows/{id}/pause`)
+//! is guarded by being registered as a `web::post()` route: nothing to add. Its handler should parse the
+//! id with [`flow_id`], which answers 400 for a malformed one.
+//!
+//! Nothing here prints configuration values. Unknown paths and wrong methods get a JSON error, never a
+//! panic; a client that sends its request too slowly is cut off after [`REQUEST_TIMEOUT`].
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use actix_web::{App, HttpResponse, HttpServer, web};
+use actix::Addr;
+use actix_web::body::BoxBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::{Method, StatusCode, header};
+use actix_web::middleware::{Next, from_fn};
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 
+use crate::config::FlowId;
 use crate::metrics::METRICS;
-use crate::status::{ActorState, StatusBoard};
+use crate::node::{Node, Pause, Reload};
+use crate::reload::{ReloadResult, Trigger};
+use crate::status::{FlowState, StatusBoard};
+
+/// The largest request body accepted (no endpoint reads one today).
+pub const MAX_BODY: u64 = 64 * 1024;
+/// The most header bytes (names and values) a request may carry; actix's own limit is far higher.
+pub const MAX_HEADERS: usize = 16 * 1024;
+/// How long a client may take to send its request head.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How the listener is set up, from `ferry run`'s flags.
+#[derive(Clone, Debug)]
+pub struct HttpOptions {
+    pub listen: SocketAddr,
+    /// `--admin-token-file`: mutating requests need this bearer token.
+    pub admin_token_file: Option<PathBuf>,
+    /// `--tls-cert` and `--tls-key` (PEM): serve HTTPS instead of HTTP.
+    pub tls: Option<TlsFiles>,
+}
+
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// Certificate chain, leaf first.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Who may send mutating requests; shared by every request.
+#[derive(Clone, Debug)]
+struct Admission {
+    /// Re-read on every mutating request, so a rotated token applies without a restart.
+    token_file: Option<PathBuf>,
+    loopback: bool,
+}
+
+/// Reads an admin token file: its content without the trailing newline, which must not be empty. The
+/// error names the file, never its content.
+pub fn read_token(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the admin token file {}: {e}", path.display()))?;
+    let token = text.trim_end_matches(['\n', '\r']);
+    if token.trim().is_empty() {
+        return Err(format!("the admin token file {} is empty", path.display()));
+    }
+    Ok(token.to_string())
+}
+
+/// Constant-time equality of two tokens of any length: their SHA-256 digests are compared with
+/// OpenSSL's `CRYPTO_memcmp`, so neither the position of the first difference nor the length leaks.
+pub fn tokens_match(given: &[u8], expected: &[u8]) -> bool {
+    openssl::memcmp::eq(&openssl::sha::sha256(given), &openssl::sha::sha256(expected))
+}
+
+impl Admission {
+    /// `None` if `req` may go on to its handler, or the refusal to send instead.
+    fn check(&self, req: &HttpRequest) -> Option<HttpResponse> {
+        if let Some(refusal) = size_refusal(req) {
+            return Some(refusal);
+        }
+        if matches!(*req.method(), Method::GET | Method::HEAD) {
+            return None;
+        }
+        let Some(file) = &self.token_file else {
+            return (!self.loopback).then(|| {
+                error(
+                    StatusCode::FORBIDDEN,
+                    "mutating endpoints are served on a non-loopback listener only with --admin-token-file",
+                )
+            });
+        };
+        let expected = match read_token(file) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(error = %e, "refusing a mutating request: the admin token cannot be read");
+                return Some(error(StatusCode::SERVICE_UNAVAILABLE, "the admin token cannot be read; see the log"));
+            }
+        };
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim);
+        match given {
+            Some(token) if tokens_match(token.as_bytes(), expected.as_bytes()) => None,
+            Some(_) => Some(unauthorized("the bearer token is not the admin token", true)),
+            None => Some(unauthorized("this endpoint needs `Authorization: Bearer <admin token>`", false)),
+        }
+    }
+}
+
+/// 431 for headers over [`MAX_HEADERS`], 413 for a declared body over [`MAX_BODY`], 411 for a body
+/// without a declared length (chunked).
+fn size_refusal(req: &HttpRequest) -> Option<HttpResponse> {
+    let headers = req.headers();
+    if headers.iter().map(|(k, v)| k.as_str().len() + v.len()).sum::<usize>() > MAX_HEADERS {
+        return Some(error(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!("request headers are limited to {MAX_HEADERS} bytes"),
+        ));
+    }
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        return Some(error(StatusCode::LENGTH_REQUIRED, "send a Content-Length (no endpoint takes a streamed body)"));
+    }
+    let length = headers.get(header::CONTENT_LENGTH)?;
+    match length.to_str().ok().and_then(|l| l.trim().parse::<u64>().ok()) {
+        Some(n) if n <= MAX_BODY => None,
+        Some(_) => {
+            Some(error(StatusCode::PAYLOAD_TOO_LARGE, format!("request bodies are limited to {MAX_BODY} bytes")))
+        }
+        None => Some(error(StatusCode::BAD_REQUEST, "malformed Content-Length")),
+    }
+}
+
+fn unauthorized(reason: &str, invalid: bool) -> HttpResponse {
+    let challenge = if invalid { "Bearer realm=\"ferry\", error=\"invalid_token\"" } else { "Bearer realm=\"ferry\"" };
+    let mut resp = error(StatusCode::UNAUTHORIZED, reason);
+    resp.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static(challenge));
+    resp
+}
+
+/// The middleware in front of every route (see the module doc).
+async fn admit(req: ServiceRequest, next: Next<BoxBody>) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let refusal = req.app_data::<web::Data<Admission>>().and_then(|a| a.check(req.request()));
+    match refusal {
+        Some(resp) => Ok(req.into_response(resp)),
+        None => next.call(req).await,
+    }
+}
+
+/// A JSON error body: `{"error": reason}`.
+pub fn error(status: StatusCode, reason: impl Into<String>) -> HttpResponse {
+    HttpResponse::build(status).json(serde_json::json!({ "error": reason.into() }))
+}
+
+/// The flow id of a path segment (`east->west`, percent-decoded by actix), or why it is malformed. For
+/// every `/flows/{id}...` handler, which answers `error(StatusCode::BAD_REQUEST, why)` on `Err(why)`.
+pub fn flow_id(raw: &str) -> Result<FlowId, String> {
+    let bad = |why: &str| format!("malformed flow id: {why}; expected SOURCE->TARGET");
+    if raw.len() > 512 {
+        return Err(bad("too long"));
+    }
+    let id: FlowId = raw.parse().map_err(|_| bad("no `->` between two cluster aliases"))?;
+    for alias in [&id.source, &id.target] {
+        if crate::config::valid_alias(alias).is_err() {
+            return Err(bad("cluster aliases have letters, digits, `_` and `-` only"));
+        }
+    }
+    Ok(id)
+}
 
 async fn health(status: web::Data<StatusBoard>) -> HttpResponse {
     let flows = status.snapshot();
-    let healthy = flows
-        .values()
-        .flat_map(|actors| actors.values())
-        .all(|a| matches!(a.state, ActorState::Running | ActorState::Starting | ActorState::Stopped));
+    let healthy =
+        flows.values().all(|f| matches!(f.state, FlowState::Running | FlowState::Starting | FlowState::Stopped));
     let body = serde_json::json!({
         "status": if healthy { "ok" } else { "degraded" },
         "flows": flows,
+        "last_reload": status.last_reload(),
     });
     // Degraded flows are reported, not hidden, but the node itself is up: 200 either way.
     HttpResponse::Ok().json(body)
 }
 
 async fn flows(status: web::Data<StatusBoard>) -> HttpResponse {
-    HttpResponse::Ok().json(status.snapshot())
+    HttpResponse::Ok().json(serde_json::json!({
+        "flows": status.snapshot(),
+        "last_reload": status.last_reload(),
+    }))
 }
 
-async fn metrics() -> HttpResponse {
+/// One flow's status; 400 for a malformed id, 404 for an unknown one.
+async fn one_flow(status: web::Data<StatusBoard>, id: web::Path<String>) -> HttpResponse {
+    let id = match flow_id(&id) {
+        Ok(id) => id.to_string(),
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    match status.snapshot().get(&id) {
+        Some(flow) => HttpResponse::Ok().json(flow),
+        None => error(StatusCode::NOT_FOUND, format!("no flow {id}")),
+    }
+}
+
+/// Readiness: every enabled flow running (a paused flow counts as ready: an operator chose it); 503 with
+/// the reasons otherwise.
+async fn ready(status: web::Data<StatusBoard>) -> HttpResponse {
+    let not_ready: Vec<serde_json::Value> = status
+        .snapshot()
+        .values()
+        .filter(|f| f.enabled && !matches!(f.state, FlowState::Running | FlowState::Paused))
+        .map(|f| {
+            let why: Vec<String> = f
+                .actors
+                .iter()
+                .filter_map(|(a, s)| {
+                    s.last_error
+                        .as_ref()
+                        .filter(|_| s.state != crate::status::ActorState::Running)
+                        .map(|e| format!("{a}: {e}"))
+                })
+                .collect();
+            serde_json::json!({ "flow": f.id, "state": f.state, "reasons": why })
+        })
+        .collect();
+    if not_ready.is_empty() {
+        HttpResponse::Ok().json(serde_json::json!({ "ready": true }))
+    } else {
+        HttpResponse::ServiceUnavailable().json(serde_json::json!({ "ready": false, "flows": not_ready }))
+    }
+}
+
+async fn set_paused(node: web::Data<Addr<Node>>, id: web::Path<String>, paused: bool) -> HttpResponse {
+    let flow = match flow_id(&id) {
+        Ok(id) => id,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    match node.send(Pause { flow: flow.clone(), paused }).await {
+        Ok(Ok(())) => HttpResponse::Ok().json(serde_json::json!({ "flow": flow.to_string(), "paused": paused })),
+        Ok(Err(why)) => error(StatusCode::NOT_FOUND, why),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("the node did not answer: {e}")),
+    }
+}
+
+/// Stop fetching the flow's source (positions kept; it stays paused across reloads until resumed).
+async fn pause(node: web::Data<Addr<Node>>, id: web::Path<String>) -> HttpResponse {
+    set_paused(node, id, true).await
+}
+
+async fn resume(node: web::Data<Addr<Node>>, id: web::Path<String>) -> HttpResponse {
+    set_paused(node, id, false).await
+}
+
+async fn metrics(status: web::Data<StatusBoard>) -> HttpResponse {
+    // Flow states and heartbeat ages as of this scrape, not of the node's last one-second tick.
+    METRICS.refresh(&status.snapshot());
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(METRICS.render())
 }
 
-/// Bind and start the server inside the current actix System.
-pub fn serve(addr: SocketAddr, status: StatusBoard) -> std::io::Result<actix_web::dev::Server> {
-    let data = web::Data::new(status);
+/// Reload the flows directory now; answers with what the reload did (422 when the set was refused).
+async fn reload(node: web::Data<Addr<Node>>) -> HttpResponse {
+    match node.send(Reload { trigger: Trigger::Http }).await {
+        Ok(outcome) => {
+            let status = match outcome.result {
+                ReloadResult::Rejected => StatusCode::UNPROCESSABLE_ENTITY,
+                _ => StatusCode::OK,
+            };
+            HttpResponse::build(status).json(outcome)
+        }
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("the node did not answer: {e}")),
+    }
+}
+
+async fn not_found() -> HttpResponse {
+    error(StatusCode::NOT_FOUND, "no such endpoint")
+}
+
+/// The TLS acceptor for `files`; errors name the file, never its content.
+fn tls_acceptor(files: &TlsFiles) -> std::io::Result<openssl::ssl::SslAcceptorBuilder> {
+    use openssl::ssl::{SslAcceptor, SslFiletype, SslMethod};
+    let fail = |what: &str, path: &Path, e: openssl::error::ErrorStack| {
+        std::io::Error::other(format!("TLS {what} {}: {e}", path.display()))
+    };
+    let mut builder = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(std::io::Error::other)?;
+    builder.set_certificate_chain_file(&files.cert).map_err(|e| fail("certificate", &files.cert, e))?;
+    builder.set_private_key_file(&files.key, SslFiletype::PEM).map_err(|e| fail("key", &files.key, e))?;
+    builder.check_private_key().map_err(|e| fail("key (does it match the certificate?)", &files.key, e))?;
+    Ok(builder)
+}
+
+/// Checks that the token and TLS files of `opts` can be used, without binding anything.
+pub fn check(opts: &HttpOptions) -> std::io::Result<()> {
+    if let Some(file) = &opts.admin_token_file {
+        read_token(file).map_err(std::io::Error::other)?;
+    }
+    if let Some(files) = &opts.tls {
+        tls_acceptor(files)?;
+    }
+    Ok(())
+}
+
+/// Bind and start the server inside the current actix System. Fails if the address cannot be bound,
+/// the TLS files cannot be used, or the admin token file cannot be read.
+pub fn serve(opts: &HttpOptions, status: StatusBoard, node: Addr<Node>) -> std::io::Result<actix_web::dev::Server> {
+    check(opts)?;
+    let admission = web::Data::new(Admission {
+        token_file: opts.admin_token_file.clone(),
+        loopback: opts.listen.ip().is_loopback(),
+    });
+    let status = web::Data::new(status);
+    let node = web::Data::new(node);
     let server = HttpServer::new(move || {
+        let only = |method: &'static str| {
+            web::route().to(move || async move { error(StatusCode::METHOD_NOT_ALLOWED, format!("use {method}")) })
+        };
         App::new()
-            .app_data(data.clone())
-            .route("/health", web::get().to(health))
-            .route("/flows", web::get().to(flows))
-            .route("/metrics", web::get().to(metrics))
+            .app_data(admission.clone())
+            .app_data(status.clone())
+            .app_data(node.clone())
+            .wrap(from_fn(admit))
+            .service(web::resource("/health").route(web::get().to(health)).route(only("GET")))
+            .service(web::resource("/flows").route(web::get().to(flows)).route(only("GET")))
+            .service(web::resource("/flows/{id}").route(web::get().to(one_flow)).route(only("GET")))
+            .service(web::resource("/metrics").route(web::get().to(metrics)).route(only("GET")))
+            // Mutating routes: register them as `web::post()`; `admit` guards every non-GET request.
+            .service(web::resource("/ready").route(web::get().to(ready)).route(only("GET")))
+            .service(web::resource("/reload").route(web::post().to(reload)).route(only("POST")))
+            .service(web::resource("/flows/{id}/pause").route(web::post().to(pause)).route(only("POST")))
+            .service(web::resource("/flows/{id}/resume").route(web::post().to(resume)).route(only("POST")))
+            .default_service(web::route().to(not_found))
     })
     .workers(1)
     .disable_signals()
-    .bind(addr)?
-    .run();
-    Ok(server)
+    .client_request_timeout(REQUEST_TIMEOUT);
+    let server = match &opts.tls {
+        Some(files) => server.bind_openssl(opts.listen, tls_acceptor(files)?)?,
+        None => server.bind(opts.listen)?,
+    };
+    Ok(server.run())
+}
+
+/// `GET url` (http:// or https://) with `timeout` for connecting and for each read and write; returns
+/// the response's status code. For `ferry health`: no redirects, no body, no keep-alive. `ca` is a PEM
+/// file of certificates to trust for https (besides the system's); `insecure` skips verification.
+pub fn probe(url: &str, ca: Option<&Path>, insecure: bool, timeout: Duration) -> Result<u16, String> {
+    get(url, ca, insecure, timeout).map(|(code, _)| code)
+}
+
+/// `GET url` like [`probe`], returning the status code and the body (for `ferry status`).
+pub fn get(url: &str, ca: Option<&Path>, insecure: bool, timeout: Duration) -> Result<(u16, Vec<u8>), String> {
+    use std::net::{TcpStream, ToSocketAddrs};
+
+    let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (false, rest),
+        (_, Some(rest)) => (true, rest),
+        _ => return Err("the URL must start with http:// or https://".into()),
+    };
+    let (authority, path) = rest.find('/').map_or((rest, "/"), |i| (&rest[..i], &rest[i..]));
+    let default_port = if tls { 443 } else { 80 };
+    let (host, port) = match authority.strip_prefix('[') {
+        // [v6]:port
+        Some(v6) => {
+            let (host, after) = v6.split_once(']').ok_or("unclosed `[` in the URL's host")?;
+            let port = after.strip_prefix(':').map_or(Ok(default_port), str::parse);
+            (host, port.map_err(|_| "bad port in the URL")?)
+        }
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host, port.parse().map_err(|_| "bad port in the URL")?),
+            None => (authority, default_port),
+        },
+    };
+    let addr = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host} has no address"))?;
+    let stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .map_err(|e| e.to_string())?;
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: ferry-health\r\nConnection: close\r\n\r\n");
+    let mut head = Vec::new();
+    let mut exchange = |s: &mut dyn ReadWrite| -> std::io::Result<()> {
+        s.write_all(request.as_bytes())?;
+        let mut buf = [0u8; 8192];
+        // The whole answer (the node closes the connection), up to 16 MiB.
+        while head.len() < 16 << 20 {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        Ok(())
+    };
+    if tls {
+        use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
+        let mut builder = SslConnector::builder(SslMethod::tls_client()).map_err(|e| e.to_string())?;
+        if let Some(ca) = ca {
+            builder.set_ca_file(ca).map_err(|e| format!("cannot use the CA file {}: {e}", ca.display()))?;
+        }
+        if insecure {
+            builder.set_verify(SslVerifyMode::NONE);
+        }
+        let mut config = builder.build().configure().map_err(|e| e.to_string())?;
+        config.set_verify_hostname(!insecure);
+        let mut s = config.connect(host, stream).map_err(|e| format!("TLS handshake with {addr} failed: {e}"))?;
+        exchange(&mut s).map_err(|e| format!("{addr}: {e}"))?;
+    } else {
+        let mut s = stream;
+        exchange(&mut s).map_err(|e| format!("{addr}: {e}"))?;
+    }
+    let line_end = head.windows(2).position(|w| w == b"\r\n").unwrap_or(head.len());
+    let status = String::from_utf8_lossy(&head[..line_end]).to_string();
+    let code = status
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .filter(|_| status.starts_with("HTTP/"))
+        .ok_or_else(|| format!("not an HTTP answer from {addr}"))?;
+    let body = head.windows(4).position(|w| w == b"\r\n\r\n").map_or(Vec::new(), |i| head[i + 4..].to_vec());
+    Ok((code, body))
+}
+
+trait ReadWrite: std::io::Read + std::io::Write {}
+impl<T: std::io::Read + std::io::Write> ReadWrite for T {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_by_content_only() {
+        assert!(tokens_match(b"s3cret-token", b"s3cret-token"));
+        assert!(!tokens_match(b"s3cret-token", b"s3cret-tokem"));
+        assert!(!tokens_match(b"s3cret", b"s3cret-token"));
+        assert!(!tokens_match(b"", b"x"));
+    }
+
+    #[test]
+    fn flow_ids_are_checked() {
+        assert_eq!(flow_id("east->west").map(|id| id.to_string()).ok().as_deref(), Some("east->west"));
+        for bad in ["east", "->west", "east->", "ea st->west", "east->we.st", "%ZZ", &"a".repeat(600)] {
+            assert!(flow_id(bad).expect_err(bad).starts_with("malformed flow id"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn token_files_are_trimmed_and_must_not_be_empty() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("token");
+        std::fs::write(&path, "abc\n").expect("write");
+        assert_eq!(read_token(&path).as_deref(), Ok("abc"));
+        std::fs::write(&path, "\n").expect("write");
+        assert!(read_token(&path).expect_err("empty").contains("empty"));
+        let missing = read_token(&dir.path().join("nope")).expect_err("missing");
+        assert!(missing.contains("nope"), "{missing}");
+    }
 }

@@ -17,6 +17,7 @@ pub mod node;
 pub mod policy;
 #[allow(unsafe_code)] // the one module that calls librdkafka directly; see its docs
 pub mod raw_admin;
+pub mod reload;
 pub mod restart_policy;
 pub mod status;
 pub mod sync_rule;

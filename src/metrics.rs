@@ -6,7 +6,8 @@
 
 use std::sync::LazyLock;
 
-use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 pub struct Metrics {
     pub registry: Registry,
@@ -35,12 +36,70 @@ pub struct Metrics {
     pub group_offset_syncs: IntCounterVec,
     /// Actor restarts after an error or a panic.
     pub actor_restarts: IntCounterVec,
-    /// Source records lost before they were copied (retention, topic re-creation).
+    /// Source records lost before they were copied (retention, delete-records).
     pub source_gap_records: IntCounterVec,
+    /// Source partitions found re-created or truncated below the copy position, and copied again
+    /// from their start.
+    pub source_resets: IntCounterVec,
+    /// Records the target refused or that could not be delivered; each stops its partition for a
+    /// retry.
+    pub partition_failures: IntCounterVec,
+    /// Source partitions currently not copying because of a failure (retrying or stopped).
+    pub partitions_failing: IntGaugeVec,
+    /// Target acknowledgement time minus record timestamp (MM2: replication-latency-ms).
+    pub replication_latency: HistogramVec,
+    /// Fetch time minus record timestamp (MM2: record-age-ms).
+    pub record_age: HistogramVec,
+    /// Topic synchroniser errors per topic (create refused, name collision, configs rejected, ...).
+    pub topic_errors: IntCounterVec,
+    /// Checkpoint computer errors per consumer group (offsets could not be read, ...).
+    pub group_errors: IntCounterVec,
+    /// Whether the last reload of the flows directory applied (1) or not (0).
+    pub config_last_reload_successful: IntGauge,
+    /// When the last reload applied, seconds since the epoch.
+    pub config_last_reload_success_timestamp: IntGauge,
+    /// Reloads by result: applied, rejected, rolled_back.
+    pub config_reloads: IntCounterVec,
+    /// Source high watermark minus the next offset to copy, summed per topic.
+    pub source_lag: IntGaugeVec,
+    /// Source group offset seen changed → its checkpoint acknowledged (MM2: checkpoint-latency-ms).
+    pub checkpoint_latency: HistogramVec,
+    /// When each group was last checkpointed successfully (its round read its offsets and published what
+    /// was due), seconds since the epoch.
+    pub checkpoint_last_success: IntGaugeVec,
+    /// 1 for each flow's current state, 0 for its other states.
+    pub flow_state: IntGaugeVec,
+    /// Age of the newest heartbeat of each flow that reached its target (set at scrape time).
+    pub heartbeat_age: prometheus::GaugeVec,
+    /// Timestamps (ms) of the newest heartbeat of each flow that reached its target.
+    heartbeat_timestamps: std::sync::Mutex<std::collections::BTreeMap<String, i64>>,
+    /// The build: version and source revision.
+    pub build_info: IntGaugeVec,
+    /// 1 on the node that leads a flow's duty (topics, checkpoints, heartbeats), 0 on the others.
+    pub leader: IntGaugeVec,
+}
+
+/// Bucket boundaries for replication delays: 1 ms to 6 hours.
+pub const DELAY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0,
+    3600.0, 7200.0, 21600.0,
+];
+
+fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(DELAY_BUCKETS.to_vec()), labels)
+        .expect("static metric definition is valid");
+    registry.register(Box::new(h.clone())).expect("metric names are unique");
+    h
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("static metric definition is valid");
+    registry.register(Box::new(g.clone())).expect("metric names are unique");
+    g
+}
+
+fn plain_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("static metric definition is valid");
     registry.register(Box::new(g.clone())).expect("metric names are unique");
     g
 }
@@ -128,8 +187,258 @@ impl Metrics {
                 "Source records lost before they were copied.",
                 &["flow", "topic"],
             ),
+            source_resets: counter(
+                &registry,
+                "ferry_source_resets_total",
+                "Source partitions found re-created or truncated below the copy position, copied again from their start.",
+                &["flow", "topic"],
+            ),
+            partition_failures: counter(
+                &registry,
+                "ferry_partition_failures_total",
+                "Records the target refused or that could not be delivered (each stops its partition for a retry).",
+                &["flow", "topic"],
+            ),
+            partitions_failing: gauge(
+                &registry,
+                "ferry_partitions_failing",
+                "Source partitions not copying because of a failure (retrying or stopped).",
+                &["flow"],
+            ),
+            replication_latency: histogram(
+                &registry,
+                "ferry_replication_latency_seconds",
+                "Target acknowledgement time minus record timestamp.",
+                &["flow", "topic"],
+            ),
+            record_age: histogram(
+                &registry,
+                "ferry_record_age_seconds",
+                "Fetch time minus record timestamp.",
+                &["flow", "topic"],
+            ),
+            topic_errors: counter(
+                &registry,
+                "ferry_topic_errors_total",
+                "Topic synchroniser errors per source topic (the topic is retried at the next refresh).",
+                &["flow", "topic"],
+            ),
+            group_errors: counter(
+                &registry,
+                "ferry_group_errors_total",
+                "Checkpoint computer errors per consumer group (the group is retried at the next round).",
+                &["flow", "group"],
+            ),
+            config_last_reload_successful: plain_gauge(
+                &registry,
+                "ferry_config_last_reload_successful",
+                "Whether the last reload of the flows directory applied.",
+            ),
+            config_last_reload_success_timestamp: plain_gauge(
+                &registry,
+                "ferry_config_last_reload_success_timestamp_seconds",
+                "When the last reload of the flows directory applied.",
+            ),
+            config_reloads: counter(
+                &registry,
+                "ferry_config_reloads_total",
+                "Reloads of the flows directory, by result (applied, rejected, rolled_back).",
+                &["result"],
+            ),
+            source_lag: gauge(
+                &registry,
+                "ferry_source_lag_records",
+                "Source high watermark minus the next offset to copy, summed per source topic.",
+                &["flow", "topic"],
+            ),
+            checkpoint_latency: histogram(
+                &registry,
+                "ferry_checkpoint_latency_seconds",
+                "From a source group offset seen changed to its checkpoint acknowledged.",
+                &["flow"],
+            ),
+            checkpoint_last_success: gauge(
+                &registry,
+                "ferry_checkpoint_last_success_timestamp_seconds",
+                "When each consumer group was last checkpointed successfully.",
+                &["flow", "group"],
+            ),
+            flow_state: gauge(&registry, "ferry_flow_state", "1 for each flow's current state.", &["flow", "state"]),
+            heartbeat_age: {
+                let g = prometheus::GaugeVec::new(
+                    Opts::new(
+                        "ferry_heartbeat_age_seconds",
+                        "Age of the newest heartbeat of the flow seen on its target.",
+                    ),
+                    &["flow"],
+                )
+                .expect("static metric definition is valid");
+                registry.register(Box::new(g.clone())).expect("metric names are unique");
+                g
+            },
+            heartbeat_timestamps: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+            build_info: gauge(
+                &registry,
+                "ferry_build_info",
+                "The build of this node (value 1).",
+                &["version", "revision"],
+            ),
+            leader: gauge(
+                &registry,
+                "ferry_leader",
+                "1 on the node that leads the flow's duty (sum by flow and duty is 1 in a healthy cluster).",
+                &["flow", "duty"],
+            ),
             registry,
         }
+    }
+
+    /// Every series a flow has from its start, at zero, so that `rate()` and alerts work before the
+    /// first event.
+    pub fn init_flow(&self, flow: &str, actors: &[&str]) {
+        for a in actors {
+            self.actor_restarts.with_label_values(&[flow, a]).inc_by(0);
+        }
+        for c in [&self.progress_commits, &self.topics_created, &self.heartbeats_emitted, &self.checkpoints_emitted] {
+            c.with_label_values(&[flow]).inc_by(0);
+        }
+        for g in
+            [&self.partitions_assigned, &self.partitions_failing, &self.offset_syncs_queued, &self.checkpoint_groups]
+        {
+            g.with_label_values(&[flow]).add(0);
+        }
+        for r in ["ok", "failed", "skipped_active"] {
+            self.group_offset_syncs.with_label_values(&[flow, r]).inc_by(0);
+        }
+        for r in crate::sync_rule::SyncReason::ALL {
+            self.offset_syncs_emitted.with_label_values(&[flow, r.name()]).inc_by(0);
+        }
+        let _ = self.checkpoint_latency.with_label_values(&[flow]);
+    }
+
+    /// A heartbeat of `flow`, written at `timestamp_ms`, reached the target.
+    pub fn heartbeat_seen(&self, flow: &str, timestamp_ms: i64) {
+        let mut seen = self.heartbeat_timestamps.lock().unwrap_or_else(|p| p.into_inner());
+        let e = seen.entry(flow.to_string()).or_insert(timestamp_ms);
+        *e = (*e).max(timestamp_ms);
+    }
+
+    /// Refresh what depends on the time of the scrape or on the status board: heartbeat ages and flow
+    /// states (a removed flow has no status: its series are gone already).
+    pub fn refresh(&self, flows: &std::collections::BTreeMap<String, crate::status::FlowStatus>) {
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let mut seen = self.heartbeat_timestamps.lock().unwrap_or_else(|p| p.into_inner());
+        seen.retain(|flow, _| flows.contains_key(flow));
+        for (flow, ts) in seen.iter() {
+            self.heartbeat_age.with_label_values(&[flow]).set(((now_ms - ts).max(0) as f64) / 1000.0);
+        }
+        drop(seen);
+        for (flow, status) in flows {
+            for s in crate::status::FlowState::ALL {
+                self.flow_state.with_label_values(&[flow, s.name()]).set(i64::from(status.state == s));
+            }
+        }
+        let revision = env!("FERRY_REVISION");
+        self.build_info.with_label_values(&[env!("CARGO_PKG_VERSION"), revision]).set(1);
+    }
+
+    /// Sum of a metric's samples whose labels include `flow`, if it has any.
+    fn flow_sum(&self, name: &str, flow: &str) -> Option<f64> {
+        let mut found = false;
+        let mut sum = 0.0;
+        for family in self.registry.gather().iter().filter(|f| f.name() == name) {
+            let counter = family.get_field_type() == prometheus::proto::MetricType::COUNTER;
+            for m in family.get_metric() {
+                if m.get_label().iter().any(|l| l.name() == "flow" && l.value() == flow) {
+                    found = true;
+                    sum += if counter { m.get_counter().get_value() } else { m.get_gauge().get_value() };
+                }
+            }
+        }
+        found.then_some(sum)
+    }
+
+    /// The flow's figures for `/flows`: `previous` is the last call's (records copied, when) for rates.
+    pub fn figures(
+        &self,
+        flow: &str,
+        previous: Option<(f64, std::time::Instant)>,
+    ) -> (crate::status::FlowFigures, (f64, std::time::Instant)) {
+        let now = std::time::Instant::now();
+        let copied = self.flow_sum("ferry_records_copied_total", flow).unwrap_or(0.0);
+        let rate = previous.and_then(|(before, at)| {
+            let dt = now.duration_since(at).as_secs_f64();
+            (dt > 0.0).then(|| ((copied - before).max(0.0) / dt * 10.0).round() / 10.0)
+        });
+        let last_checkpoint = self
+            .checkpoint_last_success
+            .collect()
+            .iter()
+            .flat_map(|f| f.get_metric().iter())
+            .filter(|m| m.get_label().iter().any(|l| l.name() == "flow" && l.value() == flow))
+            .map(|m| m.get_gauge().get_value() as u64)
+            .max()
+            .filter(|t| *t > 0)
+            .map(|t| crate::status::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t)));
+        let figures = crate::status::FlowFigures {
+            leading: self.leader.with_label_values(&[flow, "checkpoints"]).get() == 1,
+            partitions: self.partitions_assigned.with_label_values(&[flow]).get(),
+            lag_records: self.flow_sum("ferry_source_lag_records", flow).map(|l| l as i64),
+            records_per_second: rate,
+            last_checkpoint_at: last_checkpoint,
+        };
+        (figures, (copied, now))
+    }
+
+    /// Every labelled metric, for removing series by label.
+    fn vecs(&self) -> Vec<&dyn RemoveMatching> {
+        vec![
+            &self.records_copied,
+            &self.bytes_copied,
+            &self.progress_commits,
+            &self.topics_created,
+            &self.partitions_assigned,
+            &self.offset_syncs_emitted,
+            &self.offset_syncs_queued,
+            &self.heartbeats_emitted,
+            &self.checkpoints_emitted,
+            &self.checkpoint_groups,
+            &self.group_offset_syncs,
+            &self.actor_restarts,
+            &self.source_gap_records,
+            &self.source_resets,
+            &self.partition_failures,
+            &self.partitions_failing,
+            &self.replication_latency,
+            &self.record_age,
+            &self.topic_errors,
+            &self.group_errors,
+            &self.source_lag,
+            &self.checkpoint_latency,
+            &self.checkpoint_last_success,
+            &self.flow_state,
+            &self.heartbeat_age,
+            &self.leader,
+        ]
+    }
+
+    /// Drops every series whose labels include all of `labels`.
+    pub fn remove_matching(&self, labels: &[(&str, &str)]) {
+        for v in self.vecs() {
+            v.remove_matching(labels);
+        }
+    }
+
+    /// Drops every series of `flow` (the flow was removed).
+    pub fn remove_flow(&self, flow: &str) {
+        self.remove_matching(&[("flow", flow)]);
+        self.heartbeat_timestamps.lock().unwrap_or_else(|p| p.into_inner()).remove(flow);
+    }
+
+    /// Drops every series of `topic` in `flow` (the topic is no longer copied or was deleted).
+    pub fn remove_topic(&self, flow: &str, topic: &str) {
+        self.remove_matching(&[("flow", flow), ("topic", topic)]);
     }
 
     /// Prometheus text exposition of every metric.
@@ -144,6 +453,27 @@ impl Metrics {
 }
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// Removing series by a subset of their labels (prometheus' vectors need the full label set).
+trait RemoveMatching {
+    fn remove_matching(&self, labels: &[(&str, &str)]);
+}
+
+impl<T: MetricVecBuilder> RemoveMatching for MetricVec<T> {
+    fn remove_matching(&self, labels: &[(&str, &str)]) {
+        for family in self.collect() {
+            for m in family.get_metric() {
+                let pairs = m.get_label();
+                let matches = labels.iter().all(|(k, v)| pairs.iter().any(|p| p.name() == *k && p.value() == *v));
+                if matches {
+                    let all: std::collections::HashMap<&str, &str> =
+                        pairs.iter().map(|p| (p.name(), p.value())).collect();
+                    let _ = self.remove(&all);
+                }
+            }
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,42 +1,396 @@
-//! The node: one process running many flows. It starts a [`FlowSupervisor`] per enabled flow and
-//! stops them all, in order and within a deadline, when the process is asked to terminate.
+//! The node: one process running many flows. It owns the running set and changes it only by applying a
+//! flow-set diff ([`crate::config::diff`]): startup is the diff from an empty set, a reload the diff
+//! from the running set. Unchanged flows are never touched (same actors, same clients, no pause);
+//! removed flows stop gracefully; a changed flow's new plan is checked first (its clusters must answer),
+//! and if it cannot start the flow keeps its old plan and the reload reports `rolled_back`.
+//!
+//! Reloads are serialised: while one runs (stopping and starting flows takes seconds), the next waits.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use crate::config::{FlowId, FlowSet};
-use crate::flow::{FlowSupervisor, StopFlow};
-use crate::status::StatusBoard;
+use crate::config::{self, FlowId, FlowPlan, FlowSet};
+use crate::flow::{FlowSupervisor, Identity, StopFlow};
+use crate::kafka;
+use crate::metrics::METRICS;
+use crate::reload::{self, ReloadOutcome, ReloadResult, Trigger};
+use crate::status::{StatusBoard, rfc3339};
+
+/// How long a changed flow's clusters have to answer before its new plan counts as unable to start.
+const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(10);
+
+struct Running {
+    plan: Arc<FlowPlan>,
+    addr: Addr<FlowSupervisor>,
+}
 
 pub struct Node {
-    set: FlowSet,
+    flows_dir: PathBuf,
     status: StatusBoard,
-    flows: BTreeMap<FlowId, Addr<FlowSupervisor>>,
+    /// Deadline for stopping a flow that a reload removes or restarts.
+    stop_timeout: Duration,
+    running: BTreeMap<FlowId, Running>,
+    /// Starts per flow id over the node's life: each (re)start is a new generation.
+    generations: BTreeMap<FlowId, u64>,
+    /// Content hash of the directory as last loaded (valid or not).
+    loaded_hash: Option<u64>,
+    /// The set to apply at start (validated by the caller).
+    initial: Option<FlowSet>,
+    stopping: bool,
+    /// Who this node is among the nodes that share its flows.
+    identity: Arc<Identity>,
+    /// Flows an operator paused: they stay paused across reloads and restarts until resumed.
+    paused: std::collections::BTreeSet<FlowId>,
+    /// Records copied per flow at the last figures refresh, for rates.
+    copied: BTreeMap<String, (f64, Instant)>,
+    _watch: Option<reload::DirWatch>,
+}
+
+/// The default node id: `FERRY_NODE_ID`, else the host name (stable across restarts in a StatefulSet,
+/// distinct per host).
+pub fn default_node_id() -> String {
+    if let Ok(id) = std::env::var("FERRY_NODE_ID")
+        && !id.is_empty()
+    {
+        return id;
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "ferry".to_string())
 }
 
 impl Node {
-    pub fn new(set: FlowSet, status: StatusBoard) -> Self {
-        Self { set, status, flows: BTreeMap::new() }
+    /// A node for `flows_dir`, starting with `initial` (already validated: `ferry run` refuses to start on
+    /// an invalid directory).
+    pub fn new(flows_dir: PathBuf, initial: FlowSet, status: StatusBoard, stop_timeout: Duration) -> Self {
+        Self {
+            loaded_hash: Some(reload::content_hash(&flows_dir)),
+            flows_dir,
+            status,
+            stop_timeout,
+            running: BTreeMap::new(),
+            generations: BTreeMap::new(),
+            initial: Some(initial),
+            stopping: false,
+            paused: std::collections::BTreeSet::new(),
+            copied: BTreeMap::new(),
+            identity: Arc::new(Identity {
+                node_id: default_node_id(),
+                deployment: std::env::var("FERRY_DEPLOYMENT")
+                    .ok()
+                    .filter(|d| !d.is_empty())
+                    .unwrap_or_else(|| "ferry".into()),
+            }),
+            _watch: None,
+        }
+    }
+
+    /// This node's id (`--node-id`; default: `FERRY_NODE_ID`, else the host name).
+    pub fn with_node_id(mut self, node_id: &str) -> Self {
+        self.identity = Arc::new(Identity { node_id: node_id.to_string(), ..(*self.identity).clone() });
+        self
+    }
+
+    /// The deployment this node belongs to (`--deployment`; default: `FERRY_DEPLOYMENT`, else `ferry`).
+    pub fn with_deployment(mut self, deployment: &str) -> Self {
+        self.identity = Arc::new(Identity { deployment: deployment.to_string(), ..(*self.identity).clone() });
+        self
+    }
+
+    fn start_flow(&mut self, plan: Arc<FlowPlan>) {
+        let id = plan.id.clone();
+        let generation = {
+            let g = self.generations.entry(id.clone()).or_default();
+            *g += 1;
+            *g
+        };
+        let paused = self.paused.contains(&id);
+        let addr =
+            FlowSupervisor::new(plan.clone(), self.status.clone(), generation, self.identity.clone(), paused).start();
+        self.running.insert(id, Running { plan, addr });
+    }
+
+    /// Ask `ids` to stop by `deadline`; the receivers fire when each has drained.
+    fn stop_flows(&mut self, ids: &[FlowId], deadline: Instant) -> Vec<(FlowId, oneshot::Receiver<()>)> {
+        ids.iter()
+            .filter_map(|id| {
+                let r = self.running.remove(id)?;
+                let (done, wait) = oneshot::channel();
+                r.addr.do_send(StopFlow { deadline, done });
+                Some((id.clone(), wait))
+            })
+            .collect()
+    }
+
+    fn running_plans(&self) -> BTreeMap<FlowId, FlowPlan> {
+        self.running.iter().map(|(id, r)| (id.clone(), (*r.plan).clone())).collect()
+    }
+
+    /// Record a finished reload: log, metrics, `/flows`.
+    fn report(&self, outcome: &ReloadOutcome) {
+        if outcome.result == ReloadResult::Unchanged {
+            return;
+        }
+        METRICS.config_reloads.with_label_values(&[outcome.result.name()]).inc();
+        let ok = outcome.result == ReloadResult::Applied;
+        METRICS.config_last_reload_successful.set(i64::from(ok));
+        if ok {
+            let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            METRICS.config_last_reload_success_timestamp.set(now as i64);
+        }
+        match (outcome.result, &outcome.error) {
+            (ReloadResult::Rejected, Some(e)) => {
+                tracing::error!(trigger = ?outcome.trigger, "flows not reloaded, the running flows are untouched: {e}")
+            }
+            (ReloadResult::RolledBack, Some(e)) => tracing::error!(
+                trigger = ?outcome.trigger, rolled_back = ?outcome.rolled_back,
+                "flows reloaded, but changed flows kept their old plan: {e}"
+            ),
+            _ => tracing::info!(trigger = ?outcome.trigger, "flows reloaded: {outcome}"),
+        }
+        self.status.set_last_reload(outcome.clone());
+    }
+
+    /// Show flows that are defined but disabled (a running flow that gets disabled is shown so once it
+    /// has stopped).
+    fn show_disabled(&self, set: &FlowSet) {
+        for (id, plan) in &set.flows {
+            if !plan.settings.enabled && !self.running.contains_key(id) {
+                self.status.flow_disabled(&id.to_string());
+            }
+        }
     }
 }
 
 impl Actor for Node {
     type Context = Context<Self>;
 
-    fn started(&mut self, _: &mut Context<Self>) {
-        for (id, plan) in &self.set.flows {
-            if !plan.settings.enabled {
-                tracing::info!(flow = %id, "flow is disabled; not starting it");
-                continue;
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        match reload::watch(&self.flows_dir, ctx.address()) {
+            Ok(w) => self._watch = Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "flow files are not watched; reload with SIGHUP or POST /reload (the directory is also rescanned every {:?})", reload::RESCAN_INTERVAL)
             }
-            let sup = FlowSupervisor::new(Arc::new(plan.clone()), self.status.clone()).start();
-            self.flows.insert(id.clone(), sup);
         }
-        tracing::info!(flows = self.flows.len(), "node started");
+        ctx.run_interval(reload::RESCAN_INTERVAL, |_, ctx| ctx.notify(Reload { trigger: Trigger::Rescan }));
+        // Metrics that depend on the time or on the status board (heartbeat ages, flow states), and the
+        // flows' figures in /flows (lag, rate, last checkpoint).
+        ctx.run_interval(Duration::from_secs(1), |node, _| {
+            let ids: Vec<String> = node.running.keys().map(ToString::to_string).collect();
+            for id in ids {
+                let previous = node.copied.get(&id).copied();
+                let (figures, now) = METRICS.figures(&id, previous);
+                node.copied.insert(id.clone(), now);
+                node.status.set_figures(&id, figures);
+            }
+            METRICS.refresh(&node.status.snapshot());
+        });
+        METRICS.refresh(&self.status.snapshot());
+        for result in ["applied", "rejected", "rolled_back"] {
+            METRICS.config_reloads.with_label_values(&[result]).inc_by(0);
+        }
+        if let Some(set) = self.initial.take() {
+            let flows = set.flows.values().filter(|p| p.settings.enabled).count();
+            ctx.notify(Apply { set, trigger: Trigger::Startup, hash: self.loaded_hash });
+            tracing::info!(node = %self.identity.node_id, deployment = %self.identity.deployment, flows, "node started");
+        }
+    }
+}
+
+/// Load the flows directory and apply it if it changed (or `trigger` forces it).
+#[derive(Message, Debug)]
+#[rtype(result = "ReloadOutcome")]
+pub struct Reload {
+    pub trigger: Trigger,
+}
+
+/// Apply an already validated flow set.
+#[derive(Message)]
+#[rtype(result = "ReloadOutcome")]
+struct Apply {
+    set: FlowSet,
+    trigger: Trigger,
+    hash: Option<u64>,
+}
+
+fn outcome(trigger: Trigger, result: ReloadResult, error: Option<String>) -> ReloadOutcome {
+    ReloadOutcome {
+        trigger,
+        result,
+        at: rfc3339(SystemTime::now()),
+        error,
+        started: Vec::new(),
+        stopped: Vec::new(),
+        restarted: Vec::new(),
+        rolled_back: Vec::new(),
+    }
+}
+
+impl Handler<Reload> for Node {
+    type Result = ResponseActFuture<Self, ReloadOutcome>;
+
+    fn handle(&mut self, msg: Reload, ctx: &mut Context<Self>) -> Self::Result {
+        let trigger = msg.trigger;
+        if self.stopping {
+            return Box::pin(fut::ready(outcome(
+                trigger,
+                ReloadResult::Unchanged,
+                Some("the node is stopping".into()),
+            )));
+        }
+        let hash = reload::content_hash(&self.flows_dir);
+        if !trigger.forces() && Some(hash) == self.loaded_hash {
+            return Box::pin(fut::ready(outcome(trigger, ReloadResult::Unchanged, None)));
+        }
+        self.loaded_hash = Some(hash);
+        // Exactly the code `ferry validate` runs.
+        match config::load_dir(&self.flows_dir) {
+            Err(errors) => {
+                let o = outcome(trigger, ReloadResult::Rejected, Some(errors.to_string().trim_end().to_string()));
+                self.report(&o);
+                Box::pin(fut::ready(o))
+            }
+            // Queued behind any reload in progress, like every message.
+            Ok(set) => Box::pin(ctx.address().send(Apply { set, trigger, hash: Some(hash) }).into_actor(self).map(
+                move |r, _, _| {
+                    r.unwrap_or_else(|e| outcome(trigger, ReloadResult::Unchanged, Some(format!("node gone: {e}"))))
+                },
+            )),
+        }
+    }
+}
+
+impl Handler<Apply> for Node {
+    type Result = AtomicResponse<Self, ReloadOutcome>;
+
+    fn handle(&mut self, msg: Apply, _: &mut Context<Self>) -> Self::Result {
+        let Apply { set, trigger, hash } = msg;
+        if let Some(h) = hash {
+            self.loaded_hash = Some(h);
+        }
+        let d = config::diff(&self.running_plans(), &set);
+        self.show_disabled(&set);
+        let mut o = outcome(trigger, ReloadResult::Applied, None);
+        if d.is_empty() {
+            self.report(&o);
+            return AtomicResponse::new(Box::pin(fut::ready(o)));
+        }
+        let new_plans: BTreeMap<FlowId, Arc<FlowPlan>> =
+            d.added.iter().chain(&d.changed).map(|id| (id.clone(), Arc::new(set.flows[id].clone()))).collect();
+        // A changed flow's new plan must reach its clusters before the old plan is stopped.
+        let checks: Vec<(FlowId, Arc<FlowPlan>)> =
+            d.changed.iter().map(|id| (id.clone(), new_plans[id].clone())).collect();
+        let removed = d.removed.clone();
+        let added = d.added.clone();
+        let changed = d.changed.clone();
+        let stop_removed = d.removed.clone();
+        let stop_timeout = self.stop_timeout;
+        AtomicResponse::new(Box::pin(
+            async move { preflight(checks).await }
+                .into_actor(self)
+                .then(move |failed, node, _| {
+                    let restart: Vec<FlowId> = changed.into_iter().filter(|id| !failed.contains_key(id)).collect();
+                    let mut stop = stop_removed;
+                    stop.extend(restart.iter().cloned());
+                    let waits = node.stop_flows(&stop, Instant::now() + stop_timeout);
+                    async move {
+                        let until = tokio::time::Instant::now() + stop_timeout + Duration::from_secs(2);
+                        for (id, wait) in waits {
+                            if tokio::time::timeout_at(until, wait).await.is_err() {
+                                tracing::warn!(flow = %id, "flow did not stop within the timeout; starting its new plan anyway");
+                            }
+                        }
+                        (failed, restart)
+                    }
+                    .into_actor(node)
+                })
+                .map(move |(failed, restart), node, _| {
+                    for id in &removed {
+                        // Its series go with it; a disabled flow stays listed as stopped.
+                        METRICS.remove_flow(&id.to_string());
+                        if set.flows.contains_key(id) {
+                            node.status.flow_disabled(&id.to_string());
+                        } else {
+                            node.status.remove_flow(&id.to_string());
+                        }
+                    }
+                    for id in added.iter().chain(&restart) {
+                        node.start_flow(new_plans[id].clone());
+                    }
+                    o.started = added.iter().map(ToString::to_string).collect();
+                    o.stopped = removed.iter().map(ToString::to_string).collect();
+                    o.restarted = restart.iter().map(ToString::to_string).collect();
+                    if !failed.is_empty() {
+                        o.result = ReloadResult::RolledBack;
+                        o.rolled_back = failed.keys().map(ToString::to_string).collect();
+                        let reasons: Vec<String> = failed.iter().map(|(id, e)| format!("{id}: {e}")).collect();
+                        o.error = Some(reasons.join("; "));
+                    }
+                    node.report(&o);
+                    o
+                }),
+        ))
+    }
+}
+
+/// Checks that each plan's clusters answer; returns the plans that cannot start, with the reason.
+async fn preflight(plans: Vec<(FlowId, Arc<FlowPlan>)>) -> BTreeMap<FlowId, String> {
+    let mut failed = BTreeMap::new();
+    for (id, plan) in plans {
+        let (tx, rx) = oneshot::channel();
+        // A thread of its own (see `flow::topics::metadata`): an unreachable cluster blocks for the timeout.
+        let spawned = std::thread::Builder::new().name(format!("preflight {id}")).spawn(move || {
+            let check = |cluster: &config::ClusterSpec| -> Result<(), String> {
+                let c = kafka::assign_only_consumer(cluster, &plan.id, "preflight").map_err(|e| e.to_string())?;
+                rdkafka::consumer::Consumer::fetch_metadata(&c, None, PREFLIGHT_TIMEOUT)
+                    .map(|_| ())
+                    .map_err(|e| format!("cluster `{}` does not answer: {e}", cluster.alias))
+            };
+            let _ = tx.send(check(&plan.source).and_then(|()| check(&plan.target)));
+        });
+        let result = match spawned {
+            Ok(_) => rx.await.unwrap_or_else(|_| Err("the check did not finish".into())),
+            Err(e) => Err(format!("cannot start the check: {e}")),
+        };
+        if let Err(e) = result {
+            failed.insert(id, e);
+        }
+    }
+    failed
+}
+
+/// Pause (stop fetching, keep positions) or resume a flow. `Err` names why not (unknown flow).
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(), String>")]
+pub struct Pause {
+    pub flow: FlowId,
+    pub paused: bool,
+}
+
+impl Handler<Pause> for Node {
+    type Result = Result<(), String>;
+
+    fn handle(&mut self, msg: Pause, _: &mut Context<Self>) -> Self::Result {
+        let Some(running) = self.running.get(&msg.flow) else {
+            return Err(format!("no running flow {}", msg.flow));
+        };
+        if msg.paused {
+            self.paused.insert(msg.flow.clone());
+        } else {
+            self.paused.remove(&msg.flow);
+        }
+        running.addr.do_send(crate::flow::supervisor::SetPaused(msg.paused));
+        self.status.set_paused(&msg.flow.to_string(), msg.paused);
+        tracing::info!(flow = %msg.flow, paused = msg.paused, "flow {} by an operator", if msg.paused { "paused" } else { "resumed" });
+        Ok(())
     }
 }
 
@@ -51,16 +405,10 @@ impl Handler<Shutdown> for Node {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, msg: Shutdown, _: &mut Context<Self>) -> Self::Result {
+        self.stopping = true;
         // Leave a margin after the flows' own deadline for the final acknowledgements to land.
-        let deadline = Instant::now() + msg.timeout.mul_f64(0.9);
-        let waits: Vec<(FlowId, oneshot::Receiver<()>)> = std::mem::take(&mut self.flows)
-            .into_iter()
-            .map(|(id, sup)| {
-                let (done, wait) = oneshot::channel();
-                sup.do_send(StopFlow { deadline, done });
-                (id, wait)
-            })
-            .collect();
+        let ids: Vec<FlowId> = self.running.keys().cloned().collect();
+        let waits = self.stop_flows(&ids, Instant::now() + msg.timeout.mul_f64(0.9));
         // One deadline for all flows: they drain in parallel, so N stuck flows cost one timeout, not N.
         let until = tokio::time::Instant::now() + msg.timeout;
         Box::pin(async move {

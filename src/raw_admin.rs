@@ -73,6 +73,10 @@ unsafe extern "C" {
     ) -> c_int;
     fn rd_kafka_ConsumerGroupListing_state(grplist: *const rd::rd_kafka_ConsumerGroupListing_t) -> c_int;
     fn rd_kafka_ConsumerGroupDescription_state(grpdesc: *const rd::rd_kafka_ConsumerGroupDescription_t) -> c_int;
+    fn rd_kafka_TopicDescription_authorized_operations(
+        topicdesc: *const rd::rd_kafka_TopicDescription_t,
+        cntp: *mut usize,
+    ) -> *const c_int;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -319,6 +323,19 @@ pub async fn list_consumer_groups<C: ClientContext + 'static>(
     admin: &AdminClient<C>,
     timeout: Duration,
 ) -> Result<Vec<GroupListing>, AdminError> {
+    let (groups, errors) = list_consumer_groups_partial(admin, timeout).await?;
+    for e in &errors {
+        tracing::warn!(error = %e, "listing consumer groups: a broker did not answer; its groups are missing");
+    }
+    Ok(groups)
+}
+
+/// Like [`list_consumer_groups`], with the brokers' failures returned beside the groups: a caller that
+/// acts on a group's absence must know whether the list is complete.
+pub async fn list_consumer_groups_partial<C: ClientContext + 'static>(
+    admin: &AdminClient<C>,
+    timeout: Duration,
+) -> Result<(Vec<GroupListing>, Vec<AdminError>), AdminError> {
     const OP: &str = "ListConsumerGroups";
     run(admin, OP, move |rk, cancel| {
         let options = AdminOptions::new(rk, rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_LISTCONSUMERGROUPS, OP)?;
@@ -368,10 +385,7 @@ pub async fn list_consumer_groups<C: ClientContext + 'static>(
         {
             return Err(e.clone());
         }
-        for e in &errors {
-            tracing::warn!(error = %e, "listing consumer groups: a broker did not answer; its groups are missing");
-        }
-        Ok(groups)
+        Ok((groups, errors))
     })
     .await
 }
@@ -583,6 +597,168 @@ pub async fn alter_consumer_group_offsets<C: ClientContext + 'static>(
     .await
 }
 
+/// One topic of [`describe_topics`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicDescription {
+    pub name: String,
+    /// Kafka's topic id in its usual text form (22 characters of base64url, as `kafka-topics`
+    /// prints it); `None` with an error or from a broker that has no ids.
+    pub id: Option<String>,
+    pub partitions: i32,
+    /// Why this topic could not be described (e.g. `UNKNOWN_TOPIC_OR_PART` for a topic that does not
+    /// exist, `TOPIC_AUTHORIZATION_FAILED`).
+    pub error: Option<AdminError>,
+    /// What the caller's principal may do with the topic (KIP-430), as the broker computed it from its
+    /// ACLs; `None` when the broker did not say.
+    pub authorized_operations: Option<Vec<AclOperation>>,
+}
+
+/// An ACL operation, as in Kafka's `AclOperation` (what a principal may do with a resource).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AclOperation {
+    All,
+    Read,
+    Write,
+    Create,
+    Delete,
+    Alter,
+    Describe,
+    ClusterAction,
+    DescribeConfigs,
+    AlterConfigs,
+    IdempotentWrite,
+    /// A code this build does not know.
+    Other(i32),
+}
+
+impl AclOperation {
+    /// librdkafka's `rd_kafka_AclOperation_t` value.
+    fn from_code(code: c_int) -> AclOperation {
+        match code {
+            2 => AclOperation::All,
+            3 => AclOperation::Read,
+            4 => AclOperation::Write,
+            5 => AclOperation::Create,
+            6 => AclOperation::Delete,
+            7 => AclOperation::Alter,
+            8 => AclOperation::Describe,
+            9 => AclOperation::ClusterAction,
+            10 => AclOperation::DescribeConfigs,
+            11 => AclOperation::AlterConfigs,
+            12 => AclOperation::IdempotentWrite,
+            other => AclOperation::Other(other),
+        }
+    }
+
+    /// The operation's name as `kafka-acls --operation` takes it (`Read`, `DescribeConfigs`, ...).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            AclOperation::All => "All",
+            AclOperation::Read => "Read",
+            AclOperation::Write => "Write",
+            AclOperation::Create => "Create",
+            AclOperation::Delete => "Delete",
+            AclOperation::Alter => "Alter",
+            AclOperation::Describe => "Describe",
+            AclOperation::ClusterAction => "ClusterAction",
+            AclOperation::DescribeConfigs => "DescribeConfigs",
+            AclOperation::AlterConfigs => "AlterConfigs",
+            AclOperation::IdempotentWrite => "IdempotentWrite",
+            AclOperation::Other(_) => "Unknown",
+        }
+    }
+}
+
+/// Describes `topics` (DescribeTopics): their ids, partition counts and what the caller may do with
+/// them. Per-topic failures are in [`TopicDescription::error`]; only a failure of the whole call is an
+/// `Err`. An empty list answers nothing without asking the cluster.
+pub async fn describe_topics<C: ClientContext + 'static>(
+    admin: &AdminClient<C>,
+    topics: &[String],
+    timeout: Duration,
+) -> Result<Vec<TopicDescription>, AdminError> {
+    const OP: &str = "DescribeTopics";
+    if topics.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names = topics.iter().map(|t| c_string(OP, "topic", t)).collect::<Result<Vec<_>, _>>()?;
+    run(admin, OP, move |rk, cancel| {
+        let options = AdminOptions::new(rk, rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS, OP)?;
+        options.set_request_timeout(timeout, OP)?;
+        // SAFETY: valid options; a returned error object is ours to destroy.
+        let err = ErrorObject(unsafe { rd::rd_kafka_AdminOptions_set_include_authorized_operations(options.0, 1) });
+        // SAFETY: NULL or a valid error object owned by `err`.
+        if let Some(e) = unsafe { AdminError::from_error_object(OP, err.0) } {
+            return Err(e);
+        }
+        let queue = Queue::new(rk, OP)?;
+        let mut ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
+        // SAFETY: `ptrs` holds valid C strings, which librdkafka copies into the collection.
+        let collection =
+            TopicCollection(unsafe { rd::rd_kafka_TopicCollection_of_topic_names(ptrs.as_mut_ptr(), ptrs.len()) });
+        if collection.0.is_null() {
+            return Err(AdminError::from_code(OP, ERR_INVALID_ARG, Some("could not build the topic list".into())));
+        }
+        // SAFETY: valid handle, collection, options and queue; librdkafka copies the collection.
+        unsafe { rd::rd_kafka_DescribeTopics(rk.0, collection.0, options.0, queue.0) };
+        let event = queue.wait(rd::RD_KAFKA_EVENT_DESCRIBETOPICS_RESULT, timeout, cancel, OP)?;
+        let mut out = Vec::with_capacity(ptrs.len());
+        // SAFETY: `event` is a DescribeTopics result; the array, descriptions, ids and error objects
+        // belong to it and it outlives this block.
+        unsafe {
+            let result = rd::rd_kafka_event_DescribeTopics_result(event.0);
+            let mut cnt = 0usize;
+            let descs = rd::rd_kafka_DescribeTopics_result_topics(result, &mut cnt);
+            for &d in array(descs, cnt) {
+                let name = cstring(rd::rd_kafka_TopicDescription_name(d));
+                let error = AdminError::from_error_object(OP, rd::rd_kafka_TopicDescription_error(d))
+                    .map(|e| AdminError { message: format!("topic {name}: {}", e.message), ..e });
+                let mut parts = 0usize;
+                rd::rd_kafka_TopicDescription_partitions(d, &mut parts);
+                let uuid = rd::rd_kafka_TopicDescription_topic_id(d);
+                let id = (!uuid.is_null() && error.is_none())
+                    .then(|| {
+                        topic_id_text(
+                            rd::rd_kafka_Uuid_most_significant_bits(uuid),
+                            rd::rd_kafka_Uuid_least_significant_bits(uuid),
+                        )
+                    })
+                    .flatten();
+                let mut ops_cnt = 0usize;
+                let ops = rd_kafka_TopicDescription_authorized_operations(d, &mut ops_cnt);
+                let authorized_operations = (!ops.is_null()).then(|| {
+                    std::slice::from_raw_parts(ops, ops_cnt).iter().map(|&c| AclOperation::from_code(c)).collect()
+                });
+                out.push(TopicDescription { name, id, partitions: parts as i32, error, authorized_operations });
+            }
+        }
+        Ok(out)
+    })
+    .await
+}
+
+/// Kafka's `Uuid.toString()`: the 16 bytes (most significant half first) in unpadded base64url.
+/// `None` for the zero id, which Kafka uses for "no id".
+fn topic_id_text(msb: i64, lsb: i64) -> Option<String> {
+    if msb == 0 && lsb == 0 {
+        return None;
+    }
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&msb.to_be_bytes());
+    bytes[8..].copy_from_slice(&lsb.to_be_bytes());
+    let mut out = String::with_capacity(22);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    Some(out)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running a call on a blocking thread
 
@@ -789,6 +965,18 @@ impl Drop for ConfigResource {
     }
 }
 
+/// An `rd_kafka_TopicCollection_t` that we created.
+struct TopicCollection(*mut rd::rd_kafka_TopicCollection_t);
+
+impl Drop for TopicCollection {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: ours (librdkafka copies collections passed to calls), destroyed once.
+            unsafe { rd::rd_kafka_TopicCollection_destroy(self.0) }
+        }
+    }
+}
+
 /// An `rd_kafka_error_t` returned to us (NULL: no error).
 struct ErrorObject(*mut rd::rd_kafka_error_t);
 
@@ -930,6 +1118,16 @@ fn c_string(op: &'static str, what: &str, s: &str) -> Result<CString, AdminError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn topic_ids_print_like_kafka() {
+        // Kafka's Uuid(0x0123456789abcdef, 0xfedcba9876543210).toString()
+        assert_eq!(
+            topic_id_text(0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210_u64 as i64).as_deref(),
+            Some("ASNFZ4mrze_-3LqYdlQyEA")
+        );
+        assert_eq!(topic_id_text(0, 0), None);
+    }
 
     #[test]
     fn unknown_error_codes_are_plain_numbers() {

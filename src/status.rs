@@ -1,5 +1,6 @@
 //! What each flow and actor is doing, for `/health` and `/flows`: a shared board that actors write
-//! and the HTTP handlers read. It never holds configuration values, so it cannot leak secrets.
+//! (through their flow supervisor) and the HTTP handlers read. It never holds configuration values, so
+//! it cannot leak secrets.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -7,18 +8,61 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+use crate::reload::ReloadOutcome;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ActorState {
     Starting,
     Running,
-    /// Running but a cluster it needs is not answering.
+    /// Running but a cluster it needs is not answering, or some of its items (partitions, topics,
+    /// groups) are failing.
     Degraded,
     /// Stopped by an error; waiting for its restart.
     Restarting,
     /// Its restart budget is spent: still retrying, slowly, until an operator fixes the cause.
     Failed,
     Stopped,
+    /// A leader duty on a node that does not hold the flow's lease: another node runs it.
+    Standby,
+}
+
+/// A flow's state, derived from its actors' (the worst wins).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlowState {
+    Running,
+    Starting,
+    /// Paused by an operator (`POST /flows/{id}/pause`): not fetching, positions kept.
+    Paused,
+    Degraded,
+    Restarting,
+    Failed,
+    Stopped,
+}
+
+impl FlowState {
+    pub const ALL: [FlowState; 7] = [
+        FlowState::Running,
+        FlowState::Starting,
+        FlowState::Paused,
+        FlowState::Degraded,
+        FlowState::Restarting,
+        FlowState::Failed,
+        FlowState::Stopped,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Starting => "starting",
+            Self::Paused => "paused",
+            Self::Degraded => "degraded",
+            Self::Restarting => "restarting",
+            Self::Failed => "failed",
+            Self::Stopped => "stopped",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -30,9 +74,135 @@ pub struct ActorStatus {
     pub since: u64,
 }
 
+/// A source partition that is not copying because of a failure.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PartitionProblem {
+    pub topic: String,
+    pub partition: i32,
+    /// Upstream offset of the record concerned, when there is one.
+    pub offset: Option<i64>,
+    /// Size of that record (key + value bytes), when known.
+    pub size: Option<usize>,
+    pub reason: String,
+    /// `retrying` (with backoff) or `stopped` (until the flow restarts).
+    pub state: String,
+    /// Failures since the partition last copied.
+    pub failures: u32,
+    /// Seconds since the Unix epoch.
+    pub since: u64,
+}
+
+/// An error of one topic or group, retried at the next round.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ItemError {
+    pub reason: String,
+    /// Seconds since the Unix epoch when it first failed (in this run of failures).
+    pub since: u64,
+    /// Consecutive failed rounds.
+    pub count: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FlowStatus {
+    /// `source->target`.
+    pub id: String,
+    pub state: FlowState,
+    /// `enabled = false` in its file: defined, not running.
+    pub enabled: bool,
+    /// Bumped every time the flow is (re)started by the node.
+    pub generation: u64,
+    /// When this generation started, RFC 3339.
+    pub started_at: String,
+    pub actors: BTreeMap<String, ActorStatus>,
+    pub partition_problems: Vec<PartitionProblem>,
+    pub topic_errors: BTreeMap<String, ItemError>,
+    pub group_errors: BTreeMap<String, ItemError>,
+    /// Paused by an operator (`POST /flows/{id}/pause`): not fetching; survives reloads until resumed.
+    pub paused: bool,
+    /// This node holds the flow's lease (runs topic sync, checkpoints, heartbeats).
+    pub leading: bool,
+    /// Source partitions this node copies (its share of the copier group).
+    pub partitions: i64,
+    /// Source records not copied yet (summed over the flow's topics), when measured.
+    pub lag_records: Option<i64>,
+    /// Records copied per second over the last few seconds.
+    pub records_per_second: Option<f64>,
+    /// When a consumer group of the flow was last checkpointed (RFC 3339).
+    pub last_checkpoint_at: Option<String>,
+    /// The nodes in the flow's copier group and their partition counts (described every 10 s).
+    pub nodes: Option<Vec<crate::flow::members::Member>>,
+    /// The node holding the flow's lease, as the lease group says.
+    pub leader_node: Option<String>,
+}
+
+/// Figures of a flow from its metrics, refreshed every second.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FlowFigures {
+    pub leading: bool,
+    pub partitions: i64,
+    pub lag_records: Option<i64>,
+    pub records_per_second: Option<f64>,
+    pub last_checkpoint_at: Option<String>,
+}
+
+impl FlowStatus {
+    fn new(id: &str) -> Self {
+        Self {
+            id: id.to_string(),
+            state: FlowState::Starting,
+            enabled: true,
+            generation: 0,
+            started_at: rfc3339(SystemTime::now()),
+            actors: BTreeMap::new(),
+            partition_problems: Vec::new(),
+            topic_errors: BTreeMap::new(),
+            group_errors: BTreeMap::new(),
+            paused: false,
+            leading: false,
+            partitions: 0,
+            lag_records: None,
+            records_per_second: None,
+            last_checkpoint_at: None,
+            nodes: None,
+            leader_node: None,
+        }
+    }
+
+    fn derive_state(&self) -> FlowState {
+        if !self.enabled {
+            return FlowState::Stopped;
+        }
+        if self.paused {
+            return FlowState::Paused;
+        }
+        let states = || self.actors.values().map(|a| a.state);
+        if self.actors.is_empty() {
+            return FlowState::Starting;
+        }
+        if states().all(|s| s == ActorState::Stopped) {
+            return FlowState::Stopped;
+        }
+        let worst = states()
+            .map(|s| match s {
+                ActorState::Running | ActorState::Standby => FlowState::Running,
+                ActorState::Starting => FlowState::Starting,
+                ActorState::Degraded => FlowState::Degraded,
+                ActorState::Restarting => FlowState::Restarting,
+                ActorState::Failed => FlowState::Failed,
+                ActorState::Stopped => FlowState::Stopped,
+            })
+            .max()
+            .unwrap_or(FlowState::Starting);
+        let items_failing =
+            !self.partition_problems.is_empty() || !self.topic_errors.is_empty() || !self.group_errors.is_empty();
+        if items_failing { worst.max(FlowState::Degraded) } else { worst }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct StatusBoard {
-    inner: Arc<RwLock<BTreeMap<String, BTreeMap<String, ActorStatus>>>>,
+    inner: Arc<RwLock<BTreeMap<String, FlowStatus>>>,
+    last_reload: Arc<RwLock<Option<ReloadOutcome>>>,
 }
 
 fn now_secs() -> u64 {
@@ -40,33 +210,289 @@ fn now_secs() -> u64 {
 }
 
 impl StatusBoard {
+    fn with_flow(&self, flow: &str, f: impl FnOnce(&mut FlowStatus)) {
+        let mut board = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        f(board.entry(flow.to_string()).or_insert_with(|| FlowStatus::new(flow)));
+    }
+
+    /// A new generation of `flow` starts: its actors and problems start over (a pause stands).
+    pub fn flow_started(&self, flow: &str, generation: u64) {
+        let mut board = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut status = FlowStatus::new(flow);
+        status.generation = generation;
+        status.paused = board.get(flow).is_some_and(|f| f.paused);
+        board.insert(flow.to_string(), status);
+    }
+
+    pub fn set_paused(&self, flow: &str, paused: bool) {
+        self.with_flow(flow, |f| f.paused = paused);
+    }
+
+    /// The flow's figures from its metrics (only for flows on the board).
+    pub fn set_figures(&self, flow: &str, figures: FlowFigures) {
+        let mut board = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = board.get_mut(flow) {
+            f.leading = figures.leading;
+            f.partitions = figures.partitions;
+            f.lag_records = figures.lag_records;
+            f.records_per_second = figures.records_per_second;
+            f.last_checkpoint_at = figures.last_checkpoint_at;
+        }
+    }
+
+    pub fn set_members(&self, flow: &str, nodes: Option<Vec<crate::flow::members::Member>>, leader: Option<String>) {
+        // Never re-adds a flow: a late report may arrive after the flow was removed.
+        let mut board = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = board.get_mut(flow) {
+            if nodes.is_some() {
+                f.nodes = nodes;
+            }
+            f.leader_node = leader;
+        }
+    }
+
     /// Record that `actor` of `flow` entered `state`; `error` replaces the last error when given.
     pub fn set(&self, flow: &str, actor: &str, state: ActorState, error: Option<String>) {
-        let mut board = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        let actors = board.entry(flow.to_string()).or_default();
-        let entry = actors.entry(actor.to_string()).or_insert(ActorStatus {
-            state,
-            restarts: 0,
-            last_error: None,
-            since: now_secs(),
+        self.with_flow(flow, |f| {
+            let entry = f.actors.entry(actor.to_string()).or_insert(ActorStatus {
+                state,
+                restarts: 0,
+                last_error: None,
+                since: now_secs(),
+            });
+            if entry.state != state {
+                entry.state = state;
+                entry.since = now_secs();
+            }
+            if matches!(state, ActorState::Restarting | ActorState::Failed) {
+                entry.restarts += 1;
+            }
+            if error.is_some() {
+                entry.last_error = error;
+            }
         });
-        if entry.state != state {
-            entry.state = state;
-            entry.since = now_secs();
-        }
-        if matches!(state, ActorState::Restarting | ActorState::Failed) {
-            entry.restarts += 1;
-        }
-        if error.is_some() {
-            entry.last_error = error;
-        }
+    }
+
+    /// Count a restart of `actor` reported under another state than restarting (e.g. degraded).
+    pub fn count_restart(&self, flow: &str, actor: &str) {
+        self.with_flow(flow, |f| {
+            if let Some(a) = f.actors.get_mut(actor) {
+                a.restarts += 1;
+            }
+        });
+    }
+
+    pub fn set_partition_problems(&self, flow: &str, problems: Vec<PartitionProblem>) {
+        self.with_flow(flow, |f| f.partition_problems = problems);
+    }
+
+    pub fn set_topic_errors(&self, flow: &str, errors: BTreeMap<String, ItemError>) {
+        self.with_flow(flow, |f| f.topic_errors = errors);
+    }
+
+    pub fn set_group_errors(&self, flow: &str, errors: BTreeMap<String, ItemError>) {
+        self.with_flow(flow, |f| f.group_errors = errors);
+    }
+
+    /// `flow` is defined but disabled: listed as stopped, keeping its last generation.
+    pub fn flow_disabled(&self, flow: &str) {
+        self.with_flow(flow, |f| {
+            f.enabled = false;
+            f.actors.clear();
+            f.partition_problems.clear();
+            f.topic_errors.clear();
+            f.group_errors.clear();
+        });
+    }
+
+    pub fn set_last_reload(&self, outcome: ReloadOutcome) {
+        *self.last_reload.write().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
+    }
+
+    pub fn last_reload(&self) -> Option<ReloadOutcome> {
+        self.last_reload.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn remove_flow(&self, flow: &str) {
         self.inner.write().unwrap_or_else(|p| p.into_inner()).remove(flow);
     }
 
-    pub fn snapshot(&self) -> BTreeMap<String, BTreeMap<String, ActorStatus>> {
-        self.inner.read().unwrap_or_else(|p| p.into_inner()).clone()
+    /// Every flow, with its state derived from its actors and items.
+    pub fn snapshot(&self) -> BTreeMap<String, FlowStatus> {
+        let mut flows = self.inner.read().unwrap_or_else(|p| p.into_inner()).clone();
+        for f in flows.values_mut() {
+            f.state = f.derive_state();
+        }
+        flows
+    }
+}
+
+/// `/flows` (as JSON) as a table for people at a terminal: one row per flow.
+pub fn render_table(flows: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<28} {:<11} {:>4} {:>6} {:>12} {:>12} {:>12}",
+        "FLOW", "STATE", "GEN", "PARTS", "LAG", "RECORDS/S", "CHECKPOINT"
+    );
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let Some(map) = flows["flows"].as_object() else { return out };
+    for (id, f) in map {
+        let num = |k: &str| f[k].as_f64().map_or("-".to_string(), |v| format!("{v}"));
+        let age = f["last_checkpoint_at"]
+            .as_str()
+            .and_then(parse_rfc3339)
+            .map_or("-".to_string(), |t| format!("{}s ago", now.saturating_sub(t)));
+        let _ = writeln!(
+            out,
+            "{:<28} {:<11} {:>4} {:>6} {:>12} {:>12} {:>12}",
+            id,
+            f["state"].as_str().unwrap_or("?"),
+            num("generation"),
+            num("partitions"),
+            num("lag_records"),
+            num("records_per_second"),
+            age
+        );
+    }
+    if let Some(r) = flows["last_reload"].as_object() {
+        let _ = writeln!(
+            out,
+            "last reload: {} at {}",
+            r["result"].as_str().unwrap_or("?"),
+            r["at"].as_str().unwrap_or("?")
+        );
+    }
+    out
+}
+
+/// Seconds since the epoch of an RFC 3339 time as [`rfc3339`] writes it.
+fn parse_rfc3339(s: &str) -> Option<u64> {
+    let (date, time) = s.trim_end_matches('Z').split_once('T')?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>());
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let mut t = time.split(':').map(|x| x.parse::<i64>());
+    let (h, mi, sec) = (t.next()?.ok()?, t.next()?.ok()?, t.next()?.ok()?);
+    // Howard Hinnant's days_from_civil.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + h * 3600 + mi * 60 + sec).ok()
+}
+
+/// Tracks per-item errors across rounds (topics of the topic synchroniser, groups of the checkpoint
+/// computer): when each started failing and how many rounds in a row.
+#[derive(Debug, Default)]
+pub struct ItemErrors {
+    errors: BTreeMap<String, ItemError>,
+}
+
+impl ItemErrors {
+    /// `item` failed this round.
+    pub fn failed(&mut self, item: &str, reason: String) {
+        let e = self.errors.entry(item.to_string()).or_insert(ItemError {
+            reason: String::new(),
+            since: now_secs(),
+            count: 0,
+        });
+        e.reason = reason;
+        e.count += 1;
+    }
+
+    /// `item` succeeded (or is gone): forget its error. True if it had one.
+    pub fn cleared(&mut self, item: &str) -> bool {
+        self.errors.remove(item).is_some()
+    }
+
+    /// Keep only the items `keep` accepts.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.errors.retain(|k, _| keep(k));
+    }
+
+    pub fn snapshot(&self) -> BTreeMap<String, ItemError> {
+        self.errors.clone()
+    }
+}
+
+/// `t` as RFC 3339 in UTC with second precision, e.g. `2026-11-30T15:25:45Z`.
+pub fn rfc3339(t: SystemTime) -> String {
+    let secs = t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn rfc3339_parses_back() {
+        for s in [0u64, 951_782_400, 1_796_052_345] {
+            assert_eq!(parse_rfc3339(&rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(s))), Some(s));
+        }
+    }
+
+    #[test]
+    fn the_status_table_has_a_row_per_flow() {
+        let v = serde_json::json!({"flows": {"a->b": {"state": "running", "generation": 2, "partitions": 6,
+            "lag_records": 15, "records_per_second": 1234.5, "last_checkpoint_at": null}}, "last_reload": null});
+        let t = render_table(&v);
+        assert!(
+            t.lines().nth(1).is_some_and(|l| l.contains("a->b") && l.contains("running") && l.contains("1234.5")),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn rfc3339_formats_utc_dates() {
+        let at = |s: u64| rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(s));
+        assert_eq!(at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(at(1_796_052_345), "2026-11-30T15:25:45Z");
+    }
+
+    #[test]
+    fn a_flow_is_as_healthy_as_its_worst_actor_and_degraded_by_failing_items() {
+        let b = StatusBoard::default();
+        b.flow_started("a->b", 1);
+        b.set("a->b", "copier", ActorState::Running, None);
+        b.set("a->b", "topics", ActorState::Running, None);
+        assert_eq!(b.snapshot()["a->b"].state, FlowState::Running);
+        let mut errs = ItemErrors::default();
+        errs.failed("orders", "collides".into());
+        b.set_topic_errors("a->b", errs.snapshot());
+        assert_eq!(b.snapshot()["a->b"].state, FlowState::Degraded);
+        b.set("a->b", "copier", ActorState::Restarting, Some("boom".into()));
+        assert_eq!(b.snapshot()["a->b"].state, FlowState::Restarting);
+        b.flow_started("a->b", 2);
+        let s = &b.snapshot()["a->b"];
+        assert_eq!((s.generation, s.state, s.actors.len()), (2, FlowState::Starting, 0));
+    }
+
+    #[test]
+    fn item_errors_count_rounds_and_clear() {
+        let mut e = ItemErrors::default();
+        e.failed("g", "x".into());
+        e.failed("g", "y".into());
+        assert_eq!(e.snapshot()["g"].count, 2);
+        assert_eq!(e.snapshot()["g"].reason, "y");
+        assert!(e.cleared("g"));
+        assert!(e.snapshot().is_empty());
     }
 }

@@ -79,6 +79,15 @@ pub enum SyncReason {
 }
 
 impl SyncReason {
+    pub const ALL: [SyncReason; 6] = [
+        Self::FirstOfLifetime,
+        Self::UpstreamGap,
+        Self::DownstreamTruncated,
+        Self::DeltaChanged,
+        Self::LagExceeded,
+        Self::Quiet,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Self::FirstOfLifetime => "first",
@@ -91,8 +100,11 @@ impl SyncReason {
     }
 }
 
+/// The rule's state for one partition in one copier lifetime. The copier keeps one per partition it
+/// copies (so the per-record path looks nothing up by name); [`SyncRule`] bundles them by name for
+/// callers that have no such table.
 #[derive(Clone, Debug)]
-struct PartitionState {
+pub struct PartitionRule {
     previous_upstream: i64,
     previous_downstream: i64,
     /// Downstream offset of the last published sync (`-1`: none this lifetime). Quiet syncs do not move
@@ -105,12 +117,106 @@ struct PartitionState {
     next_seq: u64,
 }
 
-/// The rule's state for every partition of one copier lifetime.
+impl Default for PartitionRule {
+    fn default() -> Self {
+        Self {
+            previous_upstream: -1,
+            previous_downstream: -1,
+            last_sync_downstream: -1,
+            last_sync_delta: 0,
+            unpublished: None,
+            next_seq: 0,
+        }
+    }
+}
+
+impl PartitionRule {
+    /// The target acknowledged upstream record `upstream` at `downstream`. Returns the sync to publish
+    /// now, if any, marked with `lifetime` and this partition's next sequence number.
+    pub fn on_ack(
+        &mut self,
+        lifetime: u64,
+        lag_max: i64,
+        upstream: i64,
+        downstream: i64,
+        now: Instant,
+    ) -> Option<(OffsetSyncPoint, SyncReason)> {
+        let delta = downstream - upstream;
+        let reason = if self.last_sync_downstream == -1 {
+            Some(SyncReason::FirstOfLifetime)
+        } else if upstream - self.previous_upstream != 1 {
+            Some(SyncReason::UpstreamGap)
+        } else if downstream < self.previous_downstream {
+            Some(SyncReason::DownstreamTruncated)
+        } else if delta != self.last_sync_delta {
+            Some(SyncReason::DeltaChanged)
+        } else if downstream - (self.last_sync_downstream + 1) >= lag_max {
+            Some(SyncReason::LagExceeded)
+        } else {
+            None
+        };
+        self.previous_upstream = upstream;
+        self.previous_downstream = downstream;
+        let Some(reason) = reason else {
+            self.unpublished = Some((upstream, downstream, now));
+            return None;
+        };
+        self.last_sync_downstream = downstream;
+        self.last_sync_delta = delta;
+        self.unpublished = None;
+        Some((self.point(lifetime, upstream, downstream), reason))
+    }
+
+    /// The newest position if it is unpublished and has been quiet for [`QUIET_AFTER`] (or at all,
+    /// with `force`, e.g. at shutdown).
+    pub fn quiet(&mut self, lifetime: u64, now: Instant, force: bool) -> Option<OffsetSyncPoint> {
+        let (up, down, at) = self.unpublished?;
+        if !force && now.duration_since(at) < QUIET_AFTER {
+            return None;
+        }
+        self.unpublished = None;
+        Some(self.point(lifetime, up, down))
+    }
+
+    /// Whether an acknowledged position waits to be published (by the lag rule or as a quiet sync).
+    pub fn has_unpublished(&self) -> bool {
+        self.unpublished.is_some()
+    }
+
+    /// The source partition was rewound (re-created or truncated upstream): the next acknowledgement
+    /// starts a new run, published as the first of the lifetime. The sequence continues, so syncs
+    /// from before the rewind never chain into the new run.
+    pub fn rewind(&mut self) {
+        *self = Self { next_seq: self.next_seq, ..Self::default() };
+    }
+
+    fn point(&mut self, lifetime: u64, upstream: i64, downstream: i64) -> OffsetSyncPoint {
+        let mark = SyncMark { lifetime, seq: self.next_seq };
+        self.next_seq += 1;
+        OffsetSyncPoint { upstream, downstream, mark }
+    }
+}
+
+/// A sync selected for one partition, before the partition's name is attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffsetSyncPoint {
+    pub upstream: i64,
+    pub downstream: i64,
+    pub mark: SyncMark,
+}
+
+impl OffsetSyncPoint {
+    pub fn named(self, topic: &str, partition: i32) -> MarkedSync {
+        marked(topic, partition, self.upstream, self.downstream, self.mark)
+    }
+}
+
+/// The rule over many partitions of one copier lifetime, looked up by name (tests and tools).
 #[derive(Debug)]
 pub struct SyncRule {
     lifetime: u64,
     offset_lag_max: i64,
-    partitions: HashMap<(String, i32), PartitionState>,
+    partitions: HashMap<(String, i32), PartitionRule>,
 }
 
 impl SyncRule {
@@ -129,60 +235,21 @@ impl SyncRule {
         downstream: i64,
         now: Instant,
     ) -> Option<(MarkedSync, SyncReason)> {
-        let lag_max = self.offset_lag_max;
-        let state = match self.partitions.get_mut(&(topic.to_string(), partition)) {
-            Some(s) => s,
-            None => self.partitions.entry((topic.to_string(), partition)).or_insert(PartitionState {
-                previous_upstream: -1,
-                previous_downstream: -1,
-                last_sync_downstream: -1,
-                last_sync_delta: 0,
-                unpublished: None,
-                next_seq: 0,
-            }),
-        };
-        let delta = downstream - upstream;
-        let reason = if state.last_sync_downstream == -1 {
-            Some(SyncReason::FirstOfLifetime)
-        } else if upstream - state.previous_upstream != 1 {
-            Some(SyncReason::UpstreamGap)
-        } else if downstream < state.previous_downstream {
-            Some(SyncReason::DownstreamTruncated)
-        } else if delta != state.last_sync_delta {
-            Some(SyncReason::DeltaChanged)
-        } else if downstream - (state.last_sync_downstream + 1) >= lag_max {
-            Some(SyncReason::LagExceeded)
-        } else {
-            None
-        };
-        state.previous_upstream = upstream;
-        state.previous_downstream = downstream;
-        let Some(reason) = reason else {
-            state.unpublished = Some((upstream, downstream, now));
-            return None;
-        };
-        state.last_sync_downstream = downstream;
-        state.last_sync_delta = delta;
-        state.unpublished = None;
-        let mark = SyncMark { lifetime: self.lifetime, seq: state.next_seq };
-        state.next_seq += 1;
-        Some((marked(topic, partition, upstream, downstream, mark), reason))
+        let rule = self.partitions.entry((topic.to_string(), partition)).or_default();
+        rule.on_ack(self.lifetime, self.offset_lag_max, upstream, downstream, now)
+            .map(|(p, reason)| (p.named(topic, partition), reason))
     }
 
     /// Syncs for partitions whose newest position is unpublished and that have been quiet for
     /// [`QUIET_AFTER`] (all of them with `force`, e.g. at shutdown).
     pub fn quiet_syncs(&mut self, now: Instant, force: bool) -> Vec<MarkedSync> {
-        let mut out = Vec::new();
-        for ((topic, partition), state) in &mut self.partitions {
-            let Some((up, down, at)) = state.unpublished else { continue };
-            if force || now.duration_since(at) >= QUIET_AFTER {
-                state.unpublished = None;
-                let mark = SyncMark { lifetime: self.lifetime, seq: state.next_seq };
-                state.next_seq += 1;
-                out.push(marked(topic, *partition, up, down, mark));
-            }
-        }
-        out
+        let lifetime = self.lifetime;
+        self.partitions
+            .iter_mut()
+            .filter_map(|((topic, partition), rule)| {
+                rule.quiet(lifetime, now, force).map(|p| p.named(topic, *partition))
+            })
+            .collect()
     }
 }
 

@@ -72,8 +72,9 @@
 //! be ahead, see below), and with a budget above 64 usually much closer.
 //!
 //! Memory: at most `max(budget, 65) + 1` entries of [`ENTRY_BYTES`] bytes plus a 512-byte slot array
-//! per partition that ever had a sync: with the default budget of 1024, about 57 KiB per busy
-//! partition (1000 partitions: ~56 MiB). Handling a sync costs MM2's O(64) slot update plus thinning,
+//! per partition that ever had a sync: with the default budget of 256, about 15 KiB per busy
+//! partition (10,000 partitions: ~150 MiB; [`SyncStore::approx_bytes`] counts it). A flow sets its
+//! budget with `offset_sync_history_per_partition`. Handling a sync costs MM2's O(64) slot update plus thinning,
 //! one O(budget) pass per roughly `budget / 4` syncs; translating is a binary search.
 //!
 //! # Rewinds, truncation, duplicates (differences from MM2)
@@ -84,6 +85,10 @@
 //!   rewind, duplicate delivery); ignored, so handling is idempotent. Positions are offsets in the
 //!   offset-syncs topic's partition 0, which MM2 writes and reads exclusively; a re-created offset-syncs
 //!   topic needs a fresh store.
+//! * `n` carries a ferry mark whose lifetime already had a sync with this or a later sequence number: a
+//!   sync republished after a partial flush, or one that overtook its predecessor. Ignored: what it says
+//!   is older than what is stored, and reading it as news would look like the target going backwards
+//!   and wipe the partition's history (the KAFKA-16622 symptom).
 //! * `n` states the same fact as `t` (same upstream and downstream): `t` takes `n`'s mark and position.
 //!   MM2 would put the new object in slot 0; the set of offsets its slots retain is the same.
 //! * `n.downstream <= t.downstream`: the target partition went backwards (truncated or re-created), so
@@ -109,8 +114,9 @@ use crate::sync_rule::SyncMark;
 /// Smallest allowed per-partition budget: MM2's 64 slots.
 pub const MIN_PER_PARTITION_BUDGET: usize = SLOTS;
 
-/// ferry's default per-partition budget.
-pub const DEFAULT_PER_PARTITION_BUDGET: usize = 1024;
+/// ferry's default per-partition budget: four times MM2's history, and a 10,000-partition flow's store
+/// under 200 MiB.
+pub const DEFAULT_PER_PARTITION_BUDGET: usize = 256;
 
 /// Size of one stored sync, for memory estimates.
 pub const ENTRY_BYTES: usize = std::mem::size_of::<Entry>();
@@ -186,7 +192,15 @@ struct PartitionSyncs {
     slots: [i64; SLOTS],
     /// Topic position of the last record handled for this partition.
     last_position: i64,
+    /// Newest sequence number seen per ferry lifetime, most recent lifetime first (a few at most).
+    /// A marked sync at or below it is a republished or reordered one: its successor was already
+    /// handled, so it is ignored instead of read as the target going backwards.
+    newest_seq: Vec<(u64, u64)>,
 }
+
+/// Lifetimes remembered per partition for [`PartitionSyncs::newest_seq`]. Lifetimes succeed each
+/// other (copier restarts), so only the last few can still have syncs in flight.
+const LIFETIMES_KEPT: usize = 4;
 
 impl PartitionSyncs {
     fn new(sync: StoredSync) -> Self {
@@ -194,6 +208,25 @@ impl PartitionSyncs {
             entries: vec![Entry { sync, exact_to_next: false }],
             slots: [sync.upstream; SLOTS],
             last_position: sync.position,
+            newest_seq: sync.mark.map(|m| vec![(m.lifetime, m.seq)]).unwrap_or_default(),
+        }
+    }
+
+    /// Records `mark` as seen; false if its lifetime already had this or a later sequence number.
+    fn is_newer(&mut self, mark: Option<SyncMark>) -> bool {
+        let Some(m) = mark else { return true };
+        match self.newest_seq.iter().position(|(lifetime, _)| *lifetime == m.lifetime) {
+            Some(i) if self.newest_seq[i].1 >= m.seq => false,
+            Some(i) => {
+                self.newest_seq.remove(i);
+                self.newest_seq.insert(0, (m.lifetime, m.seq));
+                true
+            }
+            None => {
+                self.newest_seq.insert(0, (m.lifetime, m.seq));
+                self.newest_seq.truncate(LIFETIMES_KEPT);
+                true
+            }
         }
     }
 
@@ -214,6 +247,15 @@ impl PartitionSyncs {
             return;
         }
         self.last_position = n.position;
+        if !self.is_newer(n.mark) {
+            tracing::debug!(
+                upstream = n.upstream,
+                downstream = n.downstream,
+                position = n.position,
+                "offset sync older than one already handled from the same writer (republished), ignored"
+            );
+            return;
+        }
         if latest_only {
             self.reset(n);
             return;
@@ -330,6 +372,29 @@ impl PartitionSyncs {
         before - kept
     }
 
+    /// The inverse: `x` is a position on the downstream side; the answer is an upstream offset `u` such
+    /// that every copied record at or after `x` downstream came from `u` or later upstream (so a consumer
+    /// that read everything before `x` downstream and starts upstream at `u` skips nothing).
+    fn translate_inverse(&self, x: i64) -> Translation {
+        let idx = self.entries.partition_point(|e| e.sync.downstream <= x);
+        let Some(s) = idx.checked_sub(1).map(|i| &self.entries[i]) else {
+            return Translation::TooOld;
+        };
+        if s.sync.downstream == x {
+            return Translation::Exact(s.sync.upstream);
+        }
+        if s.exact_to_next
+            && let Some(n) = self.entries.get(idx)
+        {
+            // Inside a proven run copies sit at `upstream + delta`; past its last copy the next copied
+            // record is `n`.
+            let exact = (i128::from(x) - s.sync.delta()).min(i128::from(n.sync.upstream));
+            return Translation::Exact(exact as i64);
+        }
+        // `s` was copied before `x`; what came after it upstream may have been copied anywhere.
+        Translation::Approx(s.sync.upstream.saturating_add(1))
+    }
+
     fn translate(&self, g: i64) -> Translation {
         let idx = self.entries.partition_point(|e| e.sync.upstream <= g);
         let Some(s) = idx.checked_sub(1).map(|i| &self.entries[i]) else {
@@ -426,6 +491,39 @@ impl SyncStore {
         }
         match self.partitions.get(topic).and_then(|p| p.get(&partition)) {
             Some(p) => p.translate(upstream_group_offset),
+            None => Translation::NoSyncs,
+        }
+    }
+
+    /// Heap bytes held by the store, from the capacities of its containers (an estimate that counts
+    /// what dominates: entries, slot arrays, per-partition and per-map overhead).
+    pub fn approx_bytes(&self) -> usize {
+        // A hashbrown slot costs its key and value plus a control byte; maps keep at least 1/8 free.
+        let slot = |kv: usize| (kv + 1) * 8 / 7;
+        let partition = std::mem::size_of::<(i32, PartitionSyncs)>();
+        self.partitions
+            .iter()
+            .map(|(topic, parts)| {
+                let syncs: usize =
+                    parts.values().map(|p| p.entries.capacity() * ENTRY_BYTES + p.newest_seq.capacity() * 16).sum();
+                slot(std::mem::size_of::<(String, HashMap<i32, PartitionSyncs>)>())
+                    + topic.capacity()
+                    + parts.capacity() * slot(partition)
+                    + syncs
+            })
+            .sum()
+    }
+
+    /// The inverse of [`SyncStore::translate`]: for a position `downstream_position` in the copy of
+    /// `topic`-`partition` (upstream names), the upstream offset from which a consumer skips nothing
+    /// that was copied at or after that position. Used to fail a group back to where its records came
+    /// from (ferry's reverse checkpoints; MM2 has none, KAFKA-12635).
+    pub fn translate_inverse(&self, topic: &str, partition: i32, downstream_position: i64) -> Translation {
+        if !self.read_to_end {
+            return Translation::NotReady;
+        }
+        match self.partitions.get(topic).and_then(|p| p.get(&partition)) {
+            Some(p) => p.translate_inverse(downstream_position),
             None => Translation::NoSyncs,
         }
     }
@@ -673,10 +771,60 @@ mod tests {
     }
 
     #[test]
+    fn ten_thousand_busy_partitions_stay_under_200_mib_at_the_default_budget() {
+        let mut store = SyncStore::new(DEFAULT_PER_PARTITION_BUDGET);
+        store.set_read_to_end();
+        let mut position = 0;
+        // Every partition gets twice its budget of syncs, so each holds its full history.
+        for round in 0..(2 * DEFAULT_PER_PARTITION_BUDGET as i64) {
+            for p in 0..10_000 {
+                position += 1;
+                let topic = if p % 2 == 0 { "orders" } else { "payments" };
+                let mark = Some(SyncMark { lifetime: 1, seq: round as u64 });
+                store.handle(topic, p, StoredSync { upstream: round * 100, downstream: round * 100, mark, position });
+            }
+        }
+        let bytes = store.approx_bytes();
+        println!("10,000 partitions, {} syncs: {:.1} MiB", store.len(), bytes as f64 / (1 << 20) as f64);
+        assert!(store.len() >= 10_000 * DEFAULT_PER_PARTITION_BUDGET / 2, "the histories are full: {}", store.len());
+        assert!(bytes < 200 << 20, "{bytes} bytes");
+    }
+
+    #[test]
+    fn inverse_translation_never_skips_and_is_exact_in_proven_runs() {
+        let mut f = Fake::started(DEFAULT_PER_PARTITION_BUDGET);
+        // Records 0..10 copied to 100..110, then 20..30 (10..20 filtered) to 110..120.
+        f.marked(0, 100, 1, 0);
+        f.marked(20, 110, 1, 1);
+        f.marked(29, 119, 1, 2);
+        let inv = |f: &Fake, x| f.store.translate_inverse(TP.0, TP.1, x);
+        assert_eq!(inv(&f, 99), Translation::TooOld);
+        assert_eq!(inv(&f, 100), Translation::Exact(0));
+        assert_eq!(inv(&f, 105), Translation::Exact(5), "inside the first run");
+        assert_eq!(inv(&f, 110), Translation::Exact(20));
+        assert_eq!(inv(&f, 115), Translation::Exact(25));
+        // Unmarked syncs prove nothing: the record after the sync is the safe answer.
+        let mut g = Fake::started(DEFAULT_PER_PARTITION_BUDGET);
+        g.sync(0, 100);
+        g.sync(20, 110);
+        assert_eq!(g.store.translate_inverse(TP.0, TP.1, 105), Translation::Approx(1));
+        // Property: for every downstream position, no copied record at or after it comes from below the
+        // answer (the answer never skips one).
+        let copies: Vec<(i64, i64)> = (0..10).map(|u| (u, 100 + u)).chain((20..30).map(|u| (u, 90 + u))).collect();
+        for x in 100..125 {
+            let Some(u) = inv(&f, x).offset() else { continue };
+            for (up, down) in &copies {
+                assert!(!(*down >= x && *up < u), "x={x}: copy {up}->{down} would be skipped from {u}");
+            }
+        }
+    }
+
+    #[test]
     fn past_offset_translation() {
-        // OffsetSyncStoreTest.testPastOffsetTranslation (Java's start(true)), at the smallest and the
-        // default budget.
-        for budget in [MIN_PER_PARTITION_BUDGET, 100, DEFAULT_PER_PARTITION_BUDGET] {
+        // OffsetSyncStoreTest.testPastOffsetTranslation (Java's start(true)), at the smallest, the
+        // default and a budget that holds every sync of the test.
+        const ALL_FIT: usize = 1024;
+        for budget in [MIN_PER_PARTITION_BUDGET, 100, DEFAULT_PER_PARTITION_BUDGET, ALL_FIT] {
             let max_offset_lag = 10;
             let mut f = Fake::new(budget);
             f.store.set_backlog_latest_only(true);
@@ -717,7 +865,7 @@ mod tests {
             ] {
                 assert_sparse_sync(&f, sync, previous);
             }
-            if budget == DEFAULT_PER_PARTITION_BUDGET {
+            if budget == ALL_FIT {
                 // Everything fits: a group just before a sync is one sync step (10) behind at most.
                 assert_eq!(f.tr(4839), Translation::Approx(4831));
             }
@@ -729,7 +877,7 @@ mod tests {
             assert_eq!(f.mm2(1499), -1);
             let ours = f.tr(1499).offset().unwrap_or(-1);
             assert!((-1..=1499).contains(&ours), "{ours}");
-            if budget == DEFAULT_PER_PARTITION_BUDGET {
+            if budget == ALL_FIT {
                 assert_eq!(f.tr(1499), Translation::Approx(1491));
             }
             assert_eq!(f.tr(1500), Translation::Exact(11000));
@@ -1112,6 +1260,26 @@ mod tests {
         assert_eq!(f.tr(250), Translation::TooOld);
         assert_eq!(f.tr(500), Translation::Exact(0));
         assert_eq!(f.tr(600), Translation::Approx(1));
+    }
+
+    #[test]
+    fn republished_and_reordered_syncs_of_one_lifetime_keep_the_history() {
+        // A partially flushed batch published again lands as a, b, a, b, c; a quiet sync can land
+        // after a newer one. Neither is the target going back.
+        let mut f = Fake::started(DEFAULT_PER_PARTITION_BUDGET);
+        for (i, (u, d)) in [(0, 10), (100, 110), (200, 210)].into_iter().enumerate() {
+            f.marked(u, d, 9, i as u64);
+        }
+        f.marked(100, 110, 9, 1); // republished b
+        f.marked(200, 210, 9, 2); // republished c
+        f.marked(150, 160, 9, 1); // an older sync landing late (seq 1 < newest 2)
+        f.marked(300, 310, 9, 3);
+        assert_eq!(f.store.len(), 4, "nothing cleared, nothing duplicated");
+        assert_eq!(f.tr(50), Translation::Exact(60), "the runs a->b->c->d stay proven");
+        assert_eq!(f.tr(250), Translation::Exact(260));
+        // Another lifetime is not affected by this one's sequence numbers.
+        f.marked(400, 410, 10, 0);
+        assert_eq!(f.tr(400), Translation::Exact(410));
     }
 
     #[test]

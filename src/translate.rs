@@ -16,7 +16,7 @@ pub type TranslatedOffsets = BTreeMap<(String, i32), (i64, String)>;
 pub fn translated_offsets(plan: &FlowPlan, group: &str) -> Result<TranslatedOffsets, String> {
     let topic = plan.policy.checkpoints_topic(&plan.id.source);
     let mut out = BTreeMap::new();
-    for cp in load_checkpoints(plan, &topic)? {
+    for cp in load_checkpoints(plan, &topic).map_err(|e| e.to_string())? {
         if cp.group == group {
             out.insert((cp.topic, cp.partition), (cp.downstream_offset, cp.metadata));
         }

@@ -4,21 +4,29 @@
 //! Parse, validate, apply: [`raw`] holds the serde types exactly as written, [`load_dir`] reads every
 //! file of a directory and validates the whole set at once, reporting *every* problem with the file and
 //! key it belongs to. A set with any error is refused whole, so a running node never half-applies one.
-//! `ferry validate` and `ferry run` (startup and, later, reload) go through the same path.
+//! `ferry validate` and `ferry run` (startup and every reload) go through the same path, which also has
+//! librdkafka check each cluster's client properties, so a property it refuses is a validation error
+//! naming the key, never a failure of every client `ferry run` creates.
+//!
+//! Secrets ([`secrets`]) come from `${VAR}` or `${file:PATH}`; no error this module produces quotes a
+//! value.
 
+pub mod diff;
 mod load;
 pub mod raw;
-mod secrets;
+pub mod secrets;
 mod validate;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use load::load_dir;
-pub use secrets::{is_secret_key, redact};
+pub use diff::{FlowSetDiff, diff};
+pub use load::{is_flow_file, load_dir, secret_files_in};
+pub use secrets::{is_secret_key, redact, scrub};
+pub use validate::valid_alias;
 
 use crate::filter::{GroupFilter, TopicFilter};
 use crate::policy::ReplicationPolicy;
@@ -85,21 +93,54 @@ impl std::str::FromStr for FlowId {
 
 /// A Kafka cluster as the flow files define it. `client` may hold secrets: its `Debug` redacts them,
 /// and nothing else in ferry prints it.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct ClusterSpec {
     pub alias: String,
     pub bootstrap_servers: String,
-    /// librdkafka properties for every client of this cluster (after `${VAR}` substitution).
+    /// librdkafka properties for every client of this cluster (after `${VAR}` and `${file:PATH}`
+    /// substitution).
     pub client: BTreeMap<String, String>,
+    /// Properties whose value (or part of it) was read from a secret file: secret whatever their name.
+    pub file_keys: BTreeSet<String>,
+    /// Every file `${file:PATH}` references in this cluster's definition, readable or not: a reload must
+    /// notice when one changes (a rotated password), though it lives outside the flows directory.
+    pub secret_files: Vec<PathBuf>,
     pub file: PathBuf,
 }
+
+impl ClusterSpec {
+    /// Whether the value of client property `key` must never be shown.
+    pub fn is_secret(&self, key: &str) -> bool {
+        is_secret_key(key) || self.file_keys.contains(key)
+    }
+
+    /// The values of the secret client properties (to scrub from text that may quote them).
+    pub fn secret_values(&self) -> Vec<String> {
+        self.client.iter().filter(|(k, _)| self.is_secret(k)).map(|(_, v)| v.clone()).collect()
+    }
+
+    /// The client properties as they may be shown: secret values replaced by `[redacted]`.
+    pub fn shown_client(&self) -> BTreeMap<String, String> {
+        secrets::redact_also(&self.client, &self.file_keys)
+    }
+}
+
+/// Two definitions of a cluster are the same if they connect the same way; where they are written
+/// does not matter (moving a definition to another file restarts nothing).
+impl PartialEq for ClusterSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.alias == other.alias && self.bootstrap_servers == other.bootstrap_servers && self.client == other.client
+    }
+}
+
+impl Eq for ClusterSpec {}
 
 impl fmt::Debug for ClusterSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClusterSpec")
             .field("alias", &self.alias)
             .field("bootstrap_servers", &self.bootstrap_servers)
-            .field("client", &redact(&self.client))
+            .field("client", &self.shown_client())
             .field("file", &self.file)
             .finish()
     }
@@ -140,6 +181,18 @@ pub struct FlowSettings {
     pub enabled: bool,
     pub restart: crate::restart_policy::RestartSettings,
     pub on_source_gap: SourceGapPolicy,
+    /// Offset syncs the checkpoint computer keeps per source partition (at least MM2's 64).
+    pub offset_sync_history_per_partition: usize,
+    /// Under the identity policy, stamp every copied record with the cluster it was first written to
+    /// (`ferry.origin`) and never copy a record to that cluster: what makes identity active-active safe.
+    pub provenance_header: bool,
+}
+
+impl FlowSettings {
+    /// The copier stamps and honours the provenance header.
+    pub fn provenance(&self) -> bool {
+        self.replication_policy == PolicyKind::Identity && self.provenance_header
+    }
 }
 
 /// What the copier does when records were lost on the source before it copied them (retention deleted
@@ -190,13 +243,21 @@ pub struct FlowSet {
 }
 
 impl FlowSet {
+    /// Every secret file (`${file:PATH}`) the set's clusters reference, sorted, without duplicates. A
+    /// reload re-reads them all, so a rotated secret is picked up by the next reload; whoever decides
+    /// whether the configuration changed (the reload's content hash) must include their contents.
+    pub fn secret_files(&self) -> Vec<PathBuf> {
+        let files: BTreeSet<PathBuf> = self.clusters.values().flat_map(|c| c.secret_files.iter().cloned()).collect();
+        files.into_iter().collect()
+    }
+
     /// A human-readable summary for `ferry validate`; secrets are redacted.
     pub fn describe(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
         for c in self.clusters.values() {
             let _ = writeln!(out, "cluster {} bootstrap={} ({})", c.alias, c.bootstrap_servers, c.file.display());
-            for (k, v) in redact(&c.client) {
+            for (k, v) in c.shown_client() {
                 let _ = writeln!(out, "  {k} = {v}");
             }
         }

@@ -80,4 +80,8 @@ pub struct RawFlow {
     pub restart_healthy_after_seconds: Option<f64>,
     /// What the copier does when source records vanished before they were copied: "skip" or "fail".
     pub on_source_gap: Option<String>,
+    /// Offset syncs kept per source partition for translating lagging groups (memory per partition).
+    pub offset_sync_history_per_partition: Option<usize>,
+    /// Identity policy: stamp and honour the `ferry.origin` header (loop protection).
+    pub provenance_header: Option<bool>,
 }

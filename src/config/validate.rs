@@ -1,17 +1,20 @@
 //! Raw flow files → a trusted [`FlowSet`]: defaults filled in (MM2's, mm2-reference.md §8), regexes
-//! compiled, cluster names resolved, `${VAR}` replaced, and every error collected with its file and key.
+//! compiled, cluster names resolved, `${VAR}` and `${file:PATH}` replaced, each cluster's client
+//! properties checked by librdkafka, and every error collected with its file and key.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::raw::{RawCluster, RawFile, RawFlow};
+use super::secrets;
 use super::{
     ClusterSpec, ConfigError, ConfigErrors, FlowId, FlowPlan, FlowSet, FlowSettings, OffsetSyncsLocation, PolicyKind,
     SourceGapPolicy,
 };
 use crate::filter::{self, GroupFilter, PatternList, TopicFilter};
+use crate::kafka;
 use crate::policy::ReplicationPolicy;
 use crate::restart_policy::RestartSettings;
 
@@ -61,12 +64,63 @@ pub fn validate(files: Vec<(PathBuf, RawFile)>, env: &dyn Fn(&str) -> Option<Str
         flows.insert(plan.id.clone(), plan);
     }
 
+    unprotected_identity_cycles(&flows, &mut errors);
     if errors.is_empty() { Ok(FlowSet { clusters, flows }) } else { Err(ConfigErrors(errors)) }
+}
+
+/// Under the identity policy a topic keeps its name, so names cannot tell where a record came from: a
+/// cycle of flows (east->west->east, or a ring) copies the same records around forever unless every flow
+/// in it is an identity flow with the provenance header on. Default-policy names carry their origin and
+/// stop loops by themselves; a cycle mixing the two has neither protection. Each unprotected flow of such
+/// a cycle is an error.
+fn unprotected_identity_cycles(flows: &BTreeMap<FlowId, FlowPlan>, errors: &mut Vec<ConfigError>) {
+    let edges: Vec<&FlowPlan> = flows.values().filter(|p| p.settings.enabled).collect();
+    let reaches = |from: &str, to: &str| -> bool {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut todo = vec![from.to_string()];
+        while let Some(c) = todo.pop() {
+            if c == to {
+                return true;
+            }
+            if seen.insert(c.clone()) {
+                todo.extend(edges.iter().filter(|p| p.id.source == c).map(|p| p.id.target.clone()));
+            }
+        }
+        false
+    };
+    let in_cycle = |p: &FlowPlan| reaches(&p.id.target, &p.id.source);
+    let identity_cycle = edges.iter().any(|p| p.settings.replication_policy == PolicyKind::Identity && in_cycle(p));
+    if !identity_cycle {
+        return;
+    }
+    for p in edges.iter().filter(|p| in_cycle(p) && !p.settings.provenance()) {
+        // Only flows on a cycle through an identity flow matter.
+        let through_identity = edges.iter().any(|q| {
+            q.settings.replication_policy == PolicyKind::Identity
+                && reaches(&p.id.target, &q.id.source)
+                && reaches(&q.id.target, &p.id.source)
+        });
+        if !through_identity {
+            continue;
+        }
+        let reason = if p.settings.replication_policy == PolicyKind::Identity {
+            format!(
+                "flow {} is on a replication cycle under the identity policy with provenance_header = false: records would be copied around the cycle forever",
+                p.id
+            )
+        } else {
+            format!(
+                "flow {} is on a replication cycle with identity-policy flows; use the identity policy with provenance_header on every flow of the cycle, or the default policy on all of them",
+                p.id
+            )
+        };
+        errors.push(ConfigError { file: p.file.clone(), key: "replication_policy".to_string(), reason });
+    }
 }
 
 /// Aliases become parts of topic names (`east.orders`, `east.checkpoints.internal`), so they must be
 /// legal in a Kafka topic name and must not look like a flow id.
-fn valid_alias(alias: &str) -> Result<(), String> {
+pub fn valid_alias(alias: &str) -> Result<(), String> {
     if alias.is_empty() {
         return Err("a cluster alias must not be empty".into());
     }
@@ -91,13 +145,15 @@ fn cluster(
         errs.push(&base, reason);
         ok = false;
     }
-    let bootstrap = match substitute_env(&rc.bootstrap_servers, env) {
-        Ok(b) if b.trim().is_empty() => {
+    let mut secret_files = Vec::new();
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let bootstrap = match substitute(&rc.bootstrap_servers, env, dir, &mut secret_files) {
+        Ok(b) if b.value.trim().is_empty() => {
             errs.push(format!("{base}.bootstrap_servers"), "must not be empty");
             ok = false;
             String::new()
         }
-        Ok(b) => b,
+        Ok(b) => b.value,
         Err(reason) => {
             errs.push(format!("{base}.bootstrap_servers"), reason);
             ok = false;
@@ -105,6 +161,7 @@ fn cluster(
         }
     };
     let mut client = BTreeMap::new();
+    let mut file_keys = BTreeSet::new();
     for (k, v) in rc.client {
         let key = format!("{base}.client.\"{k}\"");
         if k == "bootstrap.servers" {
@@ -112,9 +169,12 @@ fn cluster(
             ok = false;
             continue;
         }
-        match substitute_env(&v.into_string(), env) {
+        match substitute(&v.into_string(), env, dir, &mut secret_files) {
             Ok(value) => {
-                client.insert(k, value);
+                if value.from_file {
+                    file_keys.insert(k.clone());
+                }
+                client.insert(k, value.value);
             }
             Err(reason) => {
                 errs.push(key, reason);
@@ -122,32 +182,98 @@ fn cluster(
             }
         }
     }
-    ok.then(|| ClusterSpec { alias: alias.to_string(), bootstrap_servers: bootstrap, client, file: file.to_path_buf() })
+    let spec = ClusterSpec {
+        alias: alias.to_string(),
+        bootstrap_servers: bootstrap,
+        client,
+        file_keys,
+        secret_files,
+        file: file.to_path_buf(),
+    };
+    // Remembered even if the set is refused: whatever librdkafka says about them later is scrubbed.
+    secrets::remember(&spec.secret_values());
+    if ok {
+        // What `ferry run` would otherwise learn only when it creates its first client, on every restart.
+        for (property, reason) in kafka::check_client_properties(&spec) {
+            let key = match property {
+                Some(p) => format!("{base}.client.\"{p}\""),
+                None => format!("{base}.client"),
+            };
+            errs.push(key, reason);
+            ok = false;
+        }
+    }
+    ok.then_some(spec)
 }
 
-/// Replace every `${NAME}` with the environment variable NAME. A missing variable is an error that
-/// names the variable, never the surrounding value (it may be a secret).
-pub fn substitute_env(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+/// A value after substitution, and whether any of it was read from a secret file.
+#[derive(Debug, PartialEq)]
+pub struct Substituted {
+    pub value: String,
+    pub from_file: bool,
+}
+
+/// Replace every `${NAME}` with the environment variable NAME and every `${file:PATH}` with the content
+/// of file PATH (relative paths from `dir`, the flow file's directory), its trailing newline trimmed.
+/// Every file referenced is added to `files`, readable or not, so that a reload notices it change. A
+/// missing variable or unreadable file is an error that names the variable or the path, never the
+/// surrounding value or the file's content (either may be a secret).
+pub fn substitute(
+    s: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    dir: &Path,
+    files: &mut Vec<PathBuf>,
+) -> Result<Substituted, String> {
     let mut out = String::with_capacity(s.len());
+    let mut from_file = false;
     let mut rest = s;
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
         let Some(end) = after.find('}') else {
-            return Err("unterminated `${` (expected `${NAME}`)".into());
+            return Err("unterminated `${` (expected `${NAME}` or `${file:PATH}`)".into());
         };
         let name = &after[..end];
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(format!("`${{{name}}}` is not a valid environment variable reference"));
-        }
-        match env(name) {
-            Some(v) => out.push_str(&v),
-            None => return Err(format!("environment variable {name} is not set")),
+        if let Some(path) = name.strip_prefix("file:") {
+            if path.is_empty() {
+                return Err("`${file:}` needs a path, e.g. `${file:/run/secrets/kafka-password}`".into());
+            }
+            let path = dir.join(path);
+            if !files.contains(&path) {
+                files.push(path.clone());
+            }
+            let content = std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read secret file {}: {}", path.display(), io_reason(&e)))?;
+            out.push_str(content.trim_end_matches(['\n', '\r']));
+            from_file = true;
+        } else {
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(format!("`${{{name}}}` is not a valid reference; use `${{NAME}}` or `${{file:PATH}}`"));
+            }
+            match env(name) {
+                Some(v) => out.push_str(&v),
+                None => return Err(format!("environment variable {name} is not set")),
+            }
         }
         rest = &after[end + 1..];
     }
     out.push_str(rest);
-    Ok(out)
+    Ok(Substituted { value: out, from_file })
+}
+
+/// An I/O error's reason without its OS error number, e.g. "No such file or directory"; invalid UTF-8
+/// is named as such (the bytes are not shown).
+fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::InvalidData => "not UTF-8 text".into(),
+        _ => e.to_string().split(" (os error").next().unwrap_or_default().to_string(),
+    }
+}
+
+/// [`substitute`] without files to track.
+#[cfg(test)]
+pub fn substitute_env(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    substitute(s, env, Path::new("."), &mut Vec::new()).map(|v| v.value)
 }
 
 fn seconds(key: &str, v: Option<f64>, default: f64, errs: &mut Errors<'_>) -> Duration {
@@ -300,6 +426,18 @@ fn flow(
         }
     };
 
+    let offset_sync_history_per_partition =
+        rf.offset_sync_history_per_partition.unwrap_or(crate::sync_store::DEFAULT_PER_PARTITION_BUDGET);
+    if offset_sync_history_per_partition < crate::sync_store::MIN_PER_PARTITION_BUDGET {
+        errs.push(
+            k("offset_sync_history_per_partition"),
+            format!(
+                "must be at least {} (MM2's own history), got {offset_sync_history_per_partition}",
+                crate::sync_store::MIN_PER_PARTITION_BUDGET
+            ),
+        );
+    }
+
     let settings = FlowSettings {
         topics,
         topics_exclude,
@@ -354,6 +492,8 @@ fn flow(
         enabled: rf.enabled.unwrap_or(true),
         restart,
         on_source_gap,
+        offset_sync_history_per_partition,
+        provenance_header: rf.provenance_header.unwrap_or(true),
     };
 
     if errs.out.len() > before {
@@ -477,6 +617,78 @@ mod tests {
     }
 
     #[test]
+    fn secret_files_are_read_trimmed_tracked_and_redacted() {
+        let dir = tempfile::tempdir().expect("dir");
+        let secret = dir.path().join("password");
+        std::fs::write(&secret, "SECRET-from-file\n").expect("write");
+        let text = format!(
+            "[clusters.east]\nbootstrap_servers = \"e:1\"\n[clusters.east.client]\n\"sasl.password\" = \"${{file:{}}}\"\n\
+             \"ssl.ca.pem\" = \"${{file:ca}}\"\n",
+            secret.display()
+        );
+        std::fs::write(dir.path().join("ca"), "not really a PEM").expect("write");
+        let flow = dir.path().join("c.toml");
+        let parsed = vec![(flow.clone(), toml::from_str::<RawFile>(&text).expect("TOML"))];
+        // ssl.ca.pem is checked by librdkafka only when a TLS client is built; plaintext here.
+        let set = validate(parsed, &no_env).expect("valid");
+        let east = &set.clusters["east"];
+        assert_eq!(east.client["sasl.password"], "SECRET-from-file");
+        assert_eq!(set.secret_files(), vec![dir.path().join("ca"), secret.clone()]);
+        assert!(east.is_secret("ssl.ca.pem"), "a value from a file is secret whatever its key");
+        assert!(!set.describe().contains("SECRET-from-file") && !set.describe().contains("not really"));
+
+        std::fs::remove_file(&secret).expect("rm");
+        let parsed = vec![(flow, toml::from_str::<RawFile>(&text).expect("TOML"))];
+        let errs = validate(parsed, &no_env).expect_err("missing file").0;
+        assert_eq!(errs[0].key, "clusters.east.client.\"sasl.password\"");
+        assert!(
+            errs[0].reason.contains(&format!("cannot read secret file {}", secret.display())),
+            "{}",
+            errs[0].reason
+        );
+    }
+
+    #[test]
+    fn librdkafka_checks_the_client_properties_and_no_value_is_shown() {
+        let text = r#"
+            [clusters.east]
+            bootstrap_servers = "e:1"
+            [clusters.east.client]
+            "sasl.jaas.config" = "org.apache.kafka.common.security.plain.PlainLoginModule required password='SECRET-jaas';"
+            "security.protocol" = "SECRET-protocol"
+            "no.such.property" = "x"
+            [clusters.west]
+            bootstrap_servers = "w:1"
+            [clusters.west.client]
+            "security.protocol" = "ssl"
+            "ssl.ca.location" = "/nonexistent/ca.pem"
+            "ssl.key.password" = "SECRET-key-password"
+            [clusters.north]
+            bootstrap_servers = "n:1"
+            [clusters.north.client]
+            "enable.idempotence" = true
+            "max.in.flight.requests.per.connection" = 20
+        "#;
+        let errs = parse(&[("c.toml", text)], &no_env).expect_err("refused").0;
+        let shown: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        for e in &shown {
+            assert!(!e.contains("SECRET"), "{e}");
+        }
+        let find = |key: &str| {
+            errs.iter()
+                .find(|e| e.key == key)
+                .unwrap_or_else(|| panic!("no error for {key}: {shown:#?}"))
+                .reason
+                .clone()
+        };
+        assert!(find("clusters.east.client.\"sasl.jaas.config\"").contains("sasl.username"));
+        assert!(find("clusters.east.client.\"security.protocol\"").contains("invalid value"));
+        assert!(find("clusters.east.client.\"no.such.property\"").contains("no property"));
+        assert!(find("clusters.west.client.\"ssl.ca.location\"").contains("ssl.ca.location"));
+        assert!(errs.iter().any(|e| e.key.starts_with("clusters.north.client")), "{shown:#?}");
+    }
+
+    #[test]
     fn substitution_rules() {
         let env = |n: &str| (n == "A").then(|| "x".to_string());
         assert_eq!(substitute_env("a${A}b${A}", &env).as_deref(), Ok("axbx"));
@@ -500,6 +712,41 @@ mod tests {
         let text = "[clusters.\"ea.st\"]\nbootstrap_servers = \"x:1\"\n";
         let errs = parse(&[("a.toml", text)], &no_env).expect_err("bad alias").0;
         assert_eq!(errs[0].key, "clusters.ea.st");
+    }
+
+    fn identity_flow(source: &str, target: &str, extra: &str) -> String {
+        format!("[[flows]]\nsource = \"{source}\"\ntarget = \"{target}\"\nreplication_policy = \"identity\"\n{extra}")
+    }
+
+    const THREE: &str = "[clusters.a]\nbootstrap_servers = \"a:9092\"\n[clusters.b]\nbootstrap_servers = \"b:9092\"\n[clusters.c]\nbootstrap_servers = \"c:9092\"\n";
+
+    #[test]
+    fn identity_cycles_need_the_provenance_header_on_every_flow() {
+        let ab = identity_flow("a", "b", "");
+        let ba = identity_flow("b", "a", "");
+        // Protected active-active, and an acyclic chain without the header: valid.
+        parse(&[("c.toml", THREE), ("ab.toml", &ab), ("ba.toml", &ba)], &no_env).expect("header on both flows");
+        let ab_off = identity_flow("a", "b", "provenance_header = false\n");
+        let bc_off = identity_flow("b", "c", "provenance_header = false\n");
+        parse(&[("c.toml", THREE), ("ab.toml", &ab_off), ("bc.toml", &bc_off)], &no_env).expect("no cycle");
+
+        // The header off on one flow of a pair: that flow is refused, by file and flow.
+        let err = parse(&[("c.toml", THREE), ("ab.toml", &ab_off), ("ba.toml", &ba)], &no_env).expect_err("loop");
+        assert_eq!(err.0.len(), 1, "{err}");
+        assert_eq!(err.0[0].file, PathBuf::from("ab.toml"));
+        assert!(err.0[0].reason.contains("a->b") && err.0[0].reason.contains("provenance_header = false"), "{err}");
+
+        // A ring mixing the identity and default policies: the default flow is named.
+        let bc = "[[flows]]\nsource = \"b\"\ntarget = \"c\"\n";
+        let ca = identity_flow("c", "a", "");
+        let err = parse(&[("c.toml", THREE), ("ab.toml", &ab), ("bc.toml", bc), ("ca.toml", &ca)], &no_env)
+            .expect_err("mixed ring");
+        assert_eq!(err.0.len(), 1, "{err}");
+        assert!(err.0[0].reason.contains("b->c") && err.0[0].reason.contains("identity-policy flows"), "{err}");
+
+        // A disabled flow closes no cycle.
+        let ba_disabled = identity_flow("b", "a", "enabled = false\n");
+        parse(&[("c.toml", THREE), ("ab.toml", &ab_off), ("ba.toml", &ba_disabled)], &no_env).expect("disabled");
     }
 
     #[test]

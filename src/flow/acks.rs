@@ -2,40 +2,221 @@
 //!
 //! A position advances only when the target acknowledged the record (at-least-once). The table is owned
 //! by the flow's supervisor and outlives copier restarts, so a restarted copier resumes exactly where
-//! the acknowledgements stopped instead of where progress was last persisted. The producer's delivery
-//! callback writes it (one short, uncontended lock per record); the copy loop reads it once a second to
-//! persist progress.
+//! the acknowledgements stopped instead of where progress was last persisted.
+//!
+//! Each partition has its own slot ([`PartitionAck`]) that the copier holds directly: the producer's
+//! delivery thread advances it with a few atomic operations and no lookup by name, and marks it dirty
+//! once per persist round; the copy loop then persists only the dirty slots. Nothing here scans every
+//! partition on the per-record path.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 /// A source topic-partition.
 pub type SourcePartition = (String, i32);
 
-#[derive(Clone, Debug, Default)]
-struct PartitionAcks {
-    /// Next upstream offset to copy: last acknowledged upstream offset + 1. `None`: nothing known yet.
-    next: Option<i64>,
-    /// Set by the first failed delivery; the position freezes there so that a later success in the same
-    /// partition cannot skip the failed record.
-    failed: Option<String>,
+/// A Kafka topic id in its text form (22 characters of base64url). A topic deleted and created again
+/// under the same name gets a new one: that is how a re-created source partition is told apart from
+/// the one a stored position belongs to.
+pub type TopicId = Arc<str>;
+
+/// `next` when nothing is known.
+const UNKNOWN: i64 = -1;
+
+/// Why a record could not be delivered to the target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeliveryFailure {
+    /// Upstream offset of the record.
+    pub offset: i64,
+    /// Key plus value bytes of the record.
+    pub size: usize,
+    pub error: String,
+    /// The target refused the record itself (too large, invalid, not authorised): retrying soon will
+    /// not help; as opposed to a timeout or an outage.
+    pub permanent: bool,
+    /// The producer did not know the partition (its metadata predates the partition).
+    pub unknown_partition: bool,
+}
+
+/// One source partition's position. Written by the delivery thread (acknowledgements) and by the copy
+/// loop (rewinds, only while nothing is in flight); read by the copy loop and the progress writer.
+#[derive(Debug)]
+pub struct PartitionAck {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    /// Next upstream offset to copy (last acknowledged + 1); [`UNKNOWN`] until known.
+    next: AtomicI64,
+    /// The value last persisted to the progress topic ([`UNKNOWN`]: none).
+    persisted: AtomicI64,
+    /// Records sent and not yet settled (acknowledged or failed).
+    in_flight: AtomicI64,
+    /// Set by the first failed delivery: the position freezes there so that a later success in the
+    /// same partition cannot skip the failed record.
+    failed: AtomicBool,
+    failure: Mutex<Option<DeliveryFailure>>,
+    /// In the table's dirty list, waiting to be persisted.
+    dirty: AtomicBool,
+    /// Records up to here (exclusive) were deliberately not copied (see [`PartitionAck::skipped`]); the
+    /// position moves past them once nothing sent before them is in flight.
+    skip_to: AtomicI64,
+    /// The source topic id the position belongs to, when known.
+    topic_id: Mutex<Option<TopicId>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl PartitionAck {
+    fn new(topic: Arc<str>, partition: i32) -> Self {
+        Self {
+            topic,
+            partition,
+            next: AtomicI64::new(UNKNOWN),
+            persisted: AtomicI64::new(UNKNOWN),
+            in_flight: AtomicI64::new(0),
+            failed: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            dirty: AtomicBool::new(false),
+            skip_to: AtomicI64::new(UNKNOWN),
+            topic_id: Mutex::new(None),
+        }
+    }
+
+    /// Next offset to copy, if known.
+    pub fn next(&self) -> Option<i64> {
+        Some(self.next.load(Ordering::Acquire)).filter(|n| *n != UNKNOWN)
+    }
+
+    pub fn topic_id(&self) -> Option<TopicId> {
+        lock(&self.topic_id).clone()
+    }
+
+    pub fn set_topic_id(&self, id: Option<TopicId>) {
+        *lock(&self.topic_id) = id;
+    }
+
+    pub fn in_flight(&self) -> i64 {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// A record of this partition was handed to the producer.
+    pub fn sent(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The record counted by [`PartitionAck::sent`] was not handed over after all.
+    pub fn unsent(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// The target acknowledged the record at `upstream` (delivery thread).
+    pub fn acked(self: &Arc<Self>, table: &AckTable, upstream: i64) {
+        if !self.failed.load(Ordering::Acquire) {
+            self.next.fetch_max(upstream + 1, Ordering::AcqRel);
+            self.mark_dirty(table);
+        }
+        if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.apply_skip(table);
+        }
+    }
+
+    /// The copy loop decided not to copy the record at `upstream` (it came from the target cluster). It
+    /// counts as done, but only once every record sent before it is settled: the position must never pass
+    /// a record still in flight, which may yet fail.
+    pub fn skipped(self: &Arc<Self>, table: &AckTable, upstream: i64) {
+        // Stored first, then checked: whichever of this thread and the delivery thread sees the partition
+        // idle applies it.
+        self.skip_to.fetch_max(upstream + 1, Ordering::AcqRel);
+        if self.in_flight() == 0 {
+            self.apply_skip(table);
+        }
+    }
+
+    fn apply_skip(self: &Arc<Self>, table: &AckTable) {
+        let to = self.skip_to.load(Ordering::Acquire);
+        if to != UNKNOWN && !self.failed.load(Ordering::Acquire) && self.next.fetch_max(to, Ordering::AcqRel) < to {
+            self.mark_dirty(table);
+        }
+    }
+
+    /// The record could not be delivered (delivery thread, or the copy loop when the producer refused
+    /// it outright). The position freezes before it.
+    pub fn fail(self: &Arc<Self>, table: &AckTable, failure: DeliveryFailure, was_in_flight: bool) {
+        if !self.failed.swap(true, Ordering::AcqRel) {
+            *lock(&self.failure) = Some(failure);
+            lock(&table.failed).push(self.clone());
+            table.any_failed.store(true, Ordering::Release);
+        }
+        if was_in_flight {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The failure that froze this partition, if any.
+    pub fn failure(&self) -> Option<DeliveryFailure> {
+        lock(&self.failure).clone()
+    }
+
+    /// Forget the failure before copying from the frozen position again. Only while nothing is in
+    /// flight (a late acknowledgement must not move the position past the failed record).
+    pub fn clear_failure(&self) {
+        debug_assert_eq!(self.in_flight(), 0);
+        *lock(&self.failure) = None;
+        self.failed.store(false, Ordering::Release);
+    }
+
+    /// Move the position to `next` whatever it was (the source partition was re-created, truncated, or
+    /// lost records before they were copied). Only while nothing is in flight.
+    pub fn rewind(self: &Arc<Self>, table: &AckTable, next: i64) {
+        self.next.store(next, Ordering::Release);
+        self.skip_to.store(UNKNOWN, Ordering::Release);
+        self.mark_dirty(table);
+    }
+
+    fn mark_dirty(self: &Arc<Self>, table: &AckTable) {
+        if !self.dirty.swap(true, Ordering::AcqRel) {
+            lock(&table.dirty).push(self.clone());
+        }
+    }
+
+    /// The progress writer took the slot from the dirty list: clear the flag before reading the value,
+    /// so an acknowledgement after the read marks it again.
+    pub fn take_dirty(&self) {
+        self.dirty.store(false, Ordering::Release);
+    }
+
+    pub fn persisted(&self) -> Option<i64> {
+        Some(self.persisted.load(Ordering::Acquire)).filter(|n| *n != UNKNOWN)
+    }
+
+    /// The progress topic acknowledged `next` for this partition.
+    pub fn set_persisted(&self, next: i64) {
+        self.persisted.store(next, Ordering::Release);
+    }
 }
 
 #[derive(Debug, Default)]
 pub struct AckTable {
-    /// Keyed by source topic, then partition. Remote-topic lookups from the delivery callback go through
-    /// the copier's own rename map, so no string is allocated per record.
-    inner: Mutex<HashMap<String, HashMap<i32, PartitionAcks>>>,
+    slots: RwLock<HashMap<SourcePartition, Arc<PartitionAck>>>,
+    /// Slots whose position moved since they were last taken for persisting.
+    dirty: Mutex<Vec<Arc<PartitionAck>>>,
+    /// Slots frozen by a failed delivery, not yet handled by the copy loop.
+    failed: Mutex<Vec<Arc<PartitionAck>>>,
+    any_failed: AtomicBool,
     /// Persisted progress has been loaded into the table (once per flow lifetime).
     recovered: AtomicBool,
 }
 
-impl AckTable {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<i32, PartitionAcks>>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
+/// A position recovered from the progress topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredPosition {
+    pub next: i64,
+    pub topic_id: Option<TopicId>,
+}
 
+impl AckTable {
     pub fn is_recovered(&self) -> bool {
         self.recovered.load(Ordering::Acquire)
     }
@@ -44,66 +225,96 @@ impl AckTable {
         self.recovered.store(true, Ordering::Release);
     }
 
-    /// Seed positions recovered from persisted progress (`next` = stored last offset + 1). Positions
-    /// already known in memory are newer than anything persisted and win.
-    pub fn seed(&self, positions: impl IntoIterator<Item = (SourcePartition, i64)>) {
-        let mut t = self.lock();
-        for ((topic, partition), next) in positions {
-            let p = t.entry(topic).or_default().entry(partition).or_default();
-            if p.next.is_none() {
-                p.next = Some(next);
+    /// The slot of one partition, created on first use.
+    pub fn slot(&self, topic: &str, partition: i32) -> Arc<PartitionAck> {
+        let key = (topic.to_string(), partition);
+        if let Some(s) = self.slots.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return s.clone();
+        }
+        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        slots.entry(key).or_insert_with(|| Arc::new(PartitionAck::new(Arc::from(topic), partition))).clone()
+    }
+
+    /// Seed positions recovered from persisted progress. Positions already known in memory are newer
+    /// than anything persisted and win.
+    pub fn seed(&self, positions: impl IntoIterator<Item = (SourcePartition, StoredPosition)>) {
+        for ((topic, partition), stored) in positions {
+            let slot = self.slot(&topic, partition);
+            if slot.next().is_none() {
+                slot.next.store(stored.next, Ordering::Release);
+                slot.persisted.store(stored.next, Ordering::Release);
+                slot.set_topic_id(stored.topic_id);
             }
         }
     }
 
-    /// The target acknowledged the record at `upstream` offset.
-    pub fn acked(&self, topic: &str, partition: i32, upstream: i64) {
-        let mut t = self.lock();
-        let p = match t.get_mut(topic) {
-            Some(parts) => parts.entry(partition).or_default(),
-            None => t.entry(topic.to_string()).or_default().entry(partition).or_default(),
+    /// This node was given the partition (by its copier group): adopt the persisted position unless the
+    /// one in memory is newer (acknowledged here, not yet persisted). Another node that copied it
+    /// meanwhile started from this node's last persisted position and only moved forward, unless the
+    /// source topic was re-created: a different topic id makes the persisted position win.
+    pub fn adopt(&self, topic: &str, partition: i32, stored: Option<StoredPosition>) {
+        let slot = self.slot(topic, partition);
+        let Some(stored) = stored else { return };
+        let other_topic = matches!((&stored.topic_id, slot.topic_id()), (Some(a), Some(b)) if *a != b);
+        let next = match slot.next() {
+            Some(mine) if !other_topic => mine.max(stored.next),
+            _ => stored.next,
         };
-        if p.failed.is_none() && p.next.is_none_or(|n| upstream + 1 > n) {
-            p.next = Some(upstream + 1);
-        }
-    }
-
-    /// The record at `upstream` could not be delivered; freeze the partition before it.
-    pub fn failed(&self, topic: &str, partition: i32, upstream: i64, reason: String) {
-        let mut t = self.lock();
-        let p = t.entry(topic.to_string()).or_default().entry(partition).or_default();
-        if p.failed.is_none() {
-            p.failed = Some(format!("{topic}-{partition} at offset {upstream}: {reason}"));
-        }
-    }
-
-    /// The first delivery failure, if any.
-    pub fn first_failure(&self) -> Option<String> {
-        self.lock().values().flat_map(|parts| parts.values()).find_map(|p| p.failed.clone())
-    }
-
-    /// Forget failures: a new copier resends from the frozen positions.
-    pub fn clear_failures(&self) {
-        for parts in self.lock().values_mut() {
-            for p in parts.values_mut() {
-                p.failed = None;
-            }
+        slot.next.store(next, Ordering::Release);
+        slot.persisted.store(stored.next, Ordering::Release);
+        if stored.topic_id.is_some() {
+            slot.set_topic_id(stored.topic_id);
         }
     }
 
     /// Next offset to copy for one partition.
     pub fn next(&self, topic: &str, partition: i32) -> Option<i64> {
-        self.lock().get(topic).and_then(|parts| parts.get(&partition)).and_then(|p| p.next)
+        let key = (topic.to_string(), partition);
+        self.slots.read().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(|s| s.next())
+    }
+
+    /// Slots whose position moved since the last call (each clears its flag with
+    /// [`PartitionAck::take_dirty`] when handled).
+    pub fn take_dirty(&self) -> Vec<Arc<PartitionAck>> {
+        std::mem::take(&mut *lock(&self.dirty))
+    }
+
+    /// Put `slot` back in the dirty list (its last persist failed).
+    pub fn mark_dirty(&self, slot: &Arc<PartitionAck>) {
+        slot.mark_dirty(self);
+    }
+
+    /// Slots frozen by a failed delivery since the last call.
+    pub fn take_failed(&self) -> Vec<Arc<PartitionAck>> {
+        if !self.any_failed.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *lock(&self.failed))
+    }
+
+    /// Forget every partition of `topic` (it was deleted on the source). Its persisted progress stays
+    /// in the progress topic, with the topic id that tells a later topic of the same name apart.
+    pub fn forget_topic(&self, topic: &str) {
+        self.slots.write().unwrap_or_else(|p| p.into_inner()).retain(|(t, _), _| t != topic);
     }
 
     /// Every known position.
     pub fn snapshot(&self) -> HashMap<SourcePartition, i64> {
-        self.lock()
+        self.slots
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .flat_map(|(topic, parts)| {
-                parts.iter().filter_map(move |(part, p)| p.next.map(|n| ((topic.clone(), *part), n)))
-            })
+            .filter_map(|(tp, s)| s.next().map(|n| (tp.clone(), n)))
             .collect()
+    }
+
+    /// Number of partitions with a slot.
+    pub fn len(&self) -> usize {
+        self.slots.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -111,29 +322,100 @@ impl AckTable {
 mod tests {
     use super::*;
 
+    fn failure(offset: i64) -> DeliveryFailure {
+        DeliveryFailure { offset, size: 10, error: "boom".into(), permanent: false, unknown_partition: false }
+    }
+
     #[test]
     fn positions_advance_only_on_acks_and_freeze_on_failure() {
         let t = AckTable::default();
-        t.seed([(("orders".to_string(), 0), 10)]);
-        assert_eq!(t.next("orders", 0), Some(10));
-        t.acked("orders", 0, 10);
-        t.acked("orders", 0, 11);
-        assert_eq!(t.next("orders", 0), Some(12));
-        t.failed("orders", 0, 12, "boom".into());
-        t.acked("orders", 0, 13);
-        assert_eq!(t.next("orders", 0), Some(12), "a success after a failure must not skip it");
-        assert!(t.first_failure().is_some_and(|f| f.contains("orders-0 at offset 12")));
-        t.clear_failures();
-        assert!(t.first_failure().is_none());
+        t.seed([(("orders".to_string(), 0), StoredPosition { next: 10, topic_id: None })]);
+        let s = t.slot("orders", 0);
+        assert_eq!(s.next(), Some(10));
+        for _ in 0..4 {
+            s.sent();
+        }
+        s.acked(&t, 10);
+        s.acked(&t, 11);
+        assert_eq!(s.next(), Some(12));
+        s.fail(&t, failure(12), true);
+        s.acked(&t, 13);
+        assert_eq!(s.next(), Some(12), "a success after a failure must not skip it");
+        assert_eq!(s.in_flight(), 0);
+        let failed = t.take_failed();
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].failure().map(|f| f.offset), Some(12));
+        assert!(t.take_failed().is_empty(), "reported once");
+        s.clear_failure();
+        s.sent();
+        s.acked(&t, 12);
+        assert_eq!(s.next(), Some(13));
     }
 
     #[test]
     fn seeding_never_overrides_newer_memory() {
         let t = AckTable::default();
-        t.acked("a", 1, 99);
-        t.seed([(("a".to_string(), 1), 50), (("a".to_string(), 2), 7)]);
+        let s = t.slot("a", 1);
+        s.sent();
+        s.acked(&t, 99);
+        let id: TopicId = Arc::from("id");
+        t.seed([
+            (("a".to_string(), 1), StoredPosition { next: 50, topic_id: None }),
+            (("a".to_string(), 2), StoredPosition { next: 7, topic_id: Some(id.clone()) }),
+        ]);
         assert_eq!(t.next("a", 1), Some(100));
         assert_eq!(t.next("a", 2), Some(7));
+        assert_eq!(t.slot("a", 2).topic_id(), Some(id));
+        assert_eq!(t.slot("a", 2).persisted(), Some(7), "a seeded position is already persisted");
         assert_eq!(t.snapshot().len(), 2);
+    }
+
+    #[test]
+    fn a_slot_is_listed_dirty_once_per_round() {
+        let t = AckTable::default();
+        let s = t.slot("a", 0);
+        for i in 0..100 {
+            s.sent();
+            s.acked(&t, i);
+        }
+        let dirty = t.take_dirty();
+        assert_eq!(dirty.len(), 1);
+        dirty[0].take_dirty();
+        assert!(t.take_dirty().is_empty());
+        s.sent();
+        s.acked(&t, 100);
+        assert_eq!(t.take_dirty().len(), 1, "moved again after being taken");
+    }
+
+    #[test]
+    fn a_skipped_record_counts_only_once_what_was_sent_before_it_is_settled() {
+        let t = AckTable::default();
+        let s = t.slot("a", 0);
+        s.sent(); // offset 5
+        s.skipped(&t, 6);
+        assert_eq!(s.next(), None, "5 is still in flight: 6 does not count yet");
+        s.acked(&t, 5);
+        assert_eq!(s.next(), Some(7), "5 acknowledged: the skipped 6 counts");
+        s.skipped(&t, 7);
+        assert_eq!(s.next(), Some(8), "nothing in flight: counts at once");
+        // A failure before the skip freezes the position before the failed record.
+        s.sent(); // 8
+        s.skipped(&t, 9);
+        s.fail(&t, failure(8), true);
+        assert_eq!(s.next(), Some(8));
+    }
+
+    #[test]
+    fn rewind_moves_back_and_forgetting_a_topic_drops_its_slots() {
+        let t = AckTable::default();
+        let s = t.slot("a", 0);
+        s.sent();
+        s.acked(&t, 999);
+        s.rewind(&t, 0);
+        assert_eq!(s.next(), Some(0));
+        t.slot("b", 0);
+        t.forget_topic("a");
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.next("a", 0), None);
     }
 }

@@ -79,7 +79,12 @@ fn run(plan: &FlowPlan, control: Control<()>) -> Result<(), String> {
                 .flush(Duration::from_secs(30).max(interval))
                 .map_err(|e| format!("cluster `{}`: publish heartbeat: {e}", b.cluster.alias))?;
             if let Some(e) = b.producer.context().take() {
-                return Err(format!("cluster `{}`: publish heartbeat: {e}", b.cluster.alias));
+                return Err(match e.refused {
+                    Some(code) => {
+                        kafka::not_authorized(&format!("heartbeats topic {topic}"), &b.cluster.alias, "Write", code)
+                    }
+                    None => format!("cluster `{}`: publish heartbeat: {e}", b.cluster.alias),
+                });
             }
         }
         counter.inc();

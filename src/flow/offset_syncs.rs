@@ -3,35 +3,52 @@
 //! plus ferry's [`SyncMark`](crate::sync_rule::SyncMark) header.
 //!
 //! The queue between copier and emitter is owned by the flow supervisor, so a sync survives a restart of
-//! either. A sync leaves the queue only after the broker acknowledged it: nothing is silently dropped.
-//! When the queue is long the copier pauses (backpressure) instead of the queue growing without bound.
+//! either. A sync leaves the queue only when the broker acknowledged *that* sync: after a partial failure
+//! only the unacknowledged ones are sent again, never the whole batch (which would land as a, b, a, b, c).
+//! Syncs are sent in queue order on one idempotent producer to one partition, and the copier queues a
+//! partition's syncs in the order its rule made them, so they land in order per partition. When the
+//! queue is long the copier pauses (backpressure) instead of the queue growing without bound.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use actix::Addr;
 use prometheus::IntGauge;
+use rdkafka::ClientContext;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 
 use super::supervisor::{ActorKind, FlowSupervisor};
 use super::worker::{Control, Signal, Worker};
 use crate::config::{ClusterSpec, FlowPlan, OffsetSyncsLocation};
 use crate::failpoints;
-use crate::kafka::{self, ErrorCapture, TopicSpec};
+use crate::kafka::{self, TopicSpec};
 use crate::metrics::METRICS;
 use crate::sync_rule::{MarkedSync, SYNC_MARK_HEADER, SyncReason};
 
-/// In-flight bound: syncs sent before waiting for their acknowledgements.
-const BATCH: usize = 512;
+/// Syncs sent and not yet acknowledged, at most.
+const IN_FLIGHT: usize = 512;
 /// Above this many queued syncs the copier pauses.
 const BACKLOG: usize = 100_000;
+
+struct Queued {
+    id: u64,
+    sync: MarkedSync,
+    /// Acknowledged by the broker, but behind an older sync that is not (yet): removed with it.
+    acked: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: VecDeque<Queued>,
+    next_id: u64,
+}
 
 /// Syncs waiting to be published, in the order the rule produced them.
 pub struct SyncQueue {
     flow: String,
-    queue: Mutex<VecDeque<MarkedSync>>,
+    inner: Mutex<Inner>,
     ready: Condvar,
     depth: IntGauge,
 }
@@ -40,55 +57,74 @@ impl SyncQueue {
     pub fn new(flow: &str) -> Self {
         Self {
             flow: flow.to_string(),
-            queue: Mutex::new(VecDeque::new()),
+            inner: Mutex::new(Inner::default()),
             ready: Condvar::new(),
             depth: METRICS.offset_syncs_queued.with_label_values(&[flow]),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<MarkedSync>> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn push(&self, sync: MarkedSync, reason: SyncReason) {
         METRICS.offset_syncs_emitted.with_label_values(&[&self.flow, reason.name()]).inc();
         let mut q = self.lock();
-        q.push_back(sync);
-        self.depth.set(q.len() as i64);
+        let id = q.next_id;
+        q.next_id += 1;
+        q.entries.push_back(Queued { id, sync, acked: false });
+        self.depth.set(q.entries.len() as i64);
         self.ready.notify_one();
     }
 
-    pub fn push_quiet(&self, syncs: Vec<MarkedSync>) {
-        for s in syncs {
-            self.push(s, SyncReason::Quiet);
-        }
-    }
-
     pub fn is_backlogged(&self) -> bool {
-        self.lock().len() >= BACKLOG
+        self.lock().entries.len() >= BACKLOG
     }
 
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().entries.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Up to `n` syncs from the front, waiting up to `wait` for the first one. They stay queued.
-    fn peek(&self, n: usize, wait: Duration) -> Vec<MarkedSync> {
-        let q = self.lock();
-        let (q, _) = self.ready.wait_timeout_while(q, wait, |q| q.is_empty()).unwrap_or_else(|p| p.into_inner());
-        q.iter().take(n).cloned().collect()
+    /// Waits until every sync queued so far was published (or `timeout`). Returns whether they were.
+    pub fn wait_published(&self, timeout: Duration) -> bool {
+        let Some(last) = self.lock().entries.back().map(|e| e.id) else { return true };
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.lock().entries.front().is_none_or(|e| e.id > last) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
     }
 
-    /// Remove the `n` front syncs (published).
-    fn pop(&self, n: usize) {
+    /// Up to `n` unacknowledged syncs queued after id `after` (from the front with `None`), oldest
+    /// first, waiting up to `wait` for one to arrive.
+    fn unsent(&self, after: Option<u64>, n: usize, wait: Duration) -> Vec<(u64, MarkedSync)> {
+        let pending = |e: &&Queued| after.is_none_or(|a| e.id > a) && !e.acked;
+        let q = self.lock();
+        let (q, _) = self
+            .ready
+            .wait_timeout_while(q, wait, |q| !q.entries.iter().any(|e| pending(&e)))
+            .unwrap_or_else(|p| p.into_inner());
+        q.entries.iter().filter(pending).take(n).map(|e| (e.id, e.sync.clone())).collect()
+    }
+
+    /// The broker acknowledged sync `id`: it leaves the queue as soon as everything before it has.
+    fn ack(&self, id: u64) {
         let mut q = self.lock();
-        let n = n.min(q.len());
-        q.drain(..n);
-        self.depth.set(q.len() as i64);
+        let front = q.entries.front().map_or(id, |e| e.id);
+        if let Some(e) = q.entries.get_mut((id - front.min(id)) as usize).filter(|e| e.id == id) {
+            e.acked = true;
+        }
+        while q.entries.front().is_some_and(|e| e.acked) {
+            q.entries.pop_front();
+        }
+        self.depth.set(q.entries.len() as i64);
     }
 }
 
@@ -106,48 +142,132 @@ pub fn worker(plan: Arc<FlowPlan>, queue: Arc<SyncQueue>, supervisor: Addr<FlowS
     Worker::new(ActorKind::OffsetSyncs, name, supervisor, Vec::new(), move |control| run(&plan, &queue, control))
 }
 
+/// Delivery reports of the emitter's producer, collected for its loop (they run inside `poll`).
+#[derive(Default)]
+struct Deliveries(Mutex<Vec<(u64, Result<(), kafka::Captured>)>>);
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = Box<u64>;
+    fn delivery(&self, result: &DeliveryResult<'_>, id: Box<u64>) {
+        let outcome = result
+            .as_ref()
+            .map(|_| ())
+            .map_err(|(e, _)| kafka::Captured { text: e.to_string(), refused: kafka::authorization_error(e) });
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push((*id, outcome));
+    }
+}
+
 fn run(plan: &FlowPlan, queue: &SyncQueue, control: Control<()>) -> Result<(), String> {
     let (cluster, topic) = syncs_location(plan);
     let spec = TopicSpec::compacted(topic.clone(), 1, plan.settings.replication_factor);
     kafka::ensure_topic(cluster, &plan.id, &spec).map_err(|e| e.to_string())?;
     let mut cfg = kafka::client_config(cluster, &plan.id, "offset-syncs-producer");
     cfg.set("acks", "all").set("enable.idempotence", "true").set("linger.ms", "5");
-    let producer: BaseProducer<ErrorCapture> = cfg
-        .create_with_context(ErrorCapture::default())
+    let producer: BaseProducer<Deliveries> = cfg
+        .create_with_context(Deliveries::default())
         .map_err(|e| format!("cluster `{}`: create offset-syncs producer: {e}", cluster.alias))?;
     control.running();
 
     let mut stopping: Option<Instant> = None;
+    let mut last_sent: Option<u64> = None;
+    let mut in_flight = 0usize;
     loop {
         match control.try_next() {
             Some(Signal::Stop { deadline }) => stopping = Some(deadline),
             Some(Signal::Msg(())) | None => {}
         }
-        let batch = queue.peek(BATCH, Duration::from_millis(100));
-        if batch.is_empty() {
-            if stopping.is_some() {
+        if in_flight < IN_FLIGHT {
+            let wait = if in_flight == 0 { Duration::from_millis(100) } else { Duration::ZERO };
+            let batch = queue.unsent(last_sent, IN_FLIGHT - in_flight, wait);
+            if !batch.is_empty() {
+                failpoints::check(failpoints::OFFSET_SYNCS_SEND)?;
+            }
+            for (id, s) in batch {
+                let key = s.sync.encode_key().map_err(|e| format!("encode offset sync: {e}"))?;
+                let value = s.sync.encode_value();
+                let mark = s.mark.encode();
+                let headers =
+                    OwnedHeaders::new_with_capacity(1).insert(Header { key: SYNC_MARK_HEADER, value: Some(&mark[..]) });
+                let record = BaseRecord::with_opaque_to(&topic, Box::new(id))
+                    .partition(0)
+                    .key(&key)
+                    .payload(&value)
+                    .headers(headers);
+                producer.send(record).map_err(|(e, _)| format!("queue offset sync to {topic}: {e}"))?;
+                last_sent = Some(id);
+                in_flight += 1;
+            }
+        }
+        producer.poll(Duration::from_millis(if in_flight > 0 { 10 } else { 0 }));
+        let reports = std::mem::take(&mut *producer.context().0.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut failed = None;
+        for (id, outcome) in reports {
+            in_flight -= 1;
+            match outcome {
+                Ok(()) => queue.ack(id),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            // Settle what is still in flight (their acknowledgements count), then restart: the next
+            // emitter sends only what was not acknowledged, in order.
+            let _ = producer.flush(Duration::from_secs(5));
+            for (id, outcome) in std::mem::take(&mut *producer.context().0.lock().unwrap_or_else(|p| p.into_inner())) {
+                if outcome.is_ok() {
+                    queue.ack(id);
+                }
+            }
+            return Err(match e.refused {
+                Some(code) => {
+                    kafka::not_authorized(&format!("offset-syncs topic {topic}"), &cluster.alias, "Write", code)
+                }
+                None => format!("publish offset syncs to {topic}: {e}"),
+            });
+        }
+        if let Some(deadline) = stopping {
+            if queue.is_empty() {
                 return Ok(());
             }
-            continue;
+            if Instant::now() >= deadline {
+                return Err(format!("{} offset syncs still queued at the shutdown deadline", queue.len()));
+            }
         }
-        failpoints::check(failpoints::OFFSET_SYNCS_SEND)?;
-        for s in &batch {
-            let key = s.sync.encode_key().map_err(|e| format!("encode offset sync: {e}"))?;
-            let value = s.sync.encode_value();
-            let mark = s.mark.encode();
-            let headers =
-                OwnedHeaders::new_with_capacity(1).insert(Header { key: SYNC_MARK_HEADER, value: Some(&mark[..]) });
-            let record = BaseRecord::to(&topic).partition(0).key(&key).payload(&value).headers(headers);
-            producer.send(record).map_err(|(e, _)| format!("queue offset sync to {topic}: {e}"))?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mm2::records::OffsetSync;
+    use crate::sync_rule::SyncMark;
+
+    fn sync(seq: u64) -> MarkedSync {
+        MarkedSync {
+            sync: OffsetSync { topic: "t".into(), partition: 0, upstream_offset: seq as i64, downstream_offset: 0 },
+            mark: SyncMark { lifetime: 1, seq },
         }
-        let timeout = stopping.map_or(kafka::ADMIN_TIMEOUT, |d| d.saturating_duration_since(Instant::now()));
-        producer.flush(timeout).map_err(|e| format!("publish offset syncs to {topic}: {e}"))?;
-        if let Some(e) = producer.context().take() {
-            return Err(format!("publish offset syncs to {topic}: {e}"));
+    }
+
+    #[test]
+    fn only_unacknowledged_syncs_are_sent_again_and_the_queue_drains_in_order() {
+        let q = SyncQueue::new("q->test");
+        for i in 0..5 {
+            q.push(sync(i), SyncReason::LagExceeded);
         }
-        queue.pop(batch.len());
-        if stopping.is_some_and(|d| Instant::now() >= d) {
-            return Err(format!("{} offset syncs still queued at the shutdown deadline", queue.len()));
-        }
+        let first = q.unsent(None, 3, Duration::ZERO);
+        assert_eq!(first.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [0, 1, 2]);
+        // 0 and 2 acknowledged, 1 failed: 2 waits behind 1 and is not sent again.
+        q.ack(0);
+        q.ack(2);
+        assert_eq!(q.len(), 4);
+        let again = q.unsent(None, 10, Duration::ZERO);
+        assert_eq!(again.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [1, 3, 4]);
+        q.ack(1);
+        assert_eq!(q.len(), 2, "1 and the already acknowledged 2 leave together");
+        assert_eq!(q.unsent(Some(3), 10, Duration::ZERO).len(), 1);
     }
 }

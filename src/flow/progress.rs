@@ -6,64 +6,73 @@
 //! Progress lives on the target because the target holds the truth about what reached it.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{Offset, TopicPartitionList};
+use prometheus::IntCounter;
+use rdkafka::ClientContext;
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 
-use super::acks::SourcePartition;
+use super::acks::{AckTable, PartitionAck, SourcePartition, StoredPosition, TopicId};
 use crate::config::FlowPlan;
-use crate::kafka::{self, ErrorCapture, KafkaOpError, TopicSpec};
+use crate::kafka::{self, KafkaOpError, TopicSpec};
+use crate::metrics::METRICS;
 use crate::mm2::connect_offsets::{self, SOURCE_CONNECTOR};
 
-/// How long persisting one round of progress may take before it counts as failed.
-const PERSIST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Header of a progress record naming the source topic id the position belongs to. MM2 reads only the
+/// key and value of Connect's offsets topic, so the record stays MM2's.
+pub const TOPIC_ID_HEADER: &str = "ferry.topic.id";
 
 /// Read every stored position of this flow's source cluster. Records of other connectors or clusters,
 /// tombstones and undecodable values are skipped (the latter with a warning naming the record).
-pub fn load(plan: &FlowPlan, num_partitions: i32) -> Result<HashMap<SourcePartition, i64>, KafkaOpError> {
+pub fn load(plan: &FlowPlan, num_partitions: i32) -> Result<HashMap<SourcePartition, StoredPosition>, KafkaOpError> {
+    load_from(plan, 0..num_partitions)
+}
+
+/// The stored positions of `wanted` only (a node given these partitions by its copier group): reads just
+/// the offsets-topic partitions their keys live in. Partitions without a stored position are absent.
+pub fn load_partitions(
+    plan: &FlowPlan,
+    num_partitions: i32,
+    wanted: &[SourcePartition],
+) -> Result<HashMap<SourcePartition, StoredPosition>, KafkaOpError> {
+    let mut homes: Vec<i32> = wanted
+        .iter()
+        .map(|(t, p)| {
+            let key = connect_offsets::encode_source_key(SOURCE_CONNECTOR, &plan.id.source, t, *p);
+            connect_offsets::partition_for_key(&key, num_partitions)
+        })
+        .collect();
+    homes.sort_unstable();
+    homes.dedup();
+    let mut all = load_from(plan, homes)?;
+    all.retain(|tp, _| wanted.contains(tp));
+    Ok(all)
+}
+
+fn load_from(
+    plan: &FlowPlan,
+    partitions: impl IntoIterator<Item = i32>,
+) -> Result<HashMap<SourcePartition, StoredPosition>, KafkaOpError> {
     let topic = connect_offsets::offsets_topic(&plan.id.source);
     let target = &plan.target.alias;
     let consumer = kafka::assign_only_consumer(&plan.target, &plan.id, "progress-reader")?;
-    let mut tpl = TopicPartitionList::new();
-    let mut ends = HashMap::new();
-    for p in 0..num_partitions {
-        let (low, high) = watermarks(&consumer, &topic, p)
-            .map_err(|e| KafkaOpError::kafka(target, format!("read watermarks of {topic}-{p}"), e))?;
-        if high > low {
-            tpl.add_partition_offset(&topic, p, Offset::Offset(low))
-                .map_err(|e| KafkaOpError::kafka(target, "assign", e))?;
-            ends.insert(p, high);
-        }
-    }
     let mut positions = HashMap::new();
-    if ends.is_empty() {
-        return Ok(positions);
-    }
-    consumer.assign(&tpl).map_err(|e| KafkaOpError::kafka(target, format!("assign {topic}"), e))?;
-    let deadline = Instant::now() + kafka::ADMIN_TIMEOUT * 4;
-    while !ends.is_empty() {
-        if Instant::now() > deadline {
-            return Err(KafkaOpError::Other {
-                cluster: target.clone(),
-                op: format!("read {topic}"),
-                reason: "timed out before reaching the end of the topic".into(),
-            });
-        }
-        let Some(msg) = consumer.poll(Duration::from_millis(200)) else { continue };
-        let msg = msg.map_err(|e| KafkaOpError::kafka(target, format!("read {topic}"), e))?;
-        if ends.get(&msg.partition()).is_some_and(|end| msg.offset() + 1 >= *end) {
-            ends.remove(&msg.partition());
-        }
-        let Some(key) = msg.key().and_then(connect_offsets::decode_source_key) else { continue };
+    kafka::read_to_end(&consumer, target, &topic, partitions, |msg| {
+        let Some(key) = msg.key().and_then(connect_offsets::decode_source_key) else { return };
         if key.connector != SOURCE_CONNECTOR || key.cluster != plan.id.source {
-            continue;
+            return;
         }
         match connect_offsets::decode_source_value(msg.payload()) {
             Ok(Some(last)) if last >= 0 => {
-                positions.insert((key.topic, key.partition), last + 1);
+                let topic_id = msg
+                    .headers()
+                    .and_then(|h| h.iter().find(|h| h.key == TOPIC_ID_HEADER))
+                    .and_then(|h| h.value)
+                    .and_then(|v| std::str::from_utf8(v).ok())
+                    .map(TopicId::from);
+                positions.insert((key.topic, key.partition), StoredPosition { next: last + 1, topic_id });
             }
             // A tombstone or a negative offset means "no position" (MM2 §4.3).
             Ok(_) => {
@@ -74,36 +83,8 @@ pub fn load(plan: &FlowPlan, num_partitions: i32) -> Result<HashMap<SourcePartit
                 error = %e, "skipping undecodable copy-progress record"
             ),
         }
-    }
+    })?;
     Ok(positions)
-}
-
-/// Watermarks of one partition. A topic created moments ago answers "not leader" for a while; that
-/// is retried until the admin timeout instead of failing the copier.
-fn watermarks(consumer: &BaseConsumer, topic: &str, partition: i32) -> Result<(i64, i64), rdkafka::error::KafkaError> {
-    let deadline = Instant::now() + kafka::ADMIN_TIMEOUT;
-    loop {
-        match consumer.fetch_watermarks(topic, partition, kafka::ADMIN_TIMEOUT) {
-            Err(e) if Instant::now() < deadline && is_transient(&e) => std::thread::sleep(Duration::from_millis(200)),
-            other => return other,
-        }
-    }
-}
-
-/// Errors a freshly created or re-electing partition gives for a short while.
-pub fn is_transient(e: &rdkafka::error::KafkaError) -> bool {
-    use rdkafka::types::RDKafkaErrorCode as C;
-    matches!(
-        e.rdkafka_error_code(),
-        Some(
-            C::NotLeaderForPartition
-                | C::LeaderNotAvailable
-                | C::UnknownTopicOrPartition
-                | C::UnknownPartition
-                | C::OperationTimedOut
-                | C::RequestTimedOut
-        )
-    )
 }
 
 /// The offsets topic as Connect creates it: 25 partitions, compacted.
@@ -115,62 +96,134 @@ pub fn topic_spec(plan: &FlowPlan) -> TopicSpec {
     )
 }
 
-/// Writes positions that changed since the last successful round.
-pub struct ProgressWriter {
-    producer: BaseProducer<ErrorCapture>,
-    topic: String,
-    source_alias: String,
-    num_partitions: i32,
-    persisted: HashMap<SourcePartition, i64>,
+/// Delivery reports of progress records (run inside [`ProgressWriter::poll`] on the copy thread).
+struct Deliveries {
+    acks: Arc<AckTable>,
+    commits: IntCounter,
+    error: Mutex<Option<String>>,
 }
 
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    /// The partition's slot and the position the record carries.
+    type DeliveryOpaque = Box<(Arc<PartitionAck>, i64)>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: Self::DeliveryOpaque) {
+        let (slot, next) = *opaque;
+        match result {
+            Ok(_) => {
+                slot.set_persisted(next);
+                self.commits.inc();
+            }
+            Err((e, _)) => {
+                // Written again at the next round.
+                self.acks.mark_dirty(&slot);
+                self.error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+}
+
+/// Writes the positions that moved since they were last written, without waiting for the broker: a
+/// round that cannot be delivered (the target is away) is written again later, and the copy loop never
+/// blocks on it.
+pub struct ProgressWriter {
+    producer: BaseProducer<Deliveries>,
+    topic: String,
+    source_alias: String,
+    flow: String,
+    num_partitions: i32,
+    last_warning: Option<Instant>,
+}
+
+/// Delivery problems are logged at most this often.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
 impl ProgressWriter {
-    pub fn new(
-        plan: &FlowPlan,
-        num_partitions: i32,
-        already_persisted: HashMap<SourcePartition, i64>,
-    ) -> Result<Self, KafkaOpError> {
+    pub fn new(plan: &FlowPlan, num_partitions: i32, acks: Arc<AckTable>) -> Result<Self, KafkaOpError> {
         let mut cfg = kafka::client_config(&plan.target, &plan.id, "progress-producer");
         cfg.set("acks", "all").set("enable.idempotence", "true").set("linger.ms", "5");
+        let flow = plan.id.to_string();
+        let context =
+            Deliveries { acks, commits: METRICS.progress_commits.with_label_values(&[&flow]), error: Mutex::new(None) };
         let producer = cfg
-            .create_with_context(ErrorCapture::default())
+            .create_with_context(context)
             .map_err(|e| KafkaOpError::kafka(&plan.target.alias, "create progress producer", e))?;
         Ok(Self {
             producer,
             topic: connect_offsets::offsets_topic(&plan.id.source),
             source_alias: plan.id.source.clone(),
+            flow,
             num_partitions,
-            persisted: already_persisted,
+            last_warning: None,
         })
     }
 
-    /// Persist every position in `positions` (next offsets) that moved. Returns how many were written.
-    pub fn persist(&mut self, positions: &HashMap<SourcePartition, i64>) -> Result<usize, String> {
-        let changed: Vec<(&SourcePartition, i64)> = positions
-            .iter()
-            .filter(|(tp, next)| self.persisted.get(*tp) != Some(next))
-            .map(|(tp, next)| (tp, *next))
-            .collect();
-        if changed.is_empty() {
-            return Ok(0);
-        }
-        for ((topic, partition), next) in &changed {
-            let key = connect_offsets::encode_source_key(SOURCE_CONNECTOR, &self.source_alias, topic, *partition);
+    /// Queue a record for every partition whose position moved since it was last persisted. Returns
+    /// how many were queued.
+    pub fn persist(&mut self, acks: &AckTable) -> usize {
+        let mut queued = 0;
+        for slot in acks.take_dirty() {
+            slot.take_dirty();
+            let Some(next) = slot.next() else { continue };
+            if slot.persisted() == Some(next) {
+                continue;
+            }
+            let key =
+                connect_offsets::encode_source_key(SOURCE_CONNECTOR, &self.source_alias, &slot.topic, slot.partition);
             let value = connect_offsets::encode_source_value(next - 1);
             let part = connect_offsets::partition_for_key(&key, self.num_partitions);
-            let record = BaseRecord::to(&self.topic).partition(part).key(&key).payload(&value);
-            self.producer
-                .send(record)
-                .map_err(|(e, _)| format!("queue progress record for {topic}-{partition}: {e}"))?;
+            let id = slot.topic_id();
+            let headers = id.as_deref().map(|id| {
+                OwnedHeaders::new_with_capacity(1).insert(Header { key: TOPIC_ID_HEADER, value: Some(id.as_bytes()) })
+            });
+            let mut record = BaseRecord::with_opaque_to(&self.topic, Box::new((slot.clone(), next)))
+                .partition(part)
+                .key(&key)
+                .payload(&value);
+            if let Some(h) = headers {
+                record = record.headers(h);
+            }
+            match self.producer.send(record) {
+                Ok(()) => queued += 1,
+                Err((e, _)) => {
+                    acks.mark_dirty(&slot);
+                    self.warn(&format!("queue progress record for {}-{}: {e}", slot.topic, slot.partition));
+                    break;
+                }
+            }
         }
-        self.producer.flush(PERSIST_TIMEOUT).map_err(|e| format!("flush progress to {}: {e}", self.topic))?;
-        if let Some(e) = self.producer.context().take() {
-            return Err(format!("persist progress to {}: {e}", self.topic));
+        queued
+    }
+
+    /// Run delivery reports; log (rate-limited) when the progress topic refuses or is away.
+    pub fn poll(&mut self) {
+        self.producer.poll(Duration::ZERO);
+        let error = self.producer.context().error.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(e) = error {
+            self.warn(&e);
         }
-        let n = changed.len();
-        for (tp, next) in changed {
-            self.persisted.insert(tp.clone(), next);
+    }
+
+    fn warn(&mut self, e: &str) {
+        if self.last_warning.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+            tracing::warn!(flow = %self.flow, topic = %self.topic, error = %e, "cannot persist copy progress yet; retrying");
+            self.last_warning = Some(Instant::now());
         }
-        Ok(n)
+    }
+
+    /// Wait until everything queued is persisted, or `deadline`.
+    pub fn flush(&mut self, deadline: Instant) -> Result<(), String> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let flushed = self.producer.flush(left);
+        let error = self.producer.context().error.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match (flushed, error) {
+            (Ok(()), None) => Ok(()),
+            (Err(e), _) => {
+                Err(format!("persist progress to {}: {e} (the last positions persisted earlier stand)", self.topic))
+            }
+            (_, Some(e)) => Err(format!("persist progress to {}: {e}", self.topic)),
+        }
     }
 }

@@ -6,24 +6,26 @@
 //! ended ([`ChildExited`]) and the supervisor restarts them after an exponential backoff that resets once
 //! a child has been healthy for a while. A child's failure never touches its siblings or other flows.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use super::acks::{AckTable, SourcePartition};
+use super::acks::AckTable;
 use super::checkpoints::{self, SharedCheckpointState};
 use super::copier::{self, Assignment};
 use super::heartbeats;
+use super::lease;
 use super::offset_syncs::{self, SyncQueue};
-use super::topics::{StopTopics, TopicSync};
+use super::topics::{SetLeading, StopTopics, TopicSync};
 use super::worker::{Deliver, StopWorker, Worker};
 use crate::config::FlowPlan;
+use crate::flow::Identity;
 use crate::metrics::METRICS;
 use crate::restart_policy::{RestartState, jitter};
-use crate::status::{ActorState, StatusBoard};
+use crate::status::{ActorState, ItemError, PartitionProblem, StatusBoard};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ActorKind {
@@ -32,11 +34,19 @@ pub enum ActorKind {
     Checkpoints,
     Heartbeats,
     Topics,
+    Lease,
 }
 
 impl ActorKind {
-    pub const ALL: [ActorKind; 5] =
-        [Self::Topics, Self::Copier, Self::OffsetSyncs, Self::Checkpoints, Self::Heartbeats];
+    pub const ALL: [ActorKind; 6] =
+        [Self::Lease, Self::Topics, Self::Copier, Self::OffsetSyncs, Self::Checkpoints, Self::Heartbeats];
+
+    /// Actors every node runs; the others run on the node that holds the flow's lease.
+    pub const EVERY_NODE: [ActorKind; 4] = [Self::Lease, Self::Topics, Self::Copier, Self::OffsetSyncs];
+
+    /// The duties only the leader runs (metric `ferry_leader{duty}`); topic sync is split: every node
+    /// watches topics, only the leader creates and changes them.
+    pub const LEADER_DUTIES: [ActorKind; 3] = [Self::Topics, Self::Checkpoints, Self::Heartbeats];
 
     /// The name used in logs, metrics and status output.
     pub fn name(self) -> &'static str {
@@ -46,6 +56,7 @@ impl ActorKind {
             Self::Checkpoints => "checkpoints",
             Self::Heartbeats => "heartbeats",
             Self::Topics => "topics",
+            Self::Lease => "lease",
         }
     }
 }
@@ -67,10 +78,59 @@ pub struct ActorStatusChanged {
     pub error: Option<String>,
 }
 
+/// Pause or resume the flow's copying.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct SetPaused(pub bool);
+
+impl Handler<SetPaused> for FlowSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: SetPaused, _: &mut Context<Self>) {
+        self.paused.store(msg.0, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// This node gained or lost the flow's lease (see `lease`).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Leadership {
+    pub leading: bool,
+}
+
+/// The flow's copier group members and lease holder as the clusters describe them (`None`: not known,
+/// the cluster did not answer).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct GroupMembers {
+    pub members: Option<Vec<super::members::Member>>,
+    pub leader: Option<String>,
+}
+
+impl Handler<GroupMembers> for FlowSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: GroupMembers, _: &mut Context<Self>) {
+        self.status.set_members(&self.flow(), msg.members, msg.leader);
+    }
+}
+
 /// The topic synchroniser found these source partitions ready to copy.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct TopicsReady(pub BTreeSet<SourcePartition>);
+pub struct TopicsReady(pub Assignment);
+
+/// The copier's partitions that are not copying because of a failure (the complete list).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct PartitionProblems(pub Vec<PartitionProblem>);
+
+/// Per-item errors of the topic synchroniser (topics) or the checkpoint computer (groups): the
+/// complete current list.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub enum ItemErrorsChanged {
+    Topics(BTreeMap<String, ItemError>),
+    Groups(BTreeMap<String, ItemError>),
+}
 
 /// Stop the flow: children drain by `deadline`; `done` fires when all of them have ended.
 #[derive(Message, Debug)]
@@ -83,10 +143,16 @@ pub struct StopFlow {
 pub struct FlowSupervisor {
     plan: Arc<FlowPlan>,
     status: StatusBoard,
+    /// How many times the node started this flow, this start included.
+    generation: u64,
+    /// Who this node is among the nodes sharing the flow.
+    identity: Arc<Identity>,
+    /// Paused by an operator: the copier stops fetching (it reads the flag every pass).
+    paused: Arc<std::sync::atomic::AtomicBool>,
     /// Survives copier restarts: where each source partition resumes.
     acks: Arc<AckTable>,
-    /// Survives copier restarts: what the copier should be mirroring.
-    ready: BTreeSet<SourcePartition>,
+    /// Survives copier restarts: what the copier should be mirroring (None: not known yet).
+    ready: Option<Assignment>,
     /// Survives restarts of the copier and the emitter: syncs selected but not yet published.
     syncs: Arc<SyncQueue>,
     /// Survives checkpoint-computer restarts: published checkpoints and the offset-sync history.
@@ -96,6 +162,13 @@ pub struct FlowSupervisor {
     checkpoints: Option<Addr<Worker<()>>>,
     heartbeats: Option<Addr<Worker<()>>>,
     topics: Option<Addr<TopicSync>>,
+    lease: Option<Addr<Worker<()>>>,
+    /// This node holds the flow's lease: it runs the leader duties.
+    leading: bool,
+    /// The checkpoint computer was fenced by another node: leader duties stay off until then, even if
+    /// the lease says otherwise (a node that was paused learns it lost the lease only a moment later,
+    /// and must not fence the new leader back meanwhile).
+    fenced_until: Option<Instant>,
     restarts: HashMap<ActorKind, RestartState>,
     stopping: Option<Stopping>,
 }
@@ -107,20 +180,33 @@ struct Stopping {
 }
 
 impl FlowSupervisor {
-    pub fn new(plan: Arc<FlowPlan>, status: StatusBoard) -> Self {
+    pub fn new(
+        plan: Arc<FlowPlan>,
+        status: StatusBoard,
+        generation: u64,
+        identity: Arc<Identity>,
+        paused: bool,
+    ) -> Self {
         let syncs = Arc::new(SyncQueue::new(&plan.id.to_string()));
+        let history = plan.settings.offset_sync_history_per_partition;
         Self {
             plan,
             status,
+            generation,
+            identity,
+            paused: Arc::new(std::sync::atomic::AtomicBool::new(paused)),
             acks: Arc::new(AckTable::default()),
-            ready: BTreeSet::new(),
+            ready: None,
             syncs,
-            checkpoint_state: SharedCheckpointState::default(),
+            checkpoint_state: Arc::new(std::sync::Mutex::new(checkpoints::CheckpointState::new(history))),
             copier: None,
             offset_syncs: None,
             checkpoints: None,
             heartbeats: None,
             topics: None,
+            lease: None,
+            leading: false,
+            fenced_until: None,
             restarts: HashMap::new(),
             stopping: None,
         }
@@ -134,20 +220,35 @@ impl FlowSupervisor {
         if self.stopping.is_some() {
             return;
         }
+        if matches!(kind, ActorKind::Checkpoints | ActorKind::Heartbeats)
+            && (!self.leading || self.fenced_until.is_some_and(|t| Instant::now() < t))
+        {
+            return; // another node leads; started when this node gains the lease
+        }
         let (me, plan) = (ctx.address(), self.plan.clone());
         match kind {
             ActorKind::Copier => {
-                let w = copier::worker(plan, self.acks.clone(), self.syncs.clone(), me, self.ready.clone());
+                let w = copier::worker(
+                    plan,
+                    self.acks.clone(),
+                    self.syncs.clone(),
+                    me,
+                    self.ready.clone(),
+                    self.identity.clone(),
+                    self.paused.clone(),
+                );
                 self.copier = Some(w.start());
             }
             ActorKind::OffsetSyncs => {
                 self.offset_syncs = Some(offset_syncs::worker(plan, self.syncs.clone(), me).start())
             }
             ActorKind::Checkpoints => {
-                self.checkpoints = Some(checkpoints::worker(plan, self.checkpoint_state.clone(), me).start())
+                let w = checkpoints::worker(plan, self.checkpoint_state.clone(), me, self.identity.clone());
+                self.checkpoints = Some(w.start())
             }
             ActorKind::Heartbeats => self.heartbeats = Some(heartbeats::worker(plan, me).start()),
-            ActorKind::Topics => self.topics = Some(TopicSync::new(plan, me).start()),
+            ActorKind::Topics => self.topics = Some(TopicSync::new(plan, me, self.leading).start()),
+            ActorKind::Lease => self.lease = Some(lease::worker(plan, me, self.identity.clone()).start()),
         }
         let first_start = !self.restarts.contains_key(&kind);
         self.restarts.entry(kind).or_default().started(Instant::now());
@@ -176,10 +277,19 @@ impl FlowSupervisor {
         } else if let Some(c) = &self.checkpoints {
             c.do_send(StopWorker { deadline });
         }
+        // The lease goes last: the next leader starts after this one's final checkpoints.
+        if self.copier.is_none()
+            && self.offset_syncs.is_none()
+            && self.checkpoints.is_none()
+            && let Some(l) = &self.lease
+        {
+            l.do_send(StopWorker { deadline });
+        }
         if self.copier.is_none()
             && self.offset_syncs.is_none()
             && self.checkpoints.is_none()
             && self.heartbeats.is_none()
+            && self.lease.is_none()
         {
             if let Some(s) = self.stopping.take() {
                 let _ = s.done.send(());
@@ -193,9 +303,19 @@ impl Actor for FlowSupervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        tracing::info!(flow = %self.plan.id, file = %self.plan.file.display(), "starting flow");
-        for kind in ActorKind::ALL {
+        tracing::info!(flow = %self.plan.id, file = %self.plan.file.display(), generation = self.generation, "starting flow");
+        self.status.flow_started(&self.flow(), self.generation);
+        self.status.set_paused(&self.flow(), self.paused.load(std::sync::atomic::Ordering::Acquire));
+        let actors: Vec<&str> = ActorKind::ALL.iter().map(|k| k.name()).collect();
+        METRICS.init_flow(&self.flow(), &actors);
+        for duty in ActorKind::LEADER_DUTIES {
+            METRICS.leader.with_label_values(&[&self.flow(), duty.name()]).set(0);
+        }
+        for kind in ActorKind::EVERY_NODE {
             self.start_child(kind, ctx);
+        }
+        for kind in [ActorKind::Checkpoints, ActorKind::Heartbeats] {
+            self.status.set(&self.flow(), kind.name(), ActorState::Standby, None);
         }
     }
 
@@ -207,15 +327,59 @@ impl Actor for FlowSupervisor {
     }
 }
 
+impl Handler<Leadership> for FlowSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: Leadership, ctx: &mut Context<Self>) {
+        if msg.leading == self.leading || self.stopping.is_some() {
+            return;
+        }
+        self.leading = msg.leading;
+        for duty in ActorKind::LEADER_DUTIES {
+            METRICS.leader.with_label_values(&[&self.flow(), duty.name()]).set(i64::from(msg.leading));
+        }
+        if let Some(t) = &self.topics {
+            t.do_send(SetLeading(msg.leading));
+        }
+        if msg.leading {
+            tracing::info!(flow = %self.plan.id, node = %self.identity.node_id, "this node leads the flow: topic sync, checkpoints, heartbeats");
+            for kind in [ActorKind::Checkpoints, ActorKind::Heartbeats] {
+                self.start_child(kind, ctx);
+            }
+        } else {
+            tracing::info!(flow = %self.plan.id, node = %self.identity.node_id, "another node leads the flow");
+            let deadline = Instant::now() + std::time::Duration::from_secs(5);
+            for w in [&self.checkpoints, &self.heartbeats].into_iter().flatten() {
+                w.do_send(StopWorker { deadline });
+            }
+        }
+    }
+}
+
 impl Handler<TopicsReady> for FlowSupervisor {
     type Result = ();
     fn handle(&mut self, msg: TopicsReady, _: &mut Context<Self>) {
-        self.status.set(&self.flow(), ActorKind::Topics.name(), ActorState::Running, None);
-        if msg.0 != self.ready {
-            self.ready = msg.0;
+        if self.ready.as_ref() != Some(&msg.0) {
             if let Some(c) = &self.copier {
-                c.do_send(Deliver(self.ready.clone()));
+                c.do_send(Deliver(msg.0.clone()));
             }
+            self.ready = Some(msg.0);
+        }
+    }
+}
+
+impl Handler<PartitionProblems> for FlowSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: PartitionProblems, _: &mut Context<Self>) {
+        self.status.set_partition_problems(&self.flow(), msg.0);
+    }
+}
+
+impl Handler<ItemErrorsChanged> for FlowSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: ItemErrorsChanged, _: &mut Context<Self>) {
+        match msg {
+            ItemErrorsChanged::Topics(e) => self.status.set_topic_errors(&self.flow(), e),
+            ItemErrorsChanged::Groups(e) => self.status.set_group_errors(&self.flow(), e),
         }
     }
 }
@@ -237,6 +401,41 @@ impl Handler<ChildExited> for FlowSupervisor {
             ActorKind::Checkpoints => self.checkpoints = None,
             ActorKind::Heartbeats => self.heartbeats = None,
             ActorKind::Topics => self.topics = None,
+            ActorKind::Lease => self.lease = None,
+        }
+        if kind == ActorKind::Checkpoints
+            && let Err(e) = &msg.result
+            && e.contains(checkpoints::FENCED)
+        {
+            tracing::warn!(flow = %self.plan.id, node = %self.identity.node_id, "another node took the flow's lease: leader duties off");
+            let hold = Instant::now() + lease::SESSION_TIMEOUT * 2;
+            self.fenced_until = Some(hold);
+            if let Some(h) = &self.heartbeats {
+                h.do_send(StopWorker { deadline: Instant::now() });
+            }
+            self.status.set(&self.flow(), kind.name(), ActorState::Standby, None);
+            // Resume the duties after the hold if the lease still says this node leads.
+            ctx.run_later(lease::SESSION_TIMEOUT * 2, |me, ctx| {
+                me.fenced_until = None;
+                for kind in [ActorKind::Checkpoints, ActorKind::Heartbeats] {
+                    let running = match kind {
+                        ActorKind::Checkpoints => me.checkpoints.is_some(),
+                        _ => me.heartbeats.is_some(),
+                    };
+                    if !running {
+                        me.start_child(kind, ctx);
+                    }
+                }
+            });
+            return;
+        }
+        if matches!(kind, ActorKind::Checkpoints | ActorKind::Heartbeats) && !self.leading && self.stopping.is_none() {
+            // Stopped because the lease moved (or failed meanwhile): nothing to restart here.
+            if let Err(e) = &msg.result {
+                tracing::info!(flow = %self.plan.id, actor = kind.name(), error = %e, "leader duty ended after the lease moved");
+            }
+            self.status.set(&self.flow(), kind.name(), ActorState::Standby, None);
+            return;
         }
         if self.stopping.is_some() {
             if let Err(e) = &msg.result {
@@ -264,10 +463,36 @@ impl Handler<ChildExited> for FlowSupervisor {
                 flow = %self.plan.id, actor = kind.name(), attempt = decision.attempt, backoff_ms = delay.as_millis() as u64,
                 reason = %reason, "actor failed; restarting after backoff"
             );
-            self.status.set(&self.flow(), kind.name(), ActorState::Restarting, Some(reason));
+            // A cluster that does not answer or refuses ferry (network, TLS, authentication) is the
+            // operator's or the cluster's to fix: the flow is degraded, and keeps retrying.
+            let state = if is_cluster_problem(&reason) { ActorState::Degraded } else { ActorState::Restarting };
+            self.status.set(&self.flow(), kind.name(), state, Some(reason));
+            if state == ActorState::Degraded {
+                self.status.count_restart(&self.flow(), kind.name());
+            }
         }
         ctx.run_later(delay, move |me, ctx| me.start_child(kind, ctx));
     }
+}
+
+/// Whether a failure is a cluster's (unreachable, refusing TLS or authentication) rather than ferry's.
+fn is_cluster_problem(reason: &str) -> bool {
+    let r = reason.to_ascii_lowercase();
+    [
+        "last connection error",
+        "brokertransportfailure",
+        "allbrokersdown",
+        "broker transport failure",
+        "authentication",
+        "ssl handshake",
+        "certificate",
+        "does not answer",
+        "unreachable",
+        "timed out",
+        "timedout",
+    ]
+    .iter()
+    .any(|w| r.contains(w))
 }
 
 impl Handler<StopFlow> for FlowSupervisor {

@@ -7,36 +7,36 @@
 //! are created with the source topic's allowed overrides, and (with `sync_topic_configs_enabled`) kept in
 //! line with them every `sync_topic_configs_interval_seconds` ([`crate::topic_configs`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use rdkafka::admin::AdminClient;
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::BaseConsumer;
 
-use super::acks::SourcePartition;
-use super::supervisor::{ActorKind, ChildExited, FlowSupervisor, TopicsReady};
+use super::copier::Assignment;
+use super::supervisor::{ActorKind, ActorStatusChanged, ChildExited, FlowSupervisor, ItemErrorsChanged, TopicsReady};
 use crate::config::FlowPlan;
 use crate::failpoints;
 use crate::filter::{ConfigPropertyFilter, should_replicate_topic};
 use crate::kafka::{self, KafkaOpError, TopicSpec};
 use crate::metrics::METRICS;
-use crate::raw_admin;
-use crate::topic_configs;
+use crate::raw_admin::{self, AclOperation};
+use crate::status::{ActorState, ItemErrors};
+use crate::topic_configs::{self, ConfigEntry};
 
 /// While the source has no `heartbeats` topic yet, look again this soon (or at the regular interval if
 /// that is shorter): the flow's heartbeat emitter creates it at start, usually just after the first
 /// refresh, and `<source>.heartbeats` should not wait a whole refresh interval to appear.
 const RECHECK_HEARTBEATS: Duration = Duration::from_secs(5);
+/// While some topic fails, refresh at least this often (failed topics are retried at each refresh).
+const RETRY_FAILED_TOPICS: Duration = Duration::from_secs(60);
 
 /// Clients of one refresh, shared with the blocking metadata calls.
 struct Clients {
-    source_meta: BaseConsumer,
-    target_meta: BaseConsumer,
-    source_admin: AdminClient<DefaultClientContext>,
-    target_admin: AdminClient<DefaultClientContext>,
+    source_meta: kafka::AssignOnlyConsumer,
+    target_meta: kafka::AssignOnlyConsumer,
+    source_admin: kafka::Admin,
+    target_admin: kafka::Admin,
     config_filter: ConfigPropertyFilter,
 }
 
@@ -47,14 +47,31 @@ pub struct TopicSync {
     refreshing: bool,
     /// When topic configs were last brought in line (None: not yet).
     configs_synced: Option<Instant>,
+    /// The topics selected at the last refresh (a topic that disappears from the source was deleted).
+    selected: BTreeSet<String>,
+    /// Topics that failed, per topic, across refreshes.
+    errors: ItemErrors,
+    /// This node leads the flow: it creates, grows and configures remote topics. The others only watch
+    /// which partitions are ready to copy.
+    leading: bool,
     /// The supervisor was told how this actor ended (or asked for the stop). If the actor is dropped
     /// without that, a panic killed it: the drop guard reports it.
     exit_reported: bool,
 }
 
 impl TopicSync {
-    pub fn new(plan: Arc<FlowPlan>, supervisor: Addr<FlowSupervisor>) -> Self {
-        Self { plan, supervisor, clients: None, refreshing: false, configs_synced: None, exit_reported: false }
+    pub fn new(plan: Arc<FlowPlan>, supervisor: Addr<FlowSupervisor>, leading: bool) -> Self {
+        Self {
+            leading,
+            plan,
+            supervisor,
+            clients: None,
+            refreshing: false,
+            configs_synced: None,
+            selected: BTreeSet::new(),
+            errors: ItemErrors::default(),
+            exit_reported: false,
+        }
     }
 
     fn clients(&mut self) -> Result<Arc<Clients>, KafkaOpError> {
@@ -100,7 +117,13 @@ impl TopicSync {
         let s = &plan.settings;
         let sync_configs = s.sync_topic_configs_enabled
             && self.configs_synced.is_none_or(|t| t.elapsed() >= s.sync_topic_configs_interval);
-        let fut = async move { refresh_once(&plan, &clients, sync_configs).await };
+        let previously = self.selected.clone();
+        let leading = self.leading;
+        let span = tracing::info_span!("actor", flow = %plan.id, actor = ActorKind::Topics.name());
+        let fut = tracing::Instrument::instrument(
+            async move { refresh_once(&plan, &clients, sync_configs && leading, &previously, leading).await },
+            span,
+        );
         ctx.spawn(fut.into_actor(self).map(move |result, me, ctx| {
             me.refreshing = false;
             let s = &me.plan.settings;
@@ -110,12 +133,30 @@ impl TopicSync {
                 s.refresh_topics_interval
             };
             match result {
-                Ok(Refreshed { ready, source_has_heartbeats }) => {
-                    if sync_configs {
+                Ok(refreshed) => {
+                    if sync_configs && leading {
                         me.configs_synced = Some(Instant::now());
                     }
-                    me.supervisor.do_send(TopicsReady(ready));
-                    let next = if source_has_heartbeats { interval } else { interval.min(RECHECK_HEARTBEATS) };
+                    let failing = me.record_outcomes(&refreshed);
+                    me.selected = refreshed.selected;
+                    me.supervisor.do_send(TopicsReady(refreshed.assignment));
+                    me.supervisor.do_send(ActorStatusChanged {
+                        kind: ActorKind::Topics,
+                        state: ActorState::Running,
+                        error: None,
+                    });
+                    let mut next = interval;
+                    if !refreshed.source_has_heartbeats {
+                        next = next.min(RECHECK_HEARTBEATS);
+                    }
+                    if failing {
+                        next = next.min(RETRY_FAILED_TOPICS);
+                    }
+                    if refreshed.incomplete {
+                        // Some selected topic has no (complete) remote yet: the leader is about to make it
+                        // (or this node is the leader and it failed): look again soon.
+                        next = next.min(RECHECK_HEARTBEATS);
+                    }
                     me.schedule(ctx, next);
                 }
                 Err(e) => {
@@ -125,6 +166,32 @@ impl TopicSync {
                 }
             }
         }));
+    }
+}
+
+impl TopicSync {
+    /// Log, count and publish this refresh's per-topic errors. True if any topic failed.
+    fn record_outcomes(&mut self, refreshed: &Refreshed) -> bool {
+        let flow = self.plan.id.to_string();
+        let mut changed = false;
+        for (topic, outcome) in &refreshed.outcomes {
+            match outcome {
+                None => changed |= self.errors.cleared(topic),
+                Some(reason) => {
+                    tracing::warn!(flow = %flow, topic = %topic, reason = %reason, "topic not replicated this round; retried at the next refresh");
+                    METRICS.topic_errors.with_label_values(&[&flow, topic]).inc();
+                    self.errors.failed(topic, reason.clone());
+                    changed = true;
+                }
+            }
+        }
+        let before = self.errors.snapshot().len();
+        self.errors.retain(|t| refreshed.outcomes.contains_key(t));
+        changed |= self.errors.snapshot().len() != before;
+        if changed {
+            self.supervisor.do_send(ItemErrorsChanged::Topics(self.errors.snapshot()));
+        }
+        refreshed.outcomes.values().any(Option::is_some)
     }
 }
 
@@ -168,15 +235,36 @@ async fn metadata(
 
 /// What one refresh found.
 struct Refreshed {
-    /// The source partitions ready to copy.
-    ready: BTreeSet<SourcePartition>,
+    /// What the copier should copy.
+    assignment: Assignment,
     /// Whether the source cluster has its `heartbeats` topic yet.
     source_has_heartbeats: bool,
+    /// Per selected topic: `None` when all went well this round, else why not.
+    outcomes: BTreeMap<String, Option<String>>,
+    /// The topics selected this round.
+    selected: BTreeSet<String>,
+    /// Some selected topic's remote topic is missing or smaller than its source.
+    incomplete: bool,
+}
+
+/// Kafka refuses a topic whose name differs from an existing one only by `.` versus `_` (both map to
+/// the same metric names).
+fn collides(a: &str, b: &str) -> bool {
+    a != b
+        && a.len() == b.len()
+        && a.bytes().zip(b.bytes()).all(|(x, y)| x == y || matches!((x, y), (b'.', b'_') | (b'_', b'.')))
 }
 
 /// One pass: select source topics, create or grow remote topics (and, when `sync_configs`, bring their
-/// configs in line), return the partitions ready to copy.
-async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>, sync_configs: bool) -> Result<Refreshed, KafkaOpError> {
+/// configs in line), return the partitions ready to copy. A problem with one topic is that topic's
+/// (in `outcomes`); only a cluster that cannot be asked at all fails the pass.
+async fn refresh_once(
+    plan: &FlowPlan,
+    clients: &Arc<Clients>,
+    sync_configs: bool,
+    previously: &BTreeSet<String>,
+    leading: bool,
+) -> Result<Refreshed, KafkaOpError> {
     failpoints::check(failpoints::TOPICS_REFRESH).map_err(|reason| KafkaOpError::Other {
         cluster: plan.source.alias.clone(),
         op: "refresh topics".into(),
@@ -184,65 +272,236 @@ async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>, sync_configs: boo
     })?;
     let (source_topics, mut target_topics) = metadata(clients, plan).await?;
     let source_has_heartbeats = source_topics.contains_key(plan.policy.heartbeats_topic());
-    let selected: Vec<(&String, i32)> = source_topics
+    let mut selected: BTreeMap<String, i32> = source_topics
         .iter()
         .filter(|(t, _)| should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, t))
-        .map(|(t, n)| (t, *n))
+        .map(|(t, n)| (t.clone(), *n))
         .collect();
+    let selected_names: BTreeSet<String> = selected.keys().cloned().collect();
+    let remote = |t: &str| plan.policy.format_remote_topic(&plan.id.source, t);
+    let mut outcomes: BTreeMap<String, Option<String>> = selected.keys().map(|t| (t.clone(), None)).collect();
+
+    // Topics this principal may see but not read are reported and left out (the copier would only get
+    // fetch errors without their names); so are topics the flow names literally that the source hides.
+    for (topic, reason) in refused_topics(plan, clients, &source_topics, &selected_names).await {
+        selected.remove(&topic);
+        outcomes.insert(topic, Some(reason));
+    }
+    let mut fail = |topic: &str, reason: String| {
+        if let Some(o) = outcomes.get_mut(topic) {
+            o.get_or_insert(reason);
+        }
+    };
+
+    // Source configs of every selected topic: what a created remote topic carries, what config sync
+    // compares, and each topic's record size limit for the copier's producer.
+    let names: Vec<String> = selected.keys().cloned().collect();
+    let source_configs = kafka::describe_topics_configs(&clients.source_admin, &plan.source.alias, &names).await?;
+    let mut max_message_bytes = BTreeMap::new();
+    for (topic, configs) in &source_configs {
+        match configs {
+            Ok(entries) => {
+                if let Some(v) = entries.iter().find(|e| e.name == "max.message.bytes").and_then(|e| e.value.as_deref())
+                {
+                    max_message_bytes.insert(topic.clone(), v.parse::<i64>().unwrap_or(0));
+                }
+            }
+            Err(e) => fail(topic, format!("source topic configs: {e}")),
+        }
+    }
 
     let target = &plan.target.alias;
-    let mut changed = false;
+    let mut creates = Vec::new();
+    let mut grows = Vec::new();
+    let mut existing = Vec::new();
+    // Any node creates a missing remote topic (a creation that races another node's is "already exists",
+    // which is success), so a new flow copies without waiting for its lease. Growing partitions and syncing
+    // configs are the leader's alone: they are not idempotent between nodes with different views.
     for (topic, partitions) in &selected {
-        let remote = plan.policy.format_remote_topic(&plan.id.source, topic);
-        match target_topics.get(&remote) {
+        let name = remote(topic);
+        match target_topics.get(&name) {
             None => {
-                let source_configs =
-                    kafka::describe_topic_configs(&clients.source_admin, &plan.source.alias, topic).await?;
-                let spec = TopicSpec {
-                    name: remote.clone(),
+                if let Some(other) = target_topics.keys().find(|t| collides(t, &name)) {
+                    fail(
+                        topic,
+                        format!(
+                            "remote topic {name} collides with the existing topic {other} on `{target}` (Kafka treats `.` and `_` alike)"
+                        ),
+                    );
+                    continue;
+                }
+                let Some(Ok(configs)) = source_configs.get(topic) else { continue };
+                creates.push(TopicSpec {
+                    name,
                     partitions: *partitions,
                     replication_factor: plan.settings.replication_factor,
-                    configs: topic_configs::desired(&source_configs, &clients.config_filter).into_iter().collect(),
-                };
-                if kafka::create_topic(&clients.target_admin, target, &spec).await? {
-                    tracing::info!(flow = %plan.id, topic = %remote, partitions, "created remote topic");
+                    configs: topic_configs::desired(configs, &clients.config_filter).into_iter().collect(),
+                });
+            }
+            Some(have) if have < partitions && leading => grows.push((name, *partitions)),
+            Some(_) if leading => existing.push(topic.clone()),
+            Some(_) => {}
+        }
+    }
+    let mut changed = BTreeSet::new();
+    let by_remote: HashMap<String, &String> = selected.keys().map(|t| (remote(t), t)).collect();
+    for (name, outcome) in kafka::create_topics(&clients.target_admin, target, &creates).await? {
+        let Some(topic) = by_remote.get(&name) else { continue };
+        match outcome {
+            Ok(created) => {
+                if created {
+                    let partitions = selected[*topic];
+                    tracing::info!(flow = %plan.id, topic = %name, partitions, "created remote topic");
                     METRICS.topics_created.with_label_values(&[&plan.id.to_string()]).inc();
                 }
-                changed = true;
+                changed.insert(name);
             }
-            Some(have) if have < partitions => {
-                kafka::grow_partitions(&clients.target_admin, target, &remote, *partitions).await?;
-                tracing::info!(flow = %plan.id, topic = %remote, from = have, to = partitions, "grew remote topic");
-                changed = true;
+            Err(e) => fail(topic, format!("remote topic {name} on `{target}`: {e}")),
+        }
+    }
+    for (name, outcome) in kafka::grow_topics(&clients.target_admin, target, &grows).await? {
+        let Some(topic) = by_remote.get(&name) else { continue };
+        match outcome {
+            Ok(()) => {
+                tracing::info!(flow = %plan.id, topic = %name, to = selected[*topic], "grew remote topic");
+                changed.insert(name);
             }
-            Some(_) if sync_configs => sync_topic_configs(plan, clients, topic, &remote).await?,
-            Some(_) => {}
+            Err(e) => fail(topic, format!("remote topic {name} on `{target}`: {e}")),
+        }
+    }
+    if sync_configs {
+        let remotes: Vec<String> = existing.iter().map(|t| remote(t)).collect();
+        let target_configs = kafka::describe_topics_configs(&clients.target_admin, target, &remotes).await?;
+        for topic in &existing {
+            let name = remote(topic);
+            let (Some(Ok(source)), Some(Ok(have))) = (source_configs.get(topic), target_configs.get(&name)) else {
+                if let Some(Err(e)) = target_configs.get(&name) {
+                    fail(topic, format!("remote topic {name} configs: {e}"));
+                }
+                continue;
+            };
+            if let Err(e) = sync_topic_configs(plan, clients, source, have, &name).await {
+                fail(topic, e);
+            }
         }
     }
 
     // Created topics take a moment to show up in metadata; copy only to partitions that exist.
     let deadline = Instant::now() + kafka::ADMIN_TIMEOUT;
     loop {
-        let missing = selected.iter().any(|(topic, n)| {
-            let remote = plan.policy.format_remote_topic(&plan.id.source, topic);
-            target_topics.get(&remote).is_none_or(|have| have < n)
+        let missing = changed.iter().any(|name| {
+            by_remote.get(name).is_some_and(|t| target_topics.get(name).is_none_or(|have| *have < selected[*t]))
         });
-        if !changed || !missing || Instant::now() > deadline {
+        if !missing || Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         target_topics = metadata(clients, plan).await?.1;
     }
 
-    let mut ready = BTreeSet::new();
-    for (topic, partitions) in selected {
-        let remote = plan.policy.format_remote_topic(&plan.id.source, topic);
-        let have = target_topics.get(&remote).copied().unwrap_or(0);
-        for p in 0..partitions.min(have) {
-            ready.insert((topic.clone(), p));
+    let mut partitions = BTreeSet::new();
+    let mut incomplete = false;
+    for (topic, n) in &selected {
+        let have = target_topics.get(&remote(topic)).copied().unwrap_or(0);
+        incomplete |= have < *n;
+        for p in 0..(*n).min(have) {
+            partitions.insert((topic.clone(), p));
         }
     }
-    Ok(Refreshed { ready, source_has_heartbeats })
+    let deleted = previously.iter().filter(|t| !source_topics.contains_key(*t)).cloned().collect();
+    Ok(Refreshed {
+        assignment: Assignment { partitions, max_message_bytes, deleted },
+        source_has_heartbeats,
+        selected: selected_names,
+        outcomes,
+        incomplete,
+    })
+}
+
+/// The rights on a source topic the copy needs besides DESCRIBE: READ to copy it, DESCRIBE_CONFIGS to
+/// create its remote topic like it.
+const NEEDED: [AclOperation; 2] = [AclOperation::Read, AclOperation::DescribeConfigs];
+
+/// Why each topic this principal may not copy is refused, from the rights the source grants it
+/// (DescribeTopics with authorized operations, KIP-430): selected topics it may not read, and topics
+/// named literally in `topics` that the source hides from it (no DESCRIBE, so it cannot tell whether
+/// they exist). If the source does not say, nothing is refused here and the copy finds out.
+async fn refused_topics(
+    plan: &FlowPlan,
+    clients: &Clients,
+    source_topics: &HashMap<String, i32>,
+    selected: &BTreeSet<String>,
+) -> Vec<(String, String)> {
+    let source = &plan.source.alias;
+    let hidden: BTreeSet<String> = plan
+        .topic_filter
+        .include
+        .patterns()
+        .iter()
+        .filter(|p| is_literal(p) && !source_topics.contains_key(p.as_str()))
+        .filter(|t| should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, t))
+        .cloned()
+        .collect();
+    let asked: Vec<String> = selected.iter().chain(&hidden).cloned().collect();
+    let described = match raw_admin::describe_topics(&clients.source_admin, &asked, kafka::ADMIN_TIMEOUT).await {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(flow = %plan.id, error = %e, "cannot ask `{source}` what this principal may do with its topics; copying them regardless");
+            return Vec::new();
+        }
+    };
+    let mut refused = Vec::new();
+    for d in described {
+        if hidden.contains(&d.name) {
+            if let Some(e) = d.error.filter(|e| e.name == "TOPIC_AUTHORIZATION_FAILED") {
+                let reason = format!(
+                    "source topic {} on `{source}`: not authorized to Describe ({}), so ferry cannot tell whether it \
+                     exists; grant Describe and Read on it to this principal",
+                    d.name, e.name
+                );
+                refused.push((d.name, reason));
+            }
+            continue;
+        }
+        let Some(ops) = d.authorized_operations.filter(|ops| !ops.is_empty() && !ops.contains(&AclOperation::All))
+        else {
+            continue;
+        };
+        let missing: Vec<&str> = NEEDED.iter().filter(|op| !ops.contains(op)).map(AclOperation::as_str).collect();
+        if !missing.is_empty() {
+            let reason = kafka::not_authorized(
+                &format!("source topic {}", d.name),
+                source,
+                &missing.join(" and "),
+                "TOPIC_AUTHORIZATION_FAILED",
+            );
+            refused.push((d.name, reason));
+        }
+    }
+    refused
+}
+
+/// A `topics` pattern that names one topic: only characters of topic names (a `.` in it is meant
+/// literally, though as a pattern it matches any character).
+fn is_literal(pattern: &str) -> bool {
+    !pattern.is_empty() && pattern.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// This node gained or lost the flow's lease.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct SetLeading(pub bool);
+
+impl Handler<SetLeading> for TopicSync {
+    type Result = ();
+    fn handle(&mut self, msg: SetLeading, ctx: &mut Context<Self>) {
+        let gained = msg.0 && !self.leading;
+        self.leading = msg.0;
+        if gained {
+            self.configs_synced = None;
+            self.refresh(ctx); // create what is missing now, not at the next interval
+        }
+    }
 }
 
 /// Stop the synchroniser (it holds nothing that needs flushing).
@@ -267,22 +526,46 @@ impl Drop for TopicSync {
     }
 }
 
-/// Bring `remote`'s configs in line with `topic`'s allowed overrides.
-async fn sync_topic_configs(plan: &FlowPlan, clients: &Clients, topic: &str, remote: &str) -> Result<(), KafkaOpError> {
-    let source = kafka::describe_topic_configs(&clients.source_admin, &plan.source.alias, topic).await?;
-    let target = kafka::describe_topic_configs(&clients.target_admin, &plan.target.alias, remote).await?;
-    let ops = topic_configs::changes(&source, &target, &clients.config_filter);
+/// Bring `remote`'s configs (`have`) in line with its source topic's allowed overrides.
+async fn sync_topic_configs(
+    plan: &FlowPlan,
+    clients: &Clients,
+    source: &[ConfigEntry],
+    have: &[ConfigEntry],
+    remote: &str,
+) -> Result<(), String> {
+    let ops = topic_configs::changes(source, have, &clients.config_filter);
     if ops.is_empty() {
         return Ok(());
     }
     raw_admin::incremental_alter_topic_configs(&clients.target_admin, remote, &ops, kafka::ADMIN_TIMEOUT)
         .await
-        .map_err(|e| KafkaOpError::Other {
-            cluster: plan.target.alias.clone(),
-            op: format!("alter configs of {remote}"),
-            reason: e.to_string(),
-        })?;
+        .map_err(|e| format!("alter configs of {remote} on `{}`: {e}", plan.target.alias))?;
     let names: Vec<&str> = ops.iter().map(|(n, _)| n.as_str()).collect();
     tracing::info!(flow = %plan.id, topic = %remote, changed = ?names, "synced topic configs");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dots_and_underscores_collide() {
+        assert!(collides("a.x_y", "a.x.y"));
+        assert!(collides("a_x", "a.x"));
+        assert!(!collides("a.x.y", "a.x.y"));
+        assert!(!collides("a.x", "a.y"));
+        assert!(!collides("a.x", "a.xx"));
+    }
+
+    #[test]
+    fn literal_topic_patterns() {
+        assert!(is_literal("orders"));
+        assert!(is_literal("orders.v1_eu-west"));
+        assert!(!is_literal("orders.*"));
+        assert!(!is_literal("(a|b)"));
+        assert!(!is_literal("pay\\.x"));
+        assert!(!is_literal(""));
+    }
 }

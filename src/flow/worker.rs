@@ -63,6 +63,8 @@ type LoopFn<M> = Box<dyn FnOnce(Control<M>) -> Result<(), String> + Send>;
 
 pub struct Worker<M: Send + Unpin + 'static> {
     kind: ActorKind,
+    /// The flow, for the span every log line of the loop carries.
+    flow: String,
     name: String,
     supervisor: Addr<FlowSupervisor>,
     body: Option<LoopFn<M>>,
@@ -81,7 +83,9 @@ impl<M: Send + Unpin + 'static> Worker<M> {
         initial: Vec<M>,
         body: impl FnOnce(Control<M>) -> Result<(), String> + Send + 'static,
     ) -> Self {
-        Self { kind, name, supervisor, body: Some(Box::new(body)), initial, tx: None, thread: None }
+        // Thread names are `<actor> <flow>`.
+        let flow = name.split_once(' ').map_or(String::new(), |(_, f)| f.to_string());
+        Self { kind, flow, name, supervisor, body: Some(Box::new(body)), initial, tx: None, thread: None }
     }
 }
 
@@ -96,9 +100,12 @@ impl<M: Send + Unpin + 'static> Actor for Worker<M> {
         let Some(body) = self.body.take() else { return };
         let me = ctx.address();
         let (kind, supervisor) = (self.kind, self.supervisor.clone());
+        // Every line the loop logs carries its flow and actor (text: a prefix; JSON: span fields).
+        let span = tracing::info_span!("actor", flow = %self.flow, actor = kind.name());
         let spawned = std::thread::Builder::new().name(self.name.clone()).spawn(move || {
             let control = Control { rx, kind, supervisor };
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(control)))
+            let result = span
+                .in_scope(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(control))))
                 .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_message(&panic))));
             me.do_send(LoopEnded(result));
         });

@@ -1,0 +1,271 @@
+//! What the producer's delivery thread does with each report: advance the partition's acknowledged
+//! position, apply the offset-sync rule, count the record. Per record this is one read lock, one map
+//! lookup by the remote topic's name (no allocation), a few atomics and one uncontended partition lock.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Instant;
+
+use prometheus::{Histogram, IntCounter};
+use rdkafka::ClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{DeliveryResult, ProducerContext};
+
+use crate::flow::acks::{AckTable, DeliveryFailure, PartitionAck};
+use crate::flow::offset_syncs::SyncQueue;
+use crate::kafka::ClusterWatch;
+use crate::sync_rule::{PartitionRule, SyncReason};
+
+/// One partition being copied in this copier lifetime.
+pub struct Live {
+    pub ack: Arc<PartitionAck>,
+    /// A partition of the source's `heartbeats` topic: its acknowledged records feed the flow's
+    /// heartbeat age.
+    pub heartbeats: bool,
+    pub records: IntCounter,
+    pub bytes: IntCounter,
+    pub latency: Histogram,
+    rule: Mutex<RuleState>,
+}
+
+/// The rule's state and whether the partition is in the quiet list, under one lock: a sync is queued
+/// while the lock is held, so a partition's syncs enter the queue in the order the rule made them.
+struct RuleState {
+    rule: PartitionRule,
+    in_quiet_list: bool,
+}
+
+impl Live {
+    pub fn new(
+        ack: Arc<PartitionAck>,
+        heartbeats: bool,
+        records: IntCounter,
+        bytes: IntCounter,
+        latency: Histogram,
+    ) -> Self {
+        Self {
+            ack,
+            heartbeats,
+            records,
+            bytes,
+            latency,
+            rule: Mutex::new(RuleState { rule: PartitionRule::default(), in_quiet_list: false }),
+        }
+    }
+
+    fn rule(&self) -> MutexGuard<'_, RuleState> {
+        self.rule.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The source partition was rewound: start a new run of syncs.
+    pub fn rewind_rule(&self) {
+        self.rule().rule.rewind();
+    }
+}
+
+/// A remote topic's partitions, indexed by partition number.
+#[derive(Default)]
+pub struct RemoteTopic {
+    pub parts: Vec<Option<Arc<Live>>>,
+}
+
+/// State shared between the copy loop and the delivery thread, for one copier lifetime.
+pub struct Shared {
+    pub acks: Arc<AckTable>,
+    pub syncs: Arc<SyncQueue>,
+    /// Marks this lifetime's offset syncs (see `sync_rule`).
+    pub lifetime: u64,
+    pub lag_max: i64,
+    /// Remote topic name → its partitions; written by the copy loop when partitions come and go.
+    pub remotes: RwLock<HashMap<String, RemoteTopic>>,
+    /// Partitions with an unpublished acknowledged position, for the quiet rule.
+    quiet: Mutex<Vec<Arc<Live>>>,
+    /// Connection problems with the target, for degraded reporting.
+    pub watch: Arc<ClusterWatch>,
+    /// The flow's id and its heartbeat (target -> source: written into the source by this flow's
+    /// heartbeat emitter, copied back by this copier: the whole pipeline's round trip).
+    pub flow: String,
+    pub heartbeat_from: String,
+    pub heartbeat_to: String,
+}
+
+impl Shared {
+    pub fn new(acks: Arc<AckTable>, syncs: Arc<SyncQueue>, lifetime: u64, plan: &crate::config::FlowPlan) -> Self {
+        Self {
+            flow: plan.id.to_string(),
+            heartbeat_from: plan.id.target.clone(),
+            heartbeat_to: plan.id.source.clone(),
+            lag_max: plan.settings.offset_lag_max,
+            acks,
+            syncs,
+            lifetime,
+            remotes: RwLock::new(HashMap::new()),
+            quiet: Mutex::new(Vec::new()),
+            watch: Arc::new(ClusterWatch::default()),
+        }
+    }
+
+    pub fn insert(&self, remote: &str, partition: i32, live: Arc<Live>) {
+        let mut remotes = self.remotes.write().unwrap_or_else(|p| p.into_inner());
+        let topic = remotes.entry(remote.to_string()).or_default();
+        let i = partition as usize;
+        if topic.parts.len() <= i {
+            topic.parts.resize(i + 1, None);
+        }
+        topic.parts[i] = Some(live);
+    }
+
+    /// Removes a partition (nothing of it is in flight any more).
+    pub fn remove(&self, remote: &str, partition: i32) {
+        let mut remotes = self.remotes.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(topic) = remotes.get_mut(remote) {
+            if let Some(slot) = topic.parts.get_mut(partition as usize) {
+                *slot = None;
+            }
+            if topic.parts.iter().all(Option::is_none) {
+                remotes.remove(remote);
+            }
+        }
+    }
+
+    /// Publishes the newest position of every partition in the quiet list that has been quiet long
+    /// enough (all of them with `force`). Cost: the partitions that moved since they were last quiet.
+    pub fn publish_quiet(&self, now: Instant, force: bool) {
+        let candidates = std::mem::take(&mut *self.quiet.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut keep = Vec::new();
+        for live in candidates {
+            let mut st = live.rule();
+            if let Some(point) = st.rule.quiet(self.lifetime, now, force) {
+                self.syncs.push(point.named(&live.ack.topic, live.ack.partition), SyncReason::Quiet);
+            }
+            st.in_quiet_list = st.rule.has_unpublished();
+            if st.in_quiet_list {
+                drop(st);
+                keep.push(live);
+            }
+        }
+        if !keep.is_empty() {
+            self.quiet.lock().unwrap_or_else(|p| p.into_inner()).extend(keep);
+        }
+    }
+
+    fn acked(
+        &self,
+        live: &Arc<Live>,
+        upstream: i64,
+        downstream: i64,
+        value_bytes: usize,
+        timestamp_ms: Option<i64>,
+        heartbeat: Option<(&[u8], Option<&[u8]>)>,
+    ) {
+        live.ack.acked(&self.acks, upstream);
+        {
+            let mut st = live.rule();
+            match st.rule.on_ack(self.lifetime, self.lag_max, upstream, downstream, Instant::now()) {
+                Some((point, reason)) => self.syncs.push(point.named(&live.ack.topic, live.ack.partition), reason),
+                None if !st.in_quiet_list => {
+                    st.in_quiet_list = true;
+                    self.quiet.lock().unwrap_or_else(|p| p.into_inner()).push(live.clone());
+                }
+                None => {}
+            }
+        }
+        live.records.inc();
+        live.bytes.inc_by(value_bytes as u64);
+        if live.heartbeats
+            && let Some((key, value)) = heartbeat
+            && let Ok(hb) = crate::mm2::records::Heartbeat::decode(key, value)
+            && hb.source_alias == self.heartbeat_from
+            && hb.target_alias == self.heartbeat_to
+        {
+            crate::metrics::METRICS.heartbeat_seen(&self.flow, hb.timestamp_ms);
+        }
+        if let Some(ts) = timestamp_ms {
+            live.latency.observe(latency_seconds(ts));
+        }
+    }
+}
+
+/// Seconds from a record's timestamp to now (0 for timestamps in the future: clocks differ).
+pub fn latency_seconds(timestamp_ms: i64) -> f64 {
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    ((now_ms - timestamp_ms).max(0) as f64) / 1000.0
+}
+
+/// Errors for which sending the same record again soon cannot succeed: the target refuses the record
+/// itself, or refuses ferry.
+pub fn is_permanent(code: Option<RDKafkaErrorCode>) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        Some(
+            C::MessageSizeTooLarge
+                | C::InvalidMessageSize
+                | C::InvalidMessage
+                | C::InvalidRecord
+                | C::TopicAuthorizationFailed
+                | C::ClusterAuthorizationFailed
+                | C::PolicyViolation
+                | C::InvalidTopic
+                | C::InvalidRequiredAcks
+                | C::UnsupportedForMessageFormat
+                | C::InvalidTimestamp
+        )
+    )
+}
+
+/// The producer's context: routes each delivery report to its partition.
+pub struct DeliveryContext(pub Arc<Shared>);
+
+impl ClientContext for DeliveryContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.0.watch.record(&error, reason);
+        tracing::warn!(error = %error, reason, "target client error");
+    }
+}
+
+impl ProducerContext for DeliveryContext {
+    /// The upstream offset of the record.
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, upstream: usize) {
+        let upstream = upstream as i64;
+        let shared = &self.0;
+        let remotes = shared.remotes.read().unwrap_or_else(|p| p.into_inner());
+        let msg = match result {
+            Ok(m) => m,
+            Err((_, m)) => m,
+        };
+        let Some(live) =
+            remotes.get(msg.topic()).and_then(|t| t.parts.get(msg.partition() as usize)).and_then(|l| l.as_ref())
+        else {
+            // Only partitions with nothing in flight are removed, so this cannot happen; if it did,
+            // the record simply does not count and is copied again.
+            tracing::warn!(
+                topic = msg.topic(),
+                partition = msg.partition(),
+                upstream,
+                "delivery report for a partition that is not being copied"
+            );
+            return;
+        };
+        match result {
+            Ok(m) => {
+                let heartbeat = live.heartbeats.then(|| (m.key().unwrap_or_default(), m.payload()));
+                shared.acked(live, upstream, m.offset(), m.payload_len(), m.timestamp().to_millis(), heartbeat)
+            }
+            Err((e, m)) => {
+                let code = e.rdkafka_error_code();
+                let failure = DeliveryFailure {
+                    offset: upstream,
+                    size: m.payload_len() + m.key().map_or(0, <[u8]>::len),
+                    error: e.to_string(),
+                    permanent: is_permanent(code),
+                    unknown_partition: code == Some(RDKafkaErrorCode::UnknownPartition),
+                };
+                live.ack.fail(&shared.acks, failure, true);
+            }
+        }
+    }
+}

@@ -1,0 +1,429 @@
+//! The copier's source probe: answers, off the copy thread, where each source partition can be copied
+//! from, and notices source topics that were deleted and created again.
+//!
+//! Its questions cost broker round trips (topic ids, log start and end offsets), so they never run on
+//! the copy thread: the copy loop sends a [`Request`] and goes on copying the other partitions; the
+//! answers come back as [`Report`]s it picks up between batches. A failed query is an
+//! [`Verdict::Unknown`], asked again later, never an error of the copier.
+//!
+//! What is checked, and when:
+//! - before a partition is assigned: is the stored position still inside the partition's log, and is
+//!   the topic the one the position was stored for (its Kafka topic id)?
+//! - after librdkafka reported an offset out of range (the consumer runs with `auto.offset.reset =
+//!   error`, so a position that fell off the log is never silently reset): the same, at the fetch
+//!   positions of the copied partitions;
+//! - every [`ID_CHECK_INTERVAL`], and at once when the consumer reports an unknown topic: have the
+//!   copied topics kept their ids? A topic re-created under the same name is copied again from its
+//!   start, even when it already holds more records than the old one did.
+//!
+//! Why gaps in the offsets never need a query: a fetch at an offset below the log start fails with
+//! OFFSET_OUT_OF_RANGE, so records deleted before they were copied always surface as that error. A gap
+//! inside a fetched range is compaction, a transaction marker or an aborted transaction: not a loss.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdkafka::TopicPartitionList;
+use rdkafka::consumer::Consumer;
+
+use crate::config::FlowPlan;
+use crate::flow::acks::{SourcePartition, TopicId};
+use crate::kafka;
+use crate::raw_admin;
+
+/// How often the ids of the copied topics are checked.
+pub const ID_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the source lag (`ferry_source_lag_records`) is measured.
+pub const LAG_INTERVAL: Duration = Duration::from_secs(5);
+/// Ids are not checked more often than this, whatever asks for it.
+const ID_CHECK_MIN_GAP: Duration = Duration::from_secs(2);
+/// How long one probe query may take.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A partition to check: where the copier would continue, and the topic id that position belongs to.
+#[derive(Clone, Debug)]
+pub struct Check {
+    pub tp: SourcePartition,
+    pub position: Option<i64>,
+    pub topic_id: Option<TopicId>,
+}
+
+/// A topic the copier is asked to copy.
+pub struct Watched {
+    /// The id the topic is copied under, if known.
+    pub id: Option<TopicId>,
+    pub partitions: Vec<WatchedPartition>,
+}
+
+pub struct WatchedPartition {
+    pub partition: i32,
+    pub ack: Arc<crate::flow::acks::PartitionAck>,
+    /// Where the partition's current assignment started (its lag before the first acknowledgement).
+    pub start: i64,
+    pub copying: bool,
+}
+
+pub enum Request {
+    /// Where can these partitions be copied from?
+    Check(Vec<Check>),
+    /// Every topic in the copier's book (replaces the previous set): ids are checked for the copying
+    /// partitions, lag is measured for all.
+    Watch(HashMap<String, Watched>),
+    /// Check the watched topics' ids now.
+    CheckIds,
+}
+
+/// The answer for one partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Copy from `at`: the position, or the log start for a partition never copied.
+    Start { at: i64, topic_id: Option<TopicId> },
+    /// The partition is not the one the position belongs to (the topic was re-created, or the log
+    /// was truncated below the position): copy it from its start `to`.
+    Reset { to: i64, topic_id: Option<TopicId>, why: String },
+    /// Records `from..to` were deleted before they were copied (retention, delete-records).
+    Lost { from: i64, to: i64, topic_id: Option<TopicId> },
+    /// The topic does not exist on the source (deleted).
+    Missing,
+    /// The check failed; ask again later.
+    Unknown(String),
+}
+
+/// A verdict, for one partition.
+pub type Report = (SourcePartition, Verdict);
+
+/// What to do with a partition, from its position and stored topic id and what the source says now.
+pub fn decide(
+    position: Option<i64>,
+    stored_id: Option<&str>,
+    current_id: Option<&str>,
+    low: i64,
+    high: i64,
+) -> Verdict {
+    let topic_id = current_id.map(Arc::from);
+    if let (Some(stored), Some(current)) = (stored_id, current_id)
+        && stored != current
+    {
+        return Verdict::Reset {
+            to: low,
+            topic_id,
+            why: format!("the topic was re-created (id {current}, was {stored})"),
+        };
+    }
+    match position {
+        None => Verdict::Start { at: low, topic_id },
+        Some(p) if p > high => Verdict::Reset {
+            to: low,
+            topic_id,
+            why: format!("position {p} is past the end of the log ({high}): the topic was re-created or truncated"),
+        },
+        Some(p) if p < low => Verdict::Lost { from: p, to: low, topic_id },
+        Some(p) => Verdict::Start { at: p, topic_id },
+    }
+}
+
+/// The probe's handle, owned by the copy loop. Dropping it stops the thread.
+pub struct Probe {
+    tx: Option<Sender<Request>>,
+    rx: Receiver<Report>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Probe {
+    pub fn start(plan: &Arc<FlowPlan>) -> Result<Probe, String> {
+        let consumer = kafka::assign_only_consumer(&plan.source, &plan.id, "probe").map_err(|e| e.to_string())?;
+        let admin = kafka::admin_client(&plan.source, &plan.id).map_err(|e| e.to_string())?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("start the probe's runtime: {e}"))?;
+        let (tx, requests) = mpsc::channel();
+        let (reports, rx) = mpsc::channel();
+        let flow = plan.id.to_string();
+        let cluster = plan.source.alias.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("copier-probe {flow}"))
+            .spawn(move || {
+                let mut p = ProbeLoop { flow, cluster, consumer, admin, rt, reports, watched: HashMap::new() };
+                p.run(requests)
+            })
+            .map_err(|e| format!("cannot start the copier's probe thread: {e}"))?;
+        Ok(Probe { tx: Some(tx), rx, thread: Some(thread) })
+    }
+
+    pub fn send(&self, request: Request) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(request);
+        }
+    }
+
+    /// Reports that arrived since the last call.
+    pub fn reports(&self) -> Vec<Report> {
+        let mut out = Vec::new();
+        loop {
+            match self.rx.try_recv() {
+                Ok(r) => out.push(r),
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => return out,
+            }
+        }
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct ProbeLoop {
+    flow: String,
+    cluster: String,
+    consumer: kafka::AssignOnlyConsumer,
+    admin: kafka::Admin,
+    rt: tokio::runtime::Runtime,
+    reports: Sender<Report>,
+    watched: HashMap<String, Watched>,
+}
+
+impl ProbeLoop {
+    fn run(&mut self, requests: Receiver<Request>) {
+        let mut next_ids = Instant::now() + ID_CHECK_INTERVAL;
+        let mut last_ids = Instant::now();
+        let mut next_lag = Instant::now() + LAG_INTERVAL;
+        loop {
+            let wait = next_ids.min(next_lag).saturating_duration_since(Instant::now());
+            match requests.recv_timeout(wait) {
+                Ok(Request::Check(list)) => {
+                    for r in self.check(list) {
+                        if self.reports.send(r).is_err() {
+                            return;
+                        }
+                    }
+                }
+                Ok(Request::Watch(w)) => self.watched = w,
+                Ok(Request::CheckIds) => {
+                    if last_ids.elapsed() >= ID_CHECK_MIN_GAP {
+                        next_ids = Instant::now();
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            if Instant::now() >= next_lag {
+                next_lag = Instant::now() + LAG_INTERVAL;
+                self.measure_lag();
+            }
+            if Instant::now() >= next_ids {
+                last_ids = Instant::now();
+                next_ids = last_ids + ID_CHECK_INTERVAL;
+                for r in self.check_ids() {
+                    if self.reports.send(r).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Source lag per topic: the partitions' end offsets minus the next offset to copy.
+    fn measure_lag(&self) {
+        let tps: Vec<SourcePartition> =
+            self.watched.iter().flat_map(|(t, w)| w.partitions.iter().map(move |p| (t.clone(), p.partition))).collect();
+        if tps.is_empty() {
+            return;
+        }
+        let highs = match self.ends(&tps) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::debug!(flow = %self.flow, error = %e, "cannot measure the source lag this time");
+                return;
+            }
+        };
+        for (topic, w) in &self.watched {
+            let lag: i64 = w
+                .partitions
+                .iter()
+                .filter_map(|p| {
+                    let high = highs.get(&(topic.clone(), p.partition))?;
+                    Some((high - p.ack.next().unwrap_or(p.start)).max(0))
+                })
+                .sum();
+            crate::metrics::METRICS.source_lag.with_label_values(&[&self.flow, topic]).set(lag);
+        }
+    }
+
+    fn describe(&self, topics: Vec<String>) -> Result<HashMap<String, raw_admin::TopicDescription>, String> {
+        let described = self
+            .rt
+            .block_on(raw_admin::describe_topics(&self.admin, &topics, QUERY_TIMEOUT))
+            .map_err(|e| format!("cluster `{}`: {e}", self.cluster))?;
+        Ok(described.into_iter().map(|d| (d.name.clone(), d)).collect())
+    }
+
+    /// Offsets of `tps` at `at` (ListOffsets with the special timestamps -2 and -1, which rdkafka spells
+    /// as the logical offsets Beginning and End).
+    fn list_offsets(
+        &self,
+        tps: &[SourcePartition],
+        at: rdkafka::Offset,
+    ) -> Result<HashMap<SourcePartition, i64>, String> {
+        let query = || -> Result<HashMap<SourcePartition, i64>, String> {
+            let mut tpl = TopicPartitionList::new();
+            for (t, p) in tps {
+                tpl.add_partition_offset(t, *p, at).map_err(|e| e.to_string())?;
+            }
+            let answered = self
+                .consumer
+                .offsets_for_times(tpl, QUERY_TIMEOUT)
+                .map_err(|e| format!("cluster `{}`: list offsets: {e}", self.cluster))?;
+            let mut out = HashMap::new();
+            for e in answered.elements() {
+                if let (None, rdkafka::Offset::Offset(o)) = (e.error().err(), e.offset()) {
+                    out.insert((e.topic().to_string(), e.partition()), o);
+                }
+            }
+            Ok(out)
+        };
+        query().or_else(|_| {
+            // The client's metadata may predate the partitions asked about (a topic that just grew):
+            // refresh it once and ask again.
+            let _ = self.consumer.fetch_metadata(None, QUERY_TIMEOUT);
+            query()
+        })
+    }
+
+    /// End offsets (last stable offsets) of `tps`.
+    fn ends(&self, tps: &[SourcePartition]) -> Result<HashMap<SourcePartition, i64>, String> {
+        self.list_offsets(tps, rdkafka::Offset::End)
+    }
+
+    /// Log start and end (last stable offset) of each partition.
+    fn bounds(&self, tps: &[SourcePartition]) -> Result<HashMap<SourcePartition, (i64, i64)>, String> {
+        let low = self.list_offsets(tps, rdkafka::Offset::Beginning)?;
+        let high = self.ends(tps)?;
+        Ok(low.into_iter().filter_map(|(tp, l)| high.get(&tp).map(|h| (tp, (l, *h)))).collect())
+    }
+
+    fn check(&self, list: Vec<Check>) -> Vec<Report> {
+        let mut topics: Vec<String> = list.iter().map(|c| c.tp.0.clone()).collect();
+        topics.sort();
+        topics.dedup();
+        let described = match self.describe(topics) {
+            Ok(d) => d,
+            Err(e) => return list.into_iter().map(|c| (c.tp, Verdict::Unknown(e.clone()))).collect(),
+        };
+        let present: Vec<(String, i32)> = list
+            .iter()
+            .filter(|c| described.get(&c.tp.0).is_some_and(|d| d.error.is_none() && c.tp.1 < d.partitions))
+            .map(|c| c.tp.clone())
+            .collect();
+        let bounds = match self.bounds(&present) {
+            Ok(b) => b,
+            Err(e) => return list.into_iter().map(|c| (c.tp, Verdict::Unknown(e.clone()))).collect(),
+        };
+        list.into_iter()
+            .map(|c| {
+                let verdict = match described.get(&c.tp.0) {
+                    None => Verdict::Unknown("the topic was not in the answer".into()),
+                    Some(d) => match &d.error {
+                        Some(e) if e.code == 3 => Verdict::Missing, // UNKNOWN_TOPIC_OR_PARTITION
+                        Some(e) => Verdict::Unknown(e.to_string()),
+                        None if c.tp.1 >= d.partitions => Verdict::Missing,
+                        None => match bounds.get(&c.tp) {
+                            Some((low, high)) => {
+                                decide(c.position, c.topic_id.as_deref(), d.id.as_deref(), *low, *high)
+                            }
+                            None => Verdict::Unknown("no log offsets for the partition".into()),
+                        },
+                    },
+                };
+                (c.tp, verdict)
+            })
+            .collect()
+    }
+
+    /// Compares the watched topics' ids with the source's; every copied partition of a topic that was
+    /// re-created gets a verdict.
+    fn check_ids(&self) -> Vec<Report> {
+        let topics: Vec<String> = self
+            .watched
+            .iter()
+            .filter(|(_, w)| w.partitions.iter().any(|p| p.copying))
+            .map(|(t, _)| t.clone())
+            .collect();
+        if topics.is_empty() {
+            return Vec::new();
+        }
+        let described = match self.describe(topics) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(flow = %self.flow, error = %e, "cannot check the source topics' ids; will try again");
+                return Vec::new();
+            }
+        };
+        let mut checks = Vec::new();
+        let mut missing = Vec::new();
+        for (topic, w) in &self.watched {
+            let Some(d) = described.get(topic) else { continue };
+            let copying = w.partitions.iter().filter(|p| p.copying).map(|p| p.partition);
+            match (&d.error, &w.id, &d.id) {
+                (Some(e), _, _) if e.code == 3 => missing.extend(copying.map(|p| (topic.clone(), p))),
+                (None, Some(known), Some(now)) if known.as_ref() != now.as_str() => {
+                    checks.extend(copying.map(|p| Check {
+                        tp: (topic.clone(), p),
+                        position: None,
+                        topic_id: Some(known.clone()),
+                    }));
+                }
+                _ => {}
+            }
+        }
+        let mut out: Vec<Report> = missing.into_iter().map(|tp| (tp, Verdict::Missing)).collect();
+        if !checks.is_empty() {
+            out.extend(self.check(checks));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_position_inside_the_log_of_the_same_topic_continues() {
+        assert_eq!(
+            decide(Some(10), Some("A"), Some("A"), 0, 100),
+            Verdict::Start { at: 10, topic_id: Some("A".into()) }
+        );
+        assert_eq!(decide(Some(100), None, Some("A"), 0, 100), Verdict::Start { at: 100, topic_id: Some("A".into()) });
+        assert_eq!(decide(None, None, None, 5, 100), Verdict::Start { at: 5, topic_id: None });
+    }
+
+    #[test]
+    fn a_re_created_topic_is_copied_from_its_start_even_when_it_is_longer() {
+        // Old topic ended at 1000; the new one already holds 5000 records.
+        match decide(Some(1_000), Some("old"), Some("new"), 0, 5_000) {
+            Verdict::Reset { to: 0, topic_id: Some(id), why } => {
+                assert_eq!(&*id, "new");
+                assert!(why.contains("re-created"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn without_ids_a_position_past_the_end_resets_and_one_before_the_start_loses_records() {
+        assert!(matches!(decide(Some(1_000), None, None, 0, 300), Verdict::Reset { to: 0, .. }));
+        assert_eq!(
+            decide(Some(1_000), None, None, 1_500, 2_000),
+            Verdict::Lost { from: 1_000, to: 1_500, topic_id: None }
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! What makes a node reload its flows directory, and what a reload reports.
+//!
+//! Triggers: a change in the directory (watched with `notify`, debounced so that a burst of editor writes
+//! or a Kubernetes ConfigMap symlink swap is one reload), SIGHUP, `POST /reload`, and a periodic rescan
+//! that compares the directory's content hash, for filesystems without change events. Watch events and
+//! rescans reload only when the content changed; SIGHUP and `POST /reload` always do.
+
+use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use actix::Addr;
+use notify_debouncer_full::notify::{RecommendedWatcher, RecursiveMode};
+use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
+use serde::Serialize;
+
+use crate::node::{Node, Reload};
+
+/// Quiet time after the last change event before a reload: editors save in bursts.
+pub const DEBOUNCE: Duration = Duration::from_secs(1);
+/// How often the directory's content hash is compared, whatever the watcher saw.
+pub const RESCAN_INTERVAL: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    Startup,
+    Watch,
+    Rescan,
+    Signal,
+    Http,
+}
+
+impl Trigger {
+    /// Whether the reload happens even if the directory's content did not change.
+    pub fn forces(self) -> bool {
+        matches!(self, Self::Startup | Self::Signal | Self::Http)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReloadResult {
+    /// The new flow set runs.
+    Applied,
+    /// The new flow set is invalid: nothing changed.
+    Rejected,
+    /// Valid, but a changed flow's new plan could not start: it kept its old plan (the rest applied).
+    RolledBack,
+    /// Nothing to do: the directory did not change (watch events and rescans only; not counted).
+    Unchanged,
+}
+
+impl ReloadResult {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Applied => "applied",
+            Self::Rejected => "rejected",
+            Self::RolledBack => "rolled_back",
+            Self::Unchanged => "unchanged",
+        }
+    }
+}
+
+/// What a reload did, for the log, `/flows` and `POST /reload`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReloadOutcome {
+    pub trigger: Trigger,
+    pub result: ReloadResult,
+    /// RFC 3339.
+    pub at: String,
+    /// Every validation error (file and key) of a rejected set, or why plans were rolled back.
+    pub error: Option<String>,
+    pub started: Vec<String>,
+    pub stopped: Vec<String>,
+    pub restarted: Vec<String>,
+    pub rolled_back: Vec<String>,
+}
+
+impl fmt::Display for ReloadOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({:?}): started {:?}, stopped {:?}, restarted {:?}, rolled back {:?}",
+            self.result.name(),
+            self.trigger,
+            self.started,
+            self.stopped,
+            self.restarted,
+            self.rolled_back
+        )
+    }
+}
+
+/// A hash of what a reload would read: the names and contents of the directory's flow files (following
+/// symlinks, as a ConfigMap mount has them) and of the secret files they reference. Unreadable entries hash as their error, so that a change
+/// from unreadable to readable is a change too.
+pub fn content_hash(dir: &Path) -> u64 {
+    let mut h = DefaultHasher::new();
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd.filter_map(Result::ok).map(|e| e.path()).filter(|p| crate::config::is_flow_file(p)).collect(),
+        Err(e) => {
+            e.kind().hash(&mut h);
+            return h.finish();
+        }
+    };
+    files.sort();
+    // Secret files the flow files reference (`${file:...}`) count too: a rotated password is a change.
+    files.extend(crate::config::secret_files_in(dir));
+    for f in files {
+        f.hash(&mut h);
+        match std::fs::read(&f) {
+            Ok(bytes) => bytes.hash(&mut h),
+            Err(e) => e.kind().hash(&mut h),
+        }
+    }
+    h.finish()
+}
+
+/// Keeps the directory watched while alive.
+pub struct DirWatch {
+    _debouncer: Debouncer<RecommendedWatcher, RecommendedCache>,
+}
+
+/// Watch `dir` (not recursively: flow files live at its top, and a ConfigMap swap renames `..data`
+/// there) and ask `node` to reload after each debounced burst of changes.
+pub fn watch(dir: &Path, node: Addr<Node>) -> Result<DirWatch, String> {
+    let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| match result {
+        Ok(events) if !events.is_empty() => node.do_send(Reload { trigger: Trigger::Watch }),
+        Ok(_) => {}
+        Err(errors) => {
+            for e in errors {
+                tracing::warn!(error = %e, "watching the flows directory");
+            }
+        }
+    })
+    .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+    debouncer.watch(dir, RecursiveMode::NonRecursive).map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+    Ok(DirWatch { _debouncer: debouncer })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hash_follows_flow_files_only() {
+        let dir = tempfile::tempdir().expect("dir");
+        let h0 = content_hash(dir.path());
+        std::fs::write(dir.path().join("a.toml"), "x = 1").expect("write");
+        let h1 = content_hash(dir.path());
+        assert_ne!(h0, h1);
+        std::fs::write(dir.path().join(".a.toml.swp"), "junk").expect("write");
+        std::fs::write(dir.path().join("notes.txt"), "junk").expect("write");
+        assert_eq!(content_hash(dir.path()), h1, "hidden and non-TOML files do not count");
+        std::fs::write(dir.path().join("a.toml"), "x = 2").expect("write");
+        assert_ne!(content_hash(dir.path()), h1);
+    }
+}
