@@ -16,7 +16,7 @@ use rdkafka::admin::{
     AdminClient, AdminOptions, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
 };
 use rdkafka::client::{ClientContext, DefaultClientContext};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
@@ -76,10 +76,127 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
     }
 }
 
-fn config(bootstrap: &str) -> ClientConfig {
+/// Client properties (security.protocol, sasl.*, ssl.*) per bootstrap address, for every helper of
+/// this module: a secured [`super::Cluster`] registers its super user's here while it exists, so
+/// `create_topic(&cluster.bootstrap, ..)` and friends work against it unchanged.
+static SECURITY: Mutex<BTreeMap<String, Props>> = Mutex::new(BTreeMap::new());
+
+/// Client properties, (key, value) in order.
+type Props = Vec<(String, String)>;
+
+thread_local! {
+    /// [`as_client`] overrides on this thread, innermost last: (bootstrap, properties).
+    static AS_CLIENT: std::cell::RefCell<Vec<(String, Props)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Makes every helper use `props` for clients of `bootstrap` (replacing what was registered).
+pub fn register_security(bootstrap: &str, props: Vec<(String, String)>) {
+    SECURITY.lock().unwrap_or_else(|p| p.into_inner()).insert(bootstrap.to_string(), props);
+}
+
+/// Forgets what [`register_security`] registered for `bootstrap` (plaintext again).
+pub fn unregister_security(bootstrap: &str) {
+    SECURITY.lock().unwrap_or_else(|p| p.into_inner()).remove(bootstrap);
+}
+
+/// The properties the helpers use for `bootstrap` on this thread: the innermost [`as_client`]
+/// override, else the registered ones, else none (plaintext).
+pub fn security_props(bootstrap: &str) -> Vec<(String, String)> {
+    let overridden = AS_CLIENT.with(|a| a.borrow().iter().rev().find(|(b, _)| b == bootstrap).map(|(_, p)| p.clone()));
+    overridden.unwrap_or_else(|| {
+        SECURITY.lock().unwrap_or_else(|p| p.into_inner()).get(bootstrap).cloned().unwrap_or_default()
+    })
+}
+
+/// Runs `f` with the helpers on this thread connecting to `bootstrap` with `props` instead of the
+/// registered (super user's) properties, e.g. `as_client(&c.bootstrap, &c.client_props("alice"),
+/// || consume_all(&c.bootstrap, "a", timeout))` reads as alice. Other threads are not affected.
+pub fn as_client<T>(bootstrap: &str, props: &[(String, String)], f: impl FnOnce() -> T) -> T {
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            AS_CLIENT.with(|a| a.borrow_mut().pop());
+        }
+    }
+    AS_CLIENT.with(|a| a.borrow_mut().push((bootstrap.to_string(), props.to_vec())));
+    let _pop = Pop;
+    f()
+}
+
+/// A client configuration for `bootstrap` with exactly `props` on top (nothing registered), for
+/// tests that build their own clients, e.g. with a wrong password.
+pub fn client_config(bootstrap: &str, props: &[(String, String)]) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", bootstrap).set("reconnect.backoff.max.ms", "1000");
+    for (k, v) in props {
+        c.set(k, v);
+    }
     c
+}
+
+fn config(bootstrap: &str) -> ClientConfig {
+    client_config(bootstrap, &security_props(bootstrap))
+}
+
+/// Why a client could not talk to a cluster: the first error librdkafka reported (through the
+/// error callback, e.g. `Authentication` or `SSL`, or from the metadata request).
+#[derive(Clone, Debug)]
+pub struct ConnectError {
+    pub code: RDKafkaErrorCode,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {}", self.code, self.message)
+    }
+}
+
+/// Records the errors librdkafka reports through its error callback.
+#[derive(Default)]
+struct ErrorLog(Mutex<Vec<ConnectError>>);
+
+impl ClientContext for ErrorLog {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let code = error.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
+        self.0.lock().unwrap().push(ConnectError { code, message: reason.to_string() });
+    }
+}
+
+impl ConsumerContext for ErrorLog {}
+
+/// Connects to `bootstrap` with exactly `props` (see [`client_config`]) and fetches metadata:
+/// `Ok` once that works, else the first error librdkafka reported within `deadline` (a timeout if
+/// it reported none). Authentication and TLS failures arrive through librdkafka's error callback
+/// (served by `poll`), not as the metadata request's error (a transport failure or a timeout),
+/// hence this helper.
+pub fn try_connect(bootstrap: &str, props: &[(String, String)], deadline: Duration) -> Result<(), ConnectError> {
+    let consumer: BaseConsumer<ErrorLog> = client_config(bootstrap, props)
+        .set("reconnect.backoff.max.ms", "200")
+        .create_with_context(ErrorLog::default())
+        .map_err(|e| ConnectError { code: RDKafkaErrorCode::InvalidArgument, message: format!("client: {e}") })?;
+    let start = Instant::now();
+    loop {
+        let left = deadline.saturating_sub(start.elapsed());
+        let attempt = consumer.fetch_metadata(None, left.min(Duration::from_millis(250)));
+        if attempt.is_ok() {
+            return Ok(());
+        }
+        // Error events are delivered (to the context) by poll, not by the metadata request.
+        let _ = consumer.poll(Duration::from_millis(50));
+        if let Some(first) = consumer.context().0.lock().unwrap().first() {
+            return Err(first.clone());
+        }
+        match attempt {
+            Ok(_) => return Ok(()),
+            Err(e) if start.elapsed() >= deadline => {
+                let code = e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::OperationTimedOut);
+                return Err(ConnectError { code, message: format!("no error reported within {deadline:?}: {e}") });
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
@@ -220,6 +337,8 @@ pub fn produce(bootstrap: &str, topic: &str, recs: &[Rec]) {
         .set("max.in.flight.requests.per.connection", "1")
         .set("linger.ms", "0")
         .set("message.timeout.ms", "30000")
+        // Records near and above 1 MB (librdkafka's default limit); the topic decides what it takes.
+        .set("message.max.bytes", "10000000")
         .create_with_context(Deliveries { failed: Mutex::new(Vec::new()), done: AtomicUsize::new(0) })
         .unwrap_or_else(|e| panic!("producer for {bootstrap}: {e}"));
     for rec in recs {
@@ -262,12 +381,18 @@ pub fn produce(bootstrap: &str, topic: &str, recs: &[Rec]) {
     assert_eq!(ctx.done.load(Ordering::Relaxed), recs.len(), "deliveries reported");
 }
 
+/// The `group.id` of [`consume_all`]'s consumer. It never joins nor commits, but librdkafka still
+/// looks up the group's coordinator: under ACLs, a user needs Describe on this group (and Read on
+/// the topic) to use [`consume_all`].
+pub const CONSUME_ALL_GROUP: &str = "ferry-test-consume-all";
+
 /// Reads every partition of `topic` from its start up to the high watermark seen when called
 /// (assign, no consumer group; read_committed, so aborted transactional records are skipped) and
 /// returns the records sorted by (partition, offset). Panics if that takes longer than `timeout`.
+/// Under ACLs see [`CONSUME_ALL_GROUP`].
 pub fn consume_all(bootstrap: &str, topic: &str, timeout: Duration) -> Vec<Rec> {
     let consumer: BaseConsumer = config(bootstrap)
-        .set("group.id", "ferry-test-consume-all") // required by librdkafka's consumer; never used
+        .set("group.id", CONSUME_ALL_GROUP) // required by librdkafka's consumer; never used
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
@@ -453,4 +578,57 @@ pub fn delete_records(bootstrap: &str, topic: &str, partition: i32, before: i64)
         .fetch_watermarks(topic, partition, TIMEOUT)
         .unwrap_or_else(|e| panic!("watermarks of {topic}-{partition} on {bootstrap}: {e}"));
     assert_eq!(low, before, "log start of {topic}-{partition} after DeleteRecords");
+}
+
+/// Produces `recs` in one committed transaction (a transactional producer, as MM2 writes its offsets
+/// with `exactly.once.source.support=enabled`): the partitions then end with a commit marker.
+pub fn produce_transactional(bootstrap: &str, topic: &str, recs: &[Rec]) {
+    let producer: BaseProducer = config(bootstrap)
+        .set("transactional.id", format!("ferry-test-{}-{topic}", std::process::id()))
+        .set("acks", "all")
+        .create()
+        .unwrap_or_else(|e| panic!("transactional producer for {bootstrap}: {e}"));
+    producer.init_transactions(TIMEOUT).unwrap_or_else(|e| panic!("init transactions on {bootstrap}: {e}"));
+    producer.begin_transaction().unwrap_or_else(|e| panic!("begin transaction on {bootstrap}: {e}"));
+    for rec in recs {
+        let mut headers = OwnedHeaders::new_with_capacity(rec.headers.len());
+        for (k, v) in &rec.headers {
+            headers = headers.insert(Header { key: k, value: v.as_deref() });
+        }
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(rec.partition).headers(headers);
+        if let Some(k) = &rec.key {
+            record = record.key(k.as_slice());
+        }
+        if let Some(v) = &rec.value {
+            record = record.payload(v.as_slice());
+        }
+        producer.send(record).unwrap_or_else(|(e, _)| panic!("produce to {topic} on {bootstrap}: {e}"));
+    }
+    producer.commit_transaction(TIMEOUT).unwrap_or_else(|e| panic!("commit transaction on {bootstrap}: {e}"));
+}
+
+/// Sets topic-level configs of `topic` (AlterConfigs: the given keys replace the topic's overrides).
+pub fn set_topic_configs(bootstrap: &str, topic: &str, configs: &[(&str, &str)]) {
+    let mut alter = rdkafka::admin::AlterConfig::new(ResourceSpecifier::Topic(topic));
+    for (k, v) in configs {
+        alter = alter.set(k, v);
+    }
+    let results = block_on(admin(bootstrap).alter_configs([&alter], &admin_opts()))
+        .unwrap_or_else(|e| panic!("alter configs of {topic} on {bootstrap}: {e}"));
+    for r in results {
+        if let Err((_, code)) = r {
+            panic!("alter configs of {topic} on {bootstrap}: {code}");
+        }
+    }
+}
+
+/// Deletes consumer `group` (it must have no members).
+pub fn delete_group(bootstrap: &str, group: &str) {
+    let results = block_on(admin(bootstrap).delete_groups(&[group], &admin_opts()))
+        .unwrap_or_else(|e| panic!("delete group {group} on {bootstrap}: {e}"));
+    for r in results {
+        if let Err((g, code)) = r {
+            panic!("delete group {g} on {bootstrap}: {code}");
+        }
+    }
 }

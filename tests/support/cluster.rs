@@ -8,8 +8,18 @@
 //! Readiness means: the broker logged "Kafka Server started" (which KRaft brokers log only after
 //! the controller unfenced them), serves metadata with one broker in it, and the controller
 //! accepts a validate-only CreateTopics (nothing is created, so `list_topics` stays clean).
+//!
+//! Secured clusters ([`Cluster::start_secured`], see [`Security`]) offer clients one SASL_SSL
+//! (SCRAM-SHA-512) or mTLS listener on `bootstrap`; the node's inter-broker and controller
+//! listeners stay PLAINTEXT on other loopback ports. The super user [`ADMIN`] always exists; while
+//! the cluster lives its properties are registered for `bootstrap` (see
+//! [`super::client::register_security`]), so every client helper works against it unchanged.
+//! [`Cluster::client_props`] gives any user's librdkafka properties (e.g. for a ferry flow file),
+//! [`super::client::as_client`] runs helpers as that user, [`Cluster::allow`] adds ACLs.
 
+use std::collections::BTreeMap;
 use std::fs::OpenOptions;
+use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -20,8 +30,10 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use super::client::block_on;
+use super::client::{block_on, register_security, unregister_security};
 use super::process::{kill_and_reap, spawn_watchdog, terminate};
+use super::tls::{Tls, path_str, prop};
+use super::tools::run_tool;
 use super::{free_port, repo_root, tail};
 
 /// How long `start`/`restart` wait for a usable broker before panicking with its log.
@@ -29,6 +41,68 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(90);
 /// How long `stop` waits after SIGTERM before SIGKILL.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 const STARTED_LINE: &str = "Kafka Server started";
+/// The super user of every secured cluster (`super.users` when ACLs are on).
+pub const ADMIN: &str = "admin";
+
+/// How clients reach a secured cluster. `users` get credentials (besides [`ADMIN`], who always
+/// has them); with `acls` the StandardAuthorizer is on, `allow.everyone.if.no.acl.found=false`,
+/// and only [`ADMIN`] (and the node itself) may do anything until [`Cluster::allow`] says so.
+#[derive(Clone, Debug)]
+pub enum Security {
+    /// A SASL_SSL listener with SCRAM-SHA-512; the SCRAM credentials are written when the storage
+    /// is formatted (`kafka-storage format --add-scram`), with generated passwords.
+    SaslSsl { users: Vec<String>, acls: bool },
+    /// An SSL listener with `ssl.client.auth=required`; each user has a client certificate
+    /// `CN=<user>` signed by the cluster's CA, and is principal `User:<user>`.
+    Mtls { users: Vec<String>, acls: bool },
+}
+
+impl Security {
+    pub fn sasl_ssl(users: &[&str]) -> Security {
+        Security::SaslSsl { users: users.iter().map(|u| u.to_string()).collect(), acls: false }
+    }
+
+    pub fn mtls(users: &[&str]) -> Security {
+        Security::Mtls { users: users.iter().map(|u| u.to_string()).collect(), acls: false }
+    }
+
+    /// The same with the StandardAuthorizer on.
+    pub fn with_acls(self) -> Security {
+        match self {
+            Security::SaslSsl { users, .. } => Security::SaslSsl { users, acls: true },
+            Security::Mtls { users, .. } => Security::Mtls { users, acls: true },
+        }
+    }
+
+    fn users(&self) -> Vec<String> {
+        let (Security::SaslSsl { users, .. } | Security::Mtls { users, .. }) = self;
+        let mut all = vec![ADMIN.to_string()];
+        all.extend(users.iter().filter(|u| *u != ADMIN).cloned());
+        all
+    }
+
+    fn acls(&self) -> bool {
+        matches!(self, Security::SaslSsl { acls: true, .. } | Security::Mtls { acls: true, .. })
+    }
+
+    /// The MODE argument of `kafka.sh prepare-secure`.
+    fn mode(&self) -> String {
+        let kind = match self {
+            Security::SaslSsl { .. } => "sasl_ssl",
+            Security::Mtls { .. } => "mtls",
+        };
+        if self.acls() { format!("{kind}+acl") } else { kind.to_string() }
+    }
+}
+
+/// What a secured cluster knows about its clients.
+struct Secured {
+    security: Security,
+    tls: Tls,
+    /// SCRAM passwords (SASL_SSL only), user -> password.
+    passwords: BTreeMap<String, String>,
+    internal_port: u16,
+}
 
 /// One running (or stopped) single-node cluster. Dropping it kills the JVM and removes its dir.
 pub struct Cluster {
@@ -44,23 +118,16 @@ pub struct Cluster {
     java: Option<Child>,
     /// Kills the JVM if the test process dies (see `process`).
     watchdog: Option<Child>,
+    /// `None` for a plaintext cluster.
+    secured: Option<Secured>,
 }
 
 impl Cluster {
     /// Starts a dedicated cluster on free loopback ports and waits until it is usable; panics with
     /// the tail of the broker log if it is not within [`READY_TIMEOUT`].
     pub fn start(name: &str) -> Cluster {
-        let port = free_port();
-        let controller_port = loop {
-            let p = free_port();
-            if p != port {
-                break p;
-            }
-        };
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("ferry-kafka-{name}-"))
-            .tempdir()
-            .expect("create cluster temp dir");
+        let [port, controller_port] = distinct_free_ports();
+        let dir = cluster_dir(name);
         kafka_sh(&[
             "prepare",
             dir.path().to_str().expect("utf-8 temp dir"),
@@ -75,9 +142,196 @@ impl Cluster {
             dir,
             java: None,
             watchdog: None,
+            secured: None,
         };
         cluster.launch();
         cluster
+    }
+
+    /// Starts a dedicated secured cluster (see [`Security`]) and waits until [`ADMIN`] can use it.
+    /// `bootstrap` is its secured client listener; its CA and client certificates are made in its
+    /// temp dir (`<dir>/tls`), SCRAM users are created when its storage is formatted.
+    pub fn start_secured(name: &str, security: Security) -> Cluster {
+        let [port, controller_port, internal_port] = distinct_free_ports();
+        let dir = cluster_dir(name);
+        let users = security.users();
+        let cert_clients: Vec<&str> = match security {
+            Security::Mtls { .. } => users.iter().map(String::as_str).collect(),
+            Security::SaslSsl { .. } => Vec::new(),
+        };
+        let tls = Tls::generate(&dir.path().join("tls"), &cert_clients);
+        let passwords: BTreeMap<String, String> = match security {
+            Security::SaslSsl { .. } => users.iter().map(|u| (u.clone(), random_password(u))).collect(),
+            Security::Mtls { .. } => BTreeMap::new(),
+        };
+        let (dir_s, port_s, cport_s, iport_s, mode) = (
+            dir.path().to_str().expect("utf-8 temp dir").to_string(),
+            port.to_string(),
+            controller_port.to_string(),
+            internal_port.to_string(),
+            security.mode(),
+        );
+        let scram: Vec<String> = passwords.iter().map(|(u, p)| format!("{u}={p}")).collect();
+        let mut args = vec!["prepare-secure", &dir_s, &port_s, &cport_s, &iport_s, &mode];
+        args.extend(scram.iter().map(String::as_str));
+        kafka_sh(&args);
+        let mut cluster = Cluster {
+            name: name.to_string(),
+            bootstrap: format!("127.0.0.1:{port}"),
+            port,
+            controller_port,
+            dir,
+            java: None,
+            watchdog: None,
+            secured: Some(Secured { security, tls, passwords, internal_port }),
+        };
+        register_security(&cluster.bootstrap, cluster.client_props(ADMIN));
+        cluster.launch();
+        cluster
+    }
+
+    /// The [`Security`] this cluster was started with; `None` for plaintext.
+    pub fn security(&self) -> Option<&Security> {
+        self.secured.as_ref().map(|s| &s.security)
+    }
+
+    /// The certificates of a secured cluster (e.g. the untrusted CA and its client certificate).
+    pub fn tls(&self) -> &Tls {
+        &self.secured().tls
+    }
+
+    /// The users with credentials on a secured cluster, [`ADMIN`] first.
+    pub fn users(&self) -> Vec<String> {
+        self.secured().security.users()
+    }
+
+    /// The PLAINTEXT inter-broker listener's port of a secured cluster (not for clients).
+    pub fn internal_port(&self) -> Option<u16> {
+        self.secured.as_ref().map(|s| s.internal_port)
+    }
+
+    /// librdkafka properties with which `user` connects to `bootstrap` (empty for a plaintext
+    /// cluster): `security.protocol`, `ssl.ca.location`, and `sasl.mechanism`/`sasl.username`/
+    /// `sasl.password` (SASL_SSL) or `ssl.certificate.location`/`ssl.key.location` (mTLS). The
+    /// same keys go into a ferry flow file under `[clusters.X.client]`. Panics for an unknown user.
+    pub fn client_props(&self, user: &str) -> Vec<(String, String)> {
+        let Some(s) = &self.secured else { return Vec::new() };
+        match s.security {
+            Security::SaslSsl { .. } => vec![
+                prop("security.protocol", "SASL_SSL"),
+                prop("ssl.ca.location", &path_str(&s.tls.ca())),
+                prop("sasl.mechanism", "SCRAM-SHA-512"),
+                prop("sasl.username", user),
+                prop("sasl.password", self.password(user)),
+            ],
+            Security::Mtls { .. } => {
+                let (cert, key) = s.tls.client(user);
+                s.tls.ssl_props(Some((&cert, &key)))
+            }
+        }
+    }
+
+    /// The SCRAM password of `user` on a SASL_SSL cluster.
+    pub fn password(&self, user: &str) -> &str {
+        let s = self.secured();
+        s.passwords.get(user).unwrap_or_else(|| {
+            panic!("[{}] no SCRAM user {user:?} (users: {:?})", self.name, s.passwords.keys().collect::<Vec<_>>())
+        })
+    }
+
+    /// Java client properties with which `user` connects (for Kafka's tools and MirrorMaker 2):
+    /// PEM truststore and SCRAM JAAS config, or PEM keystore.
+    pub fn java_client_props(&self, user: &str) -> Vec<(String, String)> {
+        let s = self.secured();
+        let mut props =
+            vec![prop("ssl.truststore.type", "PEM"), prop("ssl.truststore.location", &path_str(&s.tls.ca()))];
+        match s.security {
+            Security::SaslSsl { .. } => props.extend([
+                prop("security.protocol", "SASL_SSL"),
+                prop("sasl.mechanism", "SCRAM-SHA-512"),
+                prop(
+                    "sasl.jaas.config",
+                    &format!(
+                        "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{user}\" \
+                         password=\"{}\";",
+                        self.password(user)
+                    ),
+                ),
+            ]),
+            Security::Mtls { .. } => {
+                s.tls.client(user); // panics for an unknown user
+                props.extend([
+                    prop("security.protocol", "SSL"),
+                    prop("ssl.keystore.type", "PEM"),
+                    prop("ssl.keystore.location", &path_str(&s.tls.client_keystore(user))),
+                ])
+            }
+        }
+        props
+    }
+
+    /// [`Cluster::java_client_props`] of `user` written to `<dir>/client-<user>.properties`, for a
+    /// Kafka tool's `--command-config` (or `--consumer.config`, ...). Returns its path.
+    pub fn java_client_config(&self, user: &str) -> PathBuf {
+        let path = self.dir.path().join(format!("client-{user}.properties"));
+        let text: String = self.java_client_props(user).iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        path
+    }
+
+    /// Adds ALLOW ACLs through Kafka's `kafka-acls` tool (`org.apache.kafka.tools.AclCommand`) as
+    /// [`ADMIN`]: `principal` (`alice` or `User:alice`) may do each of `operations` (`Read`,
+    /// `Write`, `Describe`, `Create`, `All`, ...) on the resources `resource_type` (`topic`,
+    /// `group`, `cluster`, `transactional-id`) named `name` (`*` for all; ignored for `cluster`),
+    /// matched as `pattern_type` (`literal` or `prefixed`), from any host. Returns once the
+    /// controller committed them; the broker applies them a moment later, so a test polls for the
+    /// effect ([`super::wait_for`]). Panics if the tool fails. Costs a JVM start (~2-3 s): see
+    /// [`Cluster::allow_all`] for several resources at once.
+    pub fn allow(&self, principal: &str, resource_type: &str, name: &str, pattern_type: &str, operations: &[&str]) {
+        self.allow_all(principal, &[(resource_type, name)], pattern_type, operations);
+    }
+
+    /// [`Cluster::allow`] for each `(resource_type, name)` of `resources` (every operation must
+    /// apply to every resource type), in one run of the tool.
+    pub fn allow_all(&self, principal: &str, resources: &[(&str, &str)], pattern_type: &str, operations: &[&str]) {
+        assert!(self.security().is_some_and(Security::acls), "[{}] allow: the cluster has no authorizer", self.name);
+        let principal = if principal.contains(':') { principal.to_string() } else { format!("User:{principal}") };
+        let config = path_str(&self.java_client_config(ADMIN));
+        let flags: Vec<String> = resources.iter().map(|(t, _)| format!("--{t}")).collect();
+        let mut args = vec![
+            "--bootstrap-server",
+            &self.bootstrap,
+            "--command-config",
+            &config,
+            "--add",
+            "--allow-principal",
+            &principal,
+            "--resource-pattern-type",
+            pattern_type,
+        ];
+        for (flag, (_, name)) in flags.iter().zip(resources) {
+            args.push(flag);
+            if flag != "--cluster" {
+                args.push(name);
+            }
+        }
+        for op in operations {
+            args.extend(["--operation", op]);
+        }
+        let out = run_tool("org.apache.kafka.tools.AclCommand", &args, Duration::from_secs(60));
+        assert!(
+            out.status.success() && out.stdout.contains("Adding ACLs"),
+            "[{}] kafka-acls {} failed ({}); stdout:\n{}\nstderr:\n{}",
+            self.name,
+            args.join(" "),
+            out.status,
+            tail(&out.stdout, 20),
+            tail(&out.stderr, 20)
+        );
+    }
+
+    fn secured(&self) -> &Secured {
+        self.secured.as_ref().unwrap_or_else(|| panic!("[{}] is a plaintext cluster", self.name))
     }
 
     /// Starts the JVM again with the same ports and data (stopping it first if it still runs) and
@@ -169,7 +423,8 @@ impl Cluster {
             let log = std::fs::read(self.log_path()).unwrap_or_default();
             let started = log.get(log_start..).is_some_and(|l| String::from_utf8_lossy(l).contains(STARTED_LINE));
             if started {
-                match probe(&self.bootstrap) {
+                let props = self.client_props(ADMIN);
+                match probe(&self.bootstrap, &props) {
                     Ok(()) => return,
                     Err(e) => last_err = e,
                 }
@@ -198,24 +453,59 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.kill();
+        if self.secured.is_some() {
+            unregister_security(&self.bootstrap);
+        }
         // self.dir (TempDir) is dropped after this and removes the data.
     }
 }
 
+/// `N` different ports that were free a moment ago.
+fn distinct_free_ports<const N: usize>() -> [u16; N] {
+    let mut ports = [0u16; N];
+    for i in 0..N {
+        ports[i] = loop {
+            let p = free_port();
+            if !ports[..i].contains(&p) {
+                break p;
+            }
+        };
+    }
+    ports
+}
+
+fn cluster_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("ferry-kafka-{name}-")).tempdir().expect("create cluster temp dir")
+}
+
+/// `<user>-<16 random hex digits>` (std's randomly keyed hasher as the random source).
+fn random_password(user: &str) -> String {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write(user.as_bytes());
+    format!("{user}-{:016x}", h.finish())
+}
+
 /// Metadata with exactly one broker, then a validate-only CreateTopics answered by the controller.
-fn probe(bootstrap: &str) -> Result<(), String> {
+/// `props`: the client's security properties (empty for plaintext).
+fn probe(bootstrap: &str, props: &[(String, String)]) -> Result<(), String> {
     let timeout = Duration::from_secs(5);
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("reconnect.backoff.max.ms", "200")
-        .create()
-        .map_err(|e| format!("client: {e}"))?;
+    let config = |backoff: bool| {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", bootstrap);
+        if backoff {
+            c.set("reconnect.backoff.max.ms", "200");
+        }
+        for (k, v) in props {
+            c.set(k, v);
+        }
+        c
+    };
+    let consumer: BaseConsumer = config(true).create().map_err(|e| format!("client: {e}"))?;
     let md = consumer.fetch_metadata(None, timeout).map_err(|e| format!("metadata: {e}"))?;
     if md.brokers().len() != 1 {
         return Err(format!("metadata lists {} brokers", md.brokers().len()));
     }
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", bootstrap).create().map_err(|e| format!("admin client: {e}"))?;
+    let admin: AdminClient<DefaultClientContext> = config(false).create().map_err(|e| format!("admin client: {e}"))?;
     let topic = NewTopic::new("ferry-ready-probe", 1, TopicReplication::Fixed(1));
     let opts = AdminOptions::new().validate_only(true).request_timeout(Some(timeout)).operation_timeout(Some(timeout));
     let results =
@@ -294,7 +584,7 @@ fn kafka_command(args: &[String]) -> Command {
 /// Runs `scripts/kafka.sh ARGS` and returns its stdout; panics with its stderr on failure. Runs
 /// serialised within the process: the first call may fetch the jars (the script also takes a file
 /// lock against other test binaries).
-fn kafka_sh(args: &[&str]) -> String {
+pub(super) fn kafka_sh(args: &[&str]) -> String {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let script = repo_root().join("scripts/kafka.sh");

@@ -13,9 +13,10 @@ use std::time::Duration;
 use super::process::{kill_and_reap, spawn_watchdog, terminate};
 use super::{free_port, tail, wait_for};
 
-/// The `ferry` binary Cargo built for this integration test.
+/// The `ferry` binary Cargo built for this integration test, or `FERRY_TEST_BIN` when set (e.g. to run a
+/// test against an older build and see it fail).
 pub fn ferry_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_ferry"))
+    std::env::var_os("FERRY_TEST_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ferry")), PathBuf::from)
 }
 
 pub struct Ferry {
@@ -48,6 +49,16 @@ impl Ferry {
         let dir = tempfile::Builder::new().prefix("ferry-run-").tempdir().expect("ferry temp dir");
         let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let log = File::create(dir.path().join("ferry.log")).expect("create ferry.log");
+        // Tests share clusters: each flows directory is its own deployment (its own copier and lease
+        // groups), and a node restarted on the same directory keeps its id (static membership of the lease
+        // group: it leads again at once). Tests that run several nodes of one deployment set FERRY_NODE_ID.
+        let node_id = {
+            use std::hash::{DefaultHasher, Hash, Hasher};
+            let mut h = DefaultHasher::new();
+            flows_dir.hash(&mut h);
+            format!("test-{:016x}", h.finish())
+        };
+        let deployment = format!("ferry-{node_id}");
         let child = Command::new(bin)
             .arg("run")
             .arg("--flows")
@@ -56,6 +67,8 @@ impl Ferry {
             .arg(listen.to_string())
             .args(extra_args)
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .env("FERRY_NODE_ID", node_id)
+            .env("FERRY_DEPLOYMENT", deployment)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup log fd"))
@@ -135,7 +148,18 @@ impl Drop for Ferry {
     fn drop(&mut self) {
         self.kill9();
         if std::thread::panicking() {
-            eprintln!("ferry log ({}):\n{}", self.log_path().display(), tail(&self.log(), 60));
+            // ferry's own lines first: librdkafka's connection noise (a burst per unreachable broker)
+            // would push them out of a plain tail.
+            let log = self.log();
+            let own: Vec<&str> = log.lines().filter(|l| !l.contains("librdkafka")).collect();
+            let noise = log.lines().count() - own.len();
+            let from = own.len().saturating_sub(150);
+            eprintln!(
+                "ferry log ({}), its last {} own lines ({noise} librdkafka lines left out):\n{}",
+                self.log_path().display(),
+                own.len() - from,
+                own[from..].join("\n")
+            );
         }
         // For debugging: FERRY_TEST_KEEP_LOGS=<dir> keeps every ferry.log (the temp dir goes with self).
         if let Some(keep) = std::env::var_os("FERRY_TEST_KEEP_LOGS") {

@@ -5,13 +5,18 @@
 //!   free loopback ports with its own temp dir; [`shared_pair`] is the east/west pair shared by all
 //!   tests of one test binary. The JVM command line, `server.properties` and the storage format
 //!   come from `scripts/kafka.sh` so that the shell test bed and the tests cannot drift apart.
+//!   [`Cluster::start_secured`] starts one with a SASL_SSL (SCRAM) or mTLS client listener and
+//!   optionally ACLs ([`Security`]); `client_props(user)` gives a user's librdkafka properties.
 //! - [`client`]: blocking topic admin, produce, consume-everything and group-offset helpers on
-//!   rdkafka, usable from sync and async tests alike (no runtime of their own).
+//!   rdkafka, usable from sync and async tests alike (no runtime of their own). They connect with
+//!   the properties a secured cluster registered for its bootstrap address (its super user), or
+//!   another user's inside [`as_client`]; [`try_connect`] reports why a client is refused.
 //! - [`ferry`]: [`Ferry`] runs the `ferry` binary with its output in a log file.
 //! - [`mm2`]: [`Mm2`] runs a real Java MirrorMaker 2 in dedicated mode from the fetched jars.
 //! - [`tools`]: Kafka's own command-line tools (e.g. the console consumer with MM2's formatters)
 //!   run from the fetched jars, with a deadline.
 //! - [`observe`]: what an operator reads: ferry's `/health` and `/metrics`, and checks over checkpoints.
+//! - [`tls`]: throwaway CAs and certificates for secured clusters ([`Cluster::start_secured`]).
 //! - [`process`]: the watchdog that kills a child (JVM or ferry) when the test process dies, even
 //!   by SIGKILL, so that no broker outlives its test binary.
 //!
@@ -28,7 +33,12 @@ pub mod mm2;
 pub mod mm2_client;
 pub mod observe;
 pub mod process;
+pub mod prometheus;
+pub mod scenario;
+pub mod tls;
 pub mod tools;
+pub mod turn;
+pub mod web;
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
@@ -36,17 +46,19 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use client::{
-    Rec, commit_group_offsets, consume_all, create_partitions, create_topic, delete_records, delete_topic, end_offsets,
-    group_offsets, list_topics, produce, topic_overrides, topic_partitions,
+    CONSUME_ALL_GROUP, ConnectError, Rec, as_client, client_config, commit_group_offsets, consume_all,
+    create_partitions, create_topic, delete_group, delete_records, delete_topic, end_offsets, group_offsets,
+    list_topics, produce, produce_transactional, set_topic_configs, topic_overrides, topic_partitions, try_connect,
 };
-pub use cluster::{Cluster, kafka_java, kafka_libdir, shared_pair};
+pub use cluster::{ADMIN, Cluster, Security, kafka_java, kafka_libdir, shared_pair};
 pub use ferry::{Ferry, ferry_bin};
-pub use flows::{east_west_flow, flows_dir};
+pub use flows::{cluster_toml, east_west_flow, flows_dir};
 pub use group::{ActiveMember, http_get};
 pub use mm2::{Mm2, dedicated_properties};
 pub use mm2_client::remote_cluster_utils_translate;
 pub use observe::{assert_monotonic, strip_ansi};
 pub use tools::{ToolOutput, console_consume, run_tool};
+pub use web::{http_post, http_request};
 
 /// Polls `f` (every 50 ms at first, backing off to 250 ms) until it returns true; panics naming
 /// `what` if that does not happen within `deadline`.

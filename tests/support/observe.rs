@@ -80,7 +80,7 @@ pub struct ActorHealth {
 
 /// The actors of `flow` in a `/health` document, by name (empty if the flow is not listed).
 pub fn flow_actors(health: &serde_json::Value, flow: &str) -> BTreeMap<String, ActorHealth> {
-    let Some(actors) = health["flows"][flow].as_object() else { return BTreeMap::new() };
+    let Some(actors) = health["flows"][flow]["actors"].as_object() else { return BTreeMap::new() };
     actors
         .iter()
         .map(|(name, a)| {

@@ -1,0 +1,351 @@
+//! ferry as a principal with only some rights, on clusters with ACLs (StandardAuthorizer,
+//! `allow.everyone.if.no.acl.found=false`).
+//!
+//! - A principal that may read only some of a flow's topics gets those copied; each refused topic is
+//!   reported once per topic refresh with the operation it lacks (log, `/flows`, metric), the flow is
+//!   degraded (not failed, no restart loop), and granting the right makes the topic copy within a
+//!   refresh, without restarting ferry.
+//! - Missing rights on the copier and lease groups, the offset-syncs topic, the checkpoint producer's
+//!   transactional id and the checkpoints topic: each actor's error names the resource and the right it
+//!   lacks; granting it recovers the actor without a restart of the node.
+//!
+//! Both tests share one test bed (a SASL_SSL source and target, both with ACLs, user `alice`) and
+//! take turns: two brokers in all.
+
+mod support;
+
+use support::turn::take_turn;
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use support::observe::{metric_sum, metrics};
+use support::scenario::{assert_alive, total};
+use support::{
+    Cluster, Ferry, Rec, Security, cluster_toml, commit_group_offsets, consume_all, create_topic, end_offsets,
+    http_get, produce, unique, wait_for,
+};
+
+const ARRIVAL: Duration = Duration::from_secs(60);
+const REPORTED: Duration = Duration::from_secs(60);
+const READ: Duration = Duration::from_secs(30);
+
+/// Short intervals: topics refreshed every 2 s, checkpoints within seconds, quick restarts.
+const FAST: &str = "refresh_topics_interval_seconds = 2\nemit_checkpoints_interval_seconds = 1\n\
+                    refresh_groups_interval_seconds = 1\nemit_heartbeats_interval_seconds = 1\n\
+                    restart_backoff_initial_seconds = 0.2\nrestart_backoff_max_seconds = 2\n";
+const REFRESH: Duration = Duration::from_secs(2);
+
+struct Bed {
+    source: Cluster,
+    target: Cluster,
+}
+
+fn bed() -> &'static Bed {
+    static BED: OnceLock<Bed> = OnceLock::new();
+    BED.get_or_init(|| {
+        let t0 = Instant::now();
+        let bed = std::thread::scope(|s| {
+            let source = s.spawn(|| Cluster::start_secured("acl-src", Security::sasl_ssl(&["alice"]).with_acls()));
+            let target = s.spawn(|| Cluster::start_secured("acl-dst", Security::sasl_ssl(&["alice"]).with_acls()));
+            Bed { source: source.join().expect("source"), target: target.join().expect("target") }
+        });
+        eprintln!("test bed ready in {:?}", t0.elapsed());
+        bed
+    })
+}
+
+/// A flows directory: `source` and `target` as alice, and one flow with `topics` and `groups`.
+fn flows_dir(bed: &Bed, (source, target): (&str, &str), topics: &[&str], groups: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("flows dir");
+    let clusters = cluster_toml(source, &bed.source.bootstrap, &bed.source.client_props("alice"))
+        + &cluster_toml(target, &bed.target.bootstrap, &bed.target.client_props("alice"));
+    std::fs::write(dir.path().join("clusters.toml"), clusters).expect("write clusters");
+    let list = |items: &[&str]| items.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(", ");
+    let flow = format!(
+        "[[flows]]\nsource = \"{source}\"\ntarget = \"{target}\"\ntopics = [{}]\ngroups = [{}]\n{FAST}",
+        list(topics),
+        list(groups)
+    );
+    std::fs::write(dir.path().join("flows.toml"), flow).expect("write flows");
+    dir
+}
+
+/// ferry on `dir` as deployment `deployment` (its copier and lease groups and transactional id
+/// start with `<deployment>.`, so the ACLs can name them).
+fn start_ferry(dir: &tempfile::TempDir, deployment: &str) -> Ferry {
+    let mut ferry = Ferry::start_env(dir.path(), &[], &[("FERRY_DEPLOYMENT", deployment)]);
+    ferry.wait_log("serving /health", Duration::from_secs(30));
+    ferry
+}
+
+fn records(prefix: &str, n: usize) -> Vec<Rec> {
+    (0..n).map(|i| Rec::new((i % 2) as i32, format!("{prefix}-{i}").as_bytes(), 1_700_000_000_000 + i as i64)).collect()
+}
+
+/// `GET /flows`'s entry for `flow`.
+fn flow_json(addr: SocketAddr, flow: &str) -> serde_json::Value {
+    let body = http_get(addr, "/flows");
+    let all: serde_json::Value =
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("/flows is not JSON ({e}): {body}"));
+    all["flows"][flow].clone()
+}
+
+/// The reason `/flows` shows for `topic` of `flow`, if it shows one.
+fn topic_problem(flow: &serde_json::Value, topic: &str) -> Option<String> {
+    flow["topic_errors"][topic]["reason"].as_str().map(str::to_string)
+}
+
+/// `actor`'s last error in `/flows`.
+fn actor_error(flow: &serde_json::Value, actor: &str) -> Option<String> {
+    flow["actors"][actor]["last_error"].as_str().map(str::to_string)
+}
+
+/// Lines of `log` that mention `needle` and `also`.
+fn log_lines(log: &str, needle: &str, also: &str) -> usize {
+    log.lines().filter(|l| l.contains(needle) && l.contains(also)).count()
+}
+
+/// Waits until `/flows` shows `actor`'s error containing every one of `words`; returns it.
+fn wait_actor_error(ferry: &mut Ferry, flow: &str, actor: &str, words: &[&str]) -> String {
+    let addr = ferry.listen_addr();
+    let mut last = None;
+    let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for(REPORTED, &format!("{actor}'s error naming {words:?}"), || {
+            assert_alive(ferry);
+            last = actor_error(&flow_json(addr, flow), actor);
+            last.as_ref().is_some_and(|e| words.iter().all(|w| e.contains(w)))
+        })
+    }));
+    if found.is_err() {
+        panic!("{actor} never reported {words:?}; last error: {last:?}; flow: {}", flow_json(addr, flow));
+    }
+    last.unwrap_or_default()
+}
+
+/// A principal may read one topic of three: the readable one is copied; the one it may only describe
+/// and the one it may not even see (named literally in `topics`) are reported per topic, once per
+/// refresh, with the operation missing. Granting the rights copies them within a refresh, no restart.
+#[test]
+fn refused_topics_are_reported_per_topic_and_copied_once_granted() {
+    let bed = bed();
+    let _turn = take_turn("refused topics");
+    let (src, dst) = (&bed.source, &bed.target);
+    let (deployment, flow) = ("acl-a", "east->west");
+    let p = unique("acl");
+    let (open, closed, hidden) = (format!("{p}-open"), format!("{p}-closed"), format!("{p}-hidden"));
+    for t in [&open, &closed, &hidden] {
+        create_topic(&src.bootstrap, t, 2, &[]);
+        produce(&src.bootstrap, t, &records(t, 20));
+    }
+    // Everything the flow needs, except Read on `closed` and any right on `hidden`.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            src.allow_all(
+                "alice",
+                &[("topic", "heartbeats"), ("topic", "mm2-offset-syncs.west.internal")],
+                "literal",
+                &["All"],
+            );
+            src.allow("alice", "group", &format!("{deployment}."), "prefixed", &["All"]);
+            src.allow("alice", "topic", &open, "literal", &["Read", "Describe", "DescribeConfigs"]);
+            src.allow("alice", "topic", &closed, "literal", &["Describe", "DescribeConfigs"]);
+        });
+        s.spawn(|| {
+            let prefix = format!("{deployment}.");
+            dst.allow_all(
+                "alice",
+                &[("topic", "east."), ("group", &prefix), ("transactional-id", &prefix)],
+                "prefixed",
+                &["All"],
+            );
+            dst.allow_all(
+                "alice",
+                &[("topic", "heartbeats"), ("topic", "mm2-offsets.east.internal"), ("topic", "ferry.leases.internal")],
+                "literal",
+                &["All"],
+            );
+        });
+    });
+
+    let dir = flows_dir(bed, ("east", "west"), &[&format!("{p}-.*"), &hidden], &[]);
+    let mut ferry = start_ferry(&dir, deployment);
+    let addr = ferry.listen_addr();
+    wait_for(ARRIVAL, &format!("east.{open} complete on the target"), || {
+        assert_alive(&mut ferry);
+        total(&dst.bootstrap, &format!("east.{open}")) >= 20
+    });
+
+    // Both refused topics are reported, with the operation missing.
+    let mut shown = serde_json::Value::Null;
+    wait_for(REPORTED, "both refused topics in /flows", || {
+        shown = flow_json(addr, flow);
+        topic_problem(&shown, &closed).is_some() && topic_problem(&shown, &hidden).is_some()
+    });
+    let closed_reason = topic_problem(&shown, &closed).unwrap();
+    let hidden_reason = topic_problem(&shown, &hidden).unwrap();
+    eprintln!("[refused topics] /flows: {closed}: {closed_reason}");
+    eprintln!("[refused topics] /flows: {hidden}: {hidden_reason}");
+    assert!(
+        closed_reason.contains("not authorized to Read") && closed_reason.contains("TOPIC_AUTHORIZATION_FAILED"),
+        "{closed_reason}"
+    );
+    assert!(hidden_reason.contains("not authorized to Describe"), "{hidden_reason}");
+    assert_eq!(shown["state"], "degraded", "{shown}");
+    assert_eq!(shown["actors"]["copier"]["restarts"], 0, "{shown}");
+
+    // Once per refresh: after a few refreshes, as many log lines as metric increments, and no more
+    // than refreshes.
+    let watched = Instant::now();
+    let count = || metric_sum(&metrics(addr), "ferry_topic_errors_total", &[("flow", flow), ("topic", &closed)]);
+    let first = count();
+    wait_for(REPORTED, "three more refreshes reporting the refused topic", || count() >= first + 3.0);
+    let (metric, lines) = (count(), log_lines(&ferry.log(), &closed, "not authorized"));
+    let refreshes = watched.elapsed().as_secs_f64() / REFRESH.as_secs_f64();
+    eprintln!("[refused topics] ferry_topic_errors_total{{topic={closed}}} = {metric}, log lines {lines}");
+    assert!((lines as f64 - metric).abs() <= 1.0, "{lines} log lines for {metric} reports:\n{}", ferry.log());
+    assert!(metric - first <= refreshes + 2.0, "{metric} - {first} reports in {refreshes:.1} refreshes");
+
+    // Nothing of the refused topics reached the target.
+    for t in [&closed, &hidden] {
+        assert_eq!(total(&dst.bootstrap, &format!("east.{t}")), 0, "{t}");
+    }
+
+    // Grant, and the flow recovers within a refresh, without a restart.
+    src.allow_all(
+        "alice",
+        &[("topic", &closed), ("topic", &hidden)],
+        "literal",
+        &["Read", "Describe", "DescribeConfigs"],
+    );
+    let granted = Instant::now();
+    for t in [&closed, &hidden] {
+        wait_for(ARRIVAL, &format!("east.{t} complete after the grant"), || {
+            assert_alive(&mut ferry);
+            total(&dst.bootstrap, &format!("east.{t}")) >= 20
+        });
+    }
+    eprintln!("[refused topics] both topics copied {:?} after the grant", granted.elapsed());
+    wait_for(REPORTED, "the flow running again", || flow_json(addr, flow)["state"] == "running");
+    let shown = flow_json(addr, flow);
+    assert_eq!(shown["actors"]["copier"]["restarts"], 0, "{shown}");
+    let sorted = |mut r: Vec<Rec>| {
+        r.sort_by_key(|r| (r.partition, r.offset));
+        r
+    };
+    for t in [&open, &closed, &hidden] {
+        assert_eq!(
+            sorted(consume_all(&dst.bootstrap, &format!("east.{t}"), READ)).len(),
+            sorted(consume_all(&src.bootstrap, t, READ)).len(),
+            "{t}"
+        );
+    }
+    ferry.terminate(Duration::from_secs(30));
+}
+
+/// The principal lacks, one after the other, Read on the copier and lease groups, Write on the
+/// offset-syncs topic and the checkpoint producer's transactional id, and Write on the checkpoints
+/// topic: each actor's error names what it lacks, and each grant recovers it without a restart.
+#[test]
+fn missing_rights_on_groups_and_internal_topics_are_named_and_recovered() {
+    let bed = bed();
+    let _turn = take_turn("internal rights");
+    let (src, dst) = (&bed.source, &bed.target);
+    let (deployment, flow) = ("acl-b", "south->north");
+    let (copier_group, lease_group, txn) = (
+        format!("{deployment}.{flow}"),
+        format!("{deployment}.{flow}.leader"),
+        format!("{deployment}.{flow}.checkpoints"),
+    );
+    let (syncs_topic, checkpoints_topic) = ("mm2-offset-syncs.north.internal", "south.checkpoints.internal");
+    let topic = unique("acl-data");
+    let group = unique("acl-group");
+    let remote = format!("south.{topic}");
+    create_topic(&src.bootstrap, &topic, 2, &[]);
+    produce(&src.bootstrap, &topic, &records(&topic, 20));
+    let ends = end_offsets(&src.bootstrap, &topic);
+    commit_group_offsets(&src.bootstrap, &group, &[(&topic, 0, ends[0]), (&topic, 1, ends[1])]);
+
+    // Everything but: the copier and lease groups, Write on both internal topics, the transactional id.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            src.allow_all("alice", &[("topic", "heartbeats")], "literal", &["All"]);
+            src.allow("alice", "topic", &topic, "literal", &["Read", "Describe", "DescribeConfigs"]);
+            src.allow("alice", "group", &group, "literal", &["Describe"]);
+            src.allow("alice", "topic", syncs_topic, "literal", &["Create", "Describe", "Read"]);
+        });
+        s.spawn(|| {
+            dst.allow_all(
+                "alice",
+                &[
+                    ("topic", &remote),
+                    ("topic", "south.heartbeats"),
+                    ("topic", "heartbeats"),
+                    ("topic", "mm2-offsets.south.internal"),
+                    ("topic", "ferry.leases.internal"),
+                ],
+                "literal",
+                &["All"],
+            );
+            dst.allow("alice", "topic", checkpoints_topic, "literal", &["Create", "Describe", "Read"]);
+        });
+    });
+
+    let dir = flows_dir(bed, ("south", "north"), &[&topic], &[&group]);
+    let mut ferry = start_ferry(&dir, deployment);
+    let addr = ferry.listen_addr();
+
+    // 1. The groups.
+    let copier = wait_actor_error(&mut ferry, flow, "copier", &[&copier_group, "Read"]);
+    eprintln!("[internal rights] copier: {copier}");
+    let lease = wait_actor_error(&mut ferry, flow, "lease", &[&lease_group, "Read"]);
+    eprintln!("[internal rights] lease: {lease}");
+    assert_ne!(flow_json(addr, flow)["state"], "running");
+    assert_eq!(total(&dst.bootstrap, &remote), 0, "copied without the copier group");
+    src.allow("alice", "group", &copier_group, "literal", &["Read"]);
+    let granted = Instant::now();
+    wait_for(ARRIVAL, &format!("{remote} complete after the copier group's grant"), || {
+        assert_alive(&mut ferry);
+        total(&dst.bootstrap, &remote) >= 20
+    });
+    eprintln!("[internal rights] records copied {:?} after the copier group's grant", granted.elapsed());
+    dst.allow("alice", "group", &lease_group, "literal", &["Read"]);
+    let granted = Instant::now();
+    wait_for(REPORTED, "this node leading after the lease group's grant", || flow_json(addr, flow)["leading"] == true);
+    eprintln!("[internal rights] leading {:?} after the lease group's grant", granted.elapsed());
+
+    // 2. Write on the offset-syncs topic; the transactional id.
+    let syncs = wait_actor_error(&mut ferry, flow, "offset_syncs", &[syncs_topic, "Write"]);
+    eprintln!("[internal rights] offset_syncs: {syncs}");
+    let checkpoints = wait_actor_error(&mut ferry, flow, "checkpoints", &[&txn, "Write"]);
+    eprintln!("[internal rights] checkpoints: {checkpoints}");
+    // Restarts with backoff go on meanwhile; the node stays up.
+    let restarts = |actor: &str| flow_json(addr, flow)["actors"][actor]["restarts"].as_u64().unwrap_or(0);
+    let before = restarts("offset_syncs");
+    wait_for(REPORTED, "the offset-sync emitter restarted again", || restarts("offset_syncs") > before);
+    src.allow("alice", "topic", syncs_topic, "literal", &["Write"]);
+    dst.allow("alice", "transactional-id", &txn, "literal", &["Write", "Describe"]);
+    wait_for(ARRIVAL, "offset syncs on the source", || {
+        consume_all(&src.bootstrap, syncs_topic, READ).iter().any(|r| {
+            ferry::mm2::records::OffsetSync::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref())
+                .is_ok_and(|s| s.topic == topic)
+        })
+    });
+
+    // 3. Write on the checkpoints topic.
+    let checkpoints = wait_actor_error(&mut ferry, flow, "checkpoints", &[checkpoints_topic, "Write"]);
+    eprintln!("[internal rights] checkpoints: {checkpoints}");
+    dst.allow("alice", "topic", checkpoints_topic, "literal", &["Write"]);
+    let granted = Instant::now();
+    wait_for(ARRIVAL, &format!("checkpoints of {group}"), || {
+        assert_alive(&mut ferry);
+        consume_all(&dst.bootstrap, checkpoints_topic, READ).iter().any(|r| {
+            ferry::mm2::records::Checkpoint::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref())
+                .is_ok_and(|c| c.group == group && c.topic == remote)
+        })
+    });
+    eprintln!("[internal rights] checkpoints published {:?} after the grant", granted.elapsed());
+    wait_for(REPORTED, "the flow running again", || flow_json(addr, flow)["state"] == "running");
+    ferry.terminate(Duration::from_secs(30));
+}

@@ -1,0 +1,216 @@
+//! What an operator does to a running node and sees of it: pause and resume a flow (positions kept, across
+//! a reload), readiness with its reasons, `ferry status`, the group members and leader in `/flows`, the
+//! series every flow has from its start, and JSON logs. A real node between the shared east/west clusters.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::observe::{self, health, metric_sum};
+use support::scenario::*;
+use support::web::{http_post, http_request};
+use support::{Ferry, create_topic, produce, shared_pair, unique, wait_for};
+
+const PATH: &str = "/flows/east-%3Ewest";
+
+fn flow_json(ferry: &Ferry) -> serde_json::Value {
+    health(ferry.listen_addr())["flows"][FLOW].clone()
+}
+
+fn ready(ferry: &Ferry) -> (u16, serde_json::Value) {
+    let (status, body) = http_request(ferry.listen_addr(), "GET", "/ready", &[], b"");
+    (status, serde_json::from_str(&body).unwrap_or_else(|e| panic!("/ready is not JSON ({e}): {body}")))
+}
+
+fn status_table(ferry: &Ferry) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["status", "--url", &format!("http://{}", ferry.listen_addr())])
+        .output()
+        .expect("run ferry status");
+    assert!(out.status.success(), "ferry status: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn flow_state_metric(ferry: &Ferry, state: &str) -> f64 {
+    metric_sum(&observe::metrics(ferry.listen_addr()), "ferry_flow_state", &[("flow", FLOW), ("state", state)])
+}
+
+#[test]
+fn a_paused_flow_copies_nothing_keeps_its_place_across_a_reload_and_resumes_without_duplicates() {
+    let (east, west) = shared_pair();
+    let topic = unique("ops-pause");
+    let remote = format!("east.{topic}");
+    create_topic(&east.bootstrap, &topic, 3, &[]);
+    produce(&east.bootstrap, &topic, &records("a", 0..1_000, 3));
+    let dir = pair_dir(east, west, &flow("east", "west", &[&topic], "refresh_topics_interval_seconds = 2\n"));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(ARRIVAL, "the first 1,000 records", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote) == 1_000
+    });
+    wait_healthy(&mut ferry, FLOW, STARTED);
+
+    // Pause: the answer, /flows, the state metric, readiness and `ferry status` all say so.
+    let (code, body) = http_post(ferry.listen_addr(), &format!("{PATH}/pause"));
+    assert_eq!(code, 200, "{body}");
+    wait_for(Duration::from_secs(10), "the flow paused in /flows", || flow_json(&ferry)["state"] == "paused");
+    assert_eq!(flow_json(&ferry)["paused"], true);
+    assert_eq!(flow_state_metric(&ferry, "paused"), 1.0);
+    assert_eq!(flow_state_metric(&ferry, "running"), 0.0);
+    assert_eq!(ready(&ferry).0, 200, "a paused flow is an operator's choice, not a reason to be unready");
+    let table = status_table(&ferry);
+    println!("{table}");
+    assert!(table.lines().any(|l| l.starts_with(FLOW) && l.contains("paused")), "{table}");
+
+    // Records written while paused stay on the source. A negative check needs a window: 5 s is more
+    // than 20 fetch rounds of the copier.
+    produce(&east.bootstrap, &topic, &records("b", 0..500, 3));
+    let paused_at = Instant::now();
+    while paused_at.elapsed() < Duration::from_secs(5) {
+        assert_eq!(total(&west.bootstrap, &remote), 1_000, "a paused flow copies nothing");
+        std::thread::sleep(Duration::from_millis(500)); // the observation window, not synchronisation
+    }
+
+    // A reload that restarts the flow keeps it paused.
+    std::fs::write(
+        dir.path().join("flow.toml"),
+        flow("east", "west", &[&topic], "refresh_topics_interval_seconds = 3\n"),
+    )
+    .expect("rewrite flow.toml");
+    wait_for(Duration::from_secs(30), "the changed flow restarted", || flow_json(&ferry)["generation"] == 2);
+    wait_for(Duration::from_secs(30), "the restarted flow paused", || flow_json(&ferry)["state"] == "paused");
+    let restarted = Instant::now();
+    while restarted.elapsed() < Duration::from_secs(3) {
+        assert_eq!(total(&west.bootstrap, &remote), 1_000, "still paused after the restart");
+        std::thread::sleep(Duration::from_millis(500)); // the observation window, not synchronisation
+    }
+
+    // Resume: everything arrives, once.
+    let (code, body) = http_post(ferry.listen_addr(), &format!("{PATH}/resume"));
+    assert_eq!(code, 200, "{body}");
+    let mut expected = values("a", 0..1_000);
+    expected.extend(values("b", 0..500));
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &expected);
+    assert_eq!(duplicates(&counts), 0, "pausing and resuming copies nothing twice");
+    wait_for(Duration::from_secs(10), "running again", || flow_json(&ferry)["state"] == "running");
+    assert_eq!(flow_state_metric(&ferry, "running"), 1.0);
+
+    // Wrong requests get a 4xx, never a panic.
+    assert_eq!(http_post(ferry.listen_addr(), "/flows/east-%3Enowhere/pause").0, 404);
+    assert_eq!(http_post(ferry.listen_addr(), "/flows/not-a-flow/pause").0, 400);
+    assert_eq!(http_request(ferry.listen_addr(), "GET", &format!("{PATH}/pause"), &[], b"").0, 405);
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn ready_names_the_flow_that_cannot_run_until_it_is_removed() {
+    let (east, west) = shared_pair();
+    let topic = unique("ops-ready");
+    create_topic(&east.bootstrap, &topic, 1, &[]);
+    let dir = pair_dir(east, west, &flow("east", "west", &[&topic], ""));
+    // A second flow to a cluster nobody listens on.
+    std::fs::write(
+        dir.path().join("nowhere.toml"),
+        "[clusters.nowhere]\nbootstrap_servers = \"127.0.0.1:1\"\n".to_string()
+            + &flow("east", "nowhere", &[&topic], ""),
+    )
+    .expect("write nowhere.toml");
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    ferry.wait_log("node started", STARTED);
+    let mut answer = serde_json::Value::Null;
+    wait_for(Duration::from_secs(60), "/ready 503 naming east->nowhere with a reason", || {
+        assert_alive(&mut ferry);
+        let (code, body) = ready(&ferry);
+        answer = body;
+        let flows = answer["flows"].as_array().cloned().unwrap_or_default();
+        code == 503
+            && flows.iter().any(|f| {
+                f["flow"] == "east->nowhere"
+                    && f["reasons"]
+                        .as_array()
+                        .is_some_and(|r| r.iter().any(|x| x.as_str().is_some_and(|s| s.contains("nowhere"))))
+            })
+    });
+    println!("/ready: {answer}");
+    assert!(
+        answer["flows"].as_array().is_some_and(|f| f.iter().all(|f| f["flow"] != FLOW)),
+        "east->west is fine: {answer}"
+    );
+
+    std::fs::remove_file(dir.path().join("nowhere.toml")).expect("remove nowhere.toml");
+    wait_for(Duration::from_secs(60), "/ready 200 once the broken flow is gone", || {
+        assert_alive(&mut ferry);
+        ready(&ferry).0 == 200
+    });
+    assert_eq!(ready(&ferry).1["ready"], true);
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn flows_show_members_and_leader_and_every_series_exists_from_the_start_with_json_logs() {
+    let (east, west) = shared_pair();
+    let topic = unique("ops-members");
+    create_topic(&east.bootstrap, &topic, 4, &[]);
+    let dir = pair_dir(east, west, &flow("east", "west", &[&topic], ""));
+    let mut ferry = Ferry::start_env(dir.path(), &["--log-format", "json"], &[("FERRY_NODE_ID", "ops-node-1")]);
+    ferry.wait_log("node started", STARTED);
+
+    // Series of a flow exist before anything happened in it (counters at 0), so alerts work at once.
+    let text = observe::metrics(ferry.listen_addr());
+    for actor in ACTORS {
+        let line = format!("ferry_actor_restarts_total{{actor=\"{actor}\",flow=\"{FLOW}\"}} 0");
+        assert!(text.contains(&line), "{line} from the start:\n{text}");
+    }
+    for name in [
+        "ferry_progress_commits_total",
+        "ferry_topics_created_total",
+        "ferry_checkpoints_total",
+        "ferry_heartbeats_total",
+        "ferry_partitions_assigned",
+        "ferry_partitions_failing",
+        "ferry_offset_syncs_queued",
+        "ferry_checkpoint_groups",
+    ] {
+        assert!(text.lines().any(|l| l.starts_with(&format!("{name}{{flow=\"{FLOW}\"}}"))), "{name} from the start");
+    }
+    assert!(text.contains("ferry_build_info{"), "ferry_build_info");
+
+    // The copier group's members and the lease holder, as the clusters describe them.
+    let mut f = serde_json::Value::Null;
+    wait_for(Duration::from_secs(60), "/flows lists this node with all 5 partitions and as the leader", || {
+        assert_alive(&mut ferry);
+        f = flow_json(&ferry);
+        f["leader_node"] == "ops-node-1"
+            && f["nodes"] == serde_json::json!([{ "node": "ops-node-1", "partitions": 5 }])
+            && f["leading"] == true
+            && f["partitions"] == 5
+    });
+    println!("members: {} leader: {}", f["nodes"], f["leader_node"]);
+    let leader =
+        metric_sum(&observe::metrics(ferry.listen_addr()), "ferry_leader", &[("flow", FLOW), ("duty", "checkpoints")]);
+    assert_eq!(leader, 1.0);
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+
+    // Every log line is one JSON object with a level, a message and a timestamp.
+    // An actor's lines carry its flow and actor (the `actor` span), so a log collector can filter by them.
+    let log = ferry.log();
+    let mut lines = 0;
+    let mut actors = std::collections::BTreeSet::new();
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(v["level"].is_string() && v["timestamp"].is_string(), "{line}");
+        assert!(v["fields"]["message"].is_string(), "{line}");
+        if v["span"]["name"] == "actor" {
+            assert_eq!(v["span"]["flow"], FLOW, "{line}");
+            actors.insert(v["span"]["actor"].as_str().unwrap_or_default().to_string());
+        }
+        lines += 1;
+    }
+    assert!(lines > 5, "{log}");
+    println!("JSON log: {lines} lines; actors with their own lines: {actors:?}");
+    for actor in ["copier", "topics", "lease"] {
+        assert!(actors.contains(actor), "lines of the {actor} actor carry flow and actor: {actors:?}\n{log}");
+    }
+}

@@ -1,0 +1,379 @@
+//! Hot reload of the flows directory, end to end: flows added, removed, changed and left alone while the
+//! node runs; invalid sets refused whole; every trigger (the directory watch, a Kubernetes ConfigMap
+//! symlink swap, SIGHUP, `POST /reload`) counted once; a changed flow whose new plan cannot start keeps
+//! its old plan. What is asserted is what an operator sees: records on the target, `/flows`, `/metrics`.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use support::observe::{self, health, metric_sum};
+use support::scenario::*;
+use support::{Cluster, Ferry, create_topic, produce, shared_pair, unique, wait_for};
+
+/// Largest pause of an untouched flow's copying that counts as "no pause" (records arrive in batches
+/// every few tens of milliseconds; a restart takes seconds).
+const NO_PAUSE: Duration = Duration::from_secs(2);
+
+fn clusters_toml(clusters: &[(&str, &str)]) -> String {
+    clusters.iter().map(|(alias, b)| format!("[clusters.{alias}]\nbootstrap_servers = \"{b}\"\n")).collect()
+}
+
+/// `flow` in `/flows`: (generation, started_at, state).
+fn flow_info(ferry: &Ferry, flow: &str) -> (u64, String, String) {
+    let h = health(ferry.listen_addr());
+    let f = &h["flows"][flow];
+    (
+        f["generation"].as_u64().unwrap_or(0),
+        f["started_at"].as_str().unwrap_or_default().to_string(),
+        f["state"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// `flow_info` once the flow is running: the snapshot an untouched flow must keep across a reload.
+fn running_info(ferry: &Ferry, flow: &str) -> (u64, String, String) {
+    wait_for(Duration::from_secs(60), &format!("{flow} running"), || flow_info(ferry, flow).2 == "running");
+    flow_info(ferry, flow)
+}
+
+fn last_reload(ferry: &Ferry) -> serde_json::Value {
+    health(ferry.listen_addr())["last_reload"].clone()
+}
+
+fn reloads(ferry: &Ferry, result: &str) -> f64 {
+    metric_sum(&observe::metrics(ferry.listen_addr()), "ferry_config_reloads_total", &[("result", result)])
+}
+
+fn all_reloads(ferry: &Ferry) -> f64 {
+    metric_sum(&observe::metrics(ferry.listen_addr()), "ferry_config_reloads_total", &[])
+}
+
+fn write(dir: &Path, file: &str, text: &str) {
+    // Written aside and renamed, as editors and tools do: the reload never sees half a file.
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, text).expect("write flow file");
+    std::fs::rename(&tmp, dir.join(file)).expect("rename flow file");
+}
+
+/// Waits until the last reload was at least the `n`th (by count) and returns it.
+fn wait_reloads(ferry: &mut Ferry, n: f64) -> serde_json::Value {
+    wait_for(Duration::from_secs(30), &format!("{n} reloads"), || {
+        assert_alive(ferry);
+        all_reloads(ferry) >= n
+    });
+    last_reload(ferry)
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+#[test]
+fn adding_a_flow_starts_it_within_seconds_and_leaves_the_running_flow_untouched() {
+    let (east, west) = shared_pair();
+    let (a, b) = (unique("reload-add-a"), unique("reload-add-b"));
+    create_topic(&east.bootstrap, &a, 2, &[]);
+    create_topic(&west.bootstrap, &b, 1, &[]);
+    produce(&west.bootstrap, &b, &records("b", 0..100, 1));
+    let dir = tempfile::tempdir().expect("flows dir");
+    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    write(dir.path(), "east-west.toml", &flow("east", "west", &[&a], ""));
+    let stream = Stream::start(&east.bootstrap, &a, 2, "a", 100, Duration::from_millis(20));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let remote_a = format!("east.{a}");
+    wait_for(ARRIVAL, "east->west copying", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote_a) > 500
+    });
+    let tail = Tail::start(&west.bootstrap, &remote_a);
+    let before = running_info(&ferry, "east->west");
+
+    let t0 = Instant::now();
+    write(dir.path(), "west-east.toml", &flow("west", "east", &[&b], ""));
+    let remote_b = format!("west.{b}");
+    wait_for(Duration::from_secs(30), "west's topic on east", || {
+        assert_alive(&mut ferry);
+        total(&east.bootstrap, &remote_b) == 100
+    });
+    let latency = t0.elapsed();
+    std::thread::sleep(Duration::from_secs(1)); // a second of copying after the reload, for the gap window
+    let gap = tail.largest_gap(t0 - Duration::from_secs(1), Instant::now());
+    println!("reload latency (file written -> the new flow's records on the target): {latency:?}");
+    println!("largest copy pause of the untouched flow across the reload: {gap:?} ({} arrivals)", tail.count());
+    assert!(latency <= Duration::from_secs(5), "west's topics appear on east within 5 s: {latency:?}");
+    assert!(gap < NO_PAUSE, "the untouched flow never pauses: {gap:?}");
+    assert_eq!(flow_info(&ferry, "east->west"), before, "generation and started_at unchanged");
+    assert_eq!(flow_info(&ferry, "west->east").0, 1);
+    let r = last_reload(&ferry);
+    assert_eq!(r["result"], "applied", "{r}");
+    assert_eq!(r["started"], serde_json::json!(["west->east"]), "{r}");
+    let produced = stream.finish();
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote_a, &values("a", 0..produced));
+    assert_eq!(duplicates(&counts), 0);
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn changing_a_flow_restarts_only_it_and_removing_it_stops_it_gracefully() {
+    let (east, west) = shared_pair();
+    let (a, b1, b2) = (unique("reload-chg-a"), unique("reload-chg-b1"), unique("reload-chg-b2"));
+    create_topic(&east.bootstrap, &a, 1, &[]);
+    for t in [&b1, &b2] {
+        create_topic(&west.bootstrap, t, 1, &[]);
+        produce(&west.bootstrap, t, &records(t, 0..50, 1));
+    }
+    let dir = tempfile::tempdir().expect("flows dir");
+    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    write(dir.path(), "east-west.toml", &flow("east", "west", &[&a], ""));
+    write(dir.path(), "west-east.toml", &flow("west", "east", &[&b1], ""));
+    let stream = Stream::start(&east.bootstrap, &a, 1, "a", 100, Duration::from_millis(20));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let remote_a = format!("east.{a}");
+    wait_for(ARRIVAL, "both flows copying", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote_a) > 500 && total(&east.bootstrap, &format!("west.{b1}")) == 50
+    });
+    let tail = Tail::start(&west.bootstrap, &remote_a);
+    let untouched = running_info(&ferry, "east->west");
+
+    // Change west->east's topics: only it restarts.
+    let t0 = Instant::now();
+    write(dir.path(), "west-east.toml", &flow("west", "east", &[&b2], ""));
+    wait_for(ARRIVAL, "the changed flow copying its new topic", || {
+        assert_alive(&mut ferry);
+        total(&east.bootstrap, &format!("west.{b2}")) == 50
+    });
+    assert_eq!(flow_info(&ferry, "west->east").0, 2, "the changed flow is a new generation");
+    assert_eq!(flow_info(&ferry, "east->west"), untouched, "the other flow is not touched");
+    let r = last_reload(&ferry);
+    assert_eq!(r["restarted"], serde_json::json!(["west->east"]), "{r}");
+
+    // Remove it: it stops gracefully, its series disappear, the other flow copies on.
+    std::fs::remove_file(dir.path().join("west-east.toml")).expect("remove");
+    wait_for(Duration::from_secs(30), "the removed flow gone from /flows", || {
+        assert_alive(&mut ferry);
+        health(ferry.listen_addr())["flows"].get("west->east").is_none()
+    });
+    ferry.wait_log("flow stopped flow=west->east", Duration::from_secs(30));
+    let text = observe::metrics(ferry.listen_addr());
+    let left: Vec<&str> = text.lines().filter(|l| l.contains("flow=\"west->east\"")).collect();
+    assert!(left.is_empty(), "a removed flow's series disappear: {left:?}");
+    std::thread::sleep(Duration::from_secs(1)); // copying after the removal, for the gap window
+    let gap = tail.largest_gap(t0, Instant::now());
+    println!("largest copy pause of the untouched flow across two reloads: {gap:?}");
+    assert!(gap < NO_PAUSE, "the untouched flow never pauses: {gap:?}");
+    assert_eq!(flow_info(&ferry, "east->west"), untouched);
+    let produced = stream.finish();
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote_a, &values("a", 0..produced));
+    assert_eq!(duplicates(&counts), 0);
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn changing_a_cluster_restarts_exactly_the_flows_that_use_it() {
+    let (east, west) = shared_pair();
+    let north = Cluster::start("north");
+    let a = unique("reload-cluster");
+    create_topic(&east.bootstrap, &a, 1, &[]);
+    produce(&east.bootstrap, &a, &records("a", 0..50, 1));
+    let dir = tempfile::tempdir().expect("flows dir");
+    let clusters = |north_bootstrap: &str| {
+        clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap), ("north", north_bootstrap)])
+    };
+    write(dir.path(), "clusters.toml", &clusters(&north.bootstrap));
+    write(dir.path(), "flows.toml", &(flow("east", "west", &[&a], "") + &flow("east", "north", &[&a], "")));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let remote = format!("east.{a}");
+    wait_for(ARRIVAL, "both flows copying", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote) == 50 && total(&north.bootstrap, &remote) == 50
+    });
+    let untouched = running_info(&ferry, "east->west");
+    // The same broker under another name: a different cluster definition.
+    let renamed = north.bootstrap.replace("127.0.0.1", "localhost");
+    write(dir.path(), "clusters.toml", &clusters(&renamed));
+    wait_for(Duration::from_secs(30), "the flow using north restarted", || {
+        assert_alive(&mut ferry);
+        flow_info(&ferry, "east->north").0 == 2
+    });
+    assert_eq!(flow_info(&ferry, "east->west"), untouched, "a flow not using north is not touched");
+    let r = last_reload(&ferry);
+    assert_eq!(r["restarted"], serde_json::json!(["east->north"]), "{r}");
+    produce(&east.bootstrap, &a, &records("a", 50..60, 1));
+    wait_for(ARRIVAL, "the restarted flow copies on", || total(&north.bootstrap, &remote) == 60);
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn an_invalid_flow_set_changes_nothing_and_a_later_good_edit_applies() {
+    let (east, west) = shared_pair();
+    let a = unique("reload-invalid");
+    create_topic(&east.bootstrap, &a, 1, &[]);
+    let dir = tempfile::tempdir().expect("flows dir");
+    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    write(dir.path(), "east-west.toml", &flow("east", "west", &[&a], ""));
+    let stream = Stream::start(&east.bootstrap, &a, 1, "a", 50, Duration::from_millis(20));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let remote = format!("east.{a}");
+    wait_for(ARRIVAL, "copying", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote) > 200
+    });
+    let running = running_info(&ferry, "east->west");
+    let addr = ferry.listen_addr();
+    let mut n = all_reloads(&ferry);
+    for (file, text, says) in [
+        ("broken.toml", "[[flows]\nsource = \"east\"\n".to_string(), "invalid TOML"),
+        ("unknown.toml", "[[flows]]\nsource = \"east\"\ntarget = \"mars\"\n".to_string(), "unknown cluster `mars`"),
+        ("dup.toml", flow("east", "west", &["other"], ""), "already defined"),
+    ] {
+        write(dir.path(), file, &text);
+        let r = wait_reloads(&mut ferry, n + 1.0);
+        n += 1.0;
+        println!("{file}: {}", r["error"]);
+        assert_eq!(r["result"], "rejected", "{r}");
+        let error = r["error"].as_str().unwrap_or_default();
+        assert!(error.contains(file) && error.contains(says), "the error names the file and the problem: {error}");
+        assert_eq!(metric_sum(&observe::metrics(addr), "ferry_config_last_reload_successful", &[]), 0.0);
+        assert_eq!(flow_info(&ferry, "east->west").0, running.0, "the running flow is untouched");
+        std::fs::remove_file(dir.path().join(file)).expect("remove the bad file");
+        let r = wait_reloads(&mut ferry, n + 1.0);
+        n += 1.0;
+        assert_eq!(r["result"], "applied", "the good set applies again: {r}");
+    }
+    assert_eq!(reloads(&ferry, "rejected"), 3.0);
+    assert_eq!(metric_sum(&observe::metrics(addr), "ferry_config_last_reload_successful", &[]), 1.0);
+    assert!(metric_sum(&observe::metrics(addr), "ferry_config_last_reload_success_timestamp_seconds", &[]) > 0.0);
+    assert_eq!(flow_info(&ferry, "east->west"), running, "never restarted");
+    let produced = stream.finish();
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("a", 0..produced));
+    assert_eq!(duplicates(&counts), 0);
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// A directory laid out like a Kubernetes ConfigMap volume: `..<version>/` holds the files, `..data`
+/// points at the current version, and each file is a symlink through `..data`.
+fn configmap_version(dir: &Path, version: &str, files: &[(&str, String)]) {
+    let v = dir.join(format!("..{version}"));
+    std::fs::create_dir(&v).expect("version dir");
+    for (name, text) in files {
+        std::fs::write(v.join(name), text).expect("write");
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(format!("..data/{name}"), &link).expect("file symlink");
+        }
+    }
+    // The atomic swap: a new symlink renamed over `..data`.
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(format!("..{version}"), &tmp).expect("data symlink");
+    std::fs::rename(&tmp, dir.join("..data")).expect("swap ..data");
+}
+
+#[test]
+fn a_configmap_swap_sighup_and_post_reload_are_one_reload_each() {
+    let (east, west) = shared_pair();
+    let (a, b) = (unique("reload-cm-a"), unique("reload-cm-b"));
+    for t in [&a, &b] {
+        create_topic(&east.bootstrap, t, 1, &[]);
+        produce(&east.bootstrap, t, &records(t, 0..20, 1));
+    }
+    let dir = tempfile::tempdir().expect("flows dir");
+    let clusters = clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]);
+    configmap_version(
+        dir.path(),
+        "2026_11_30_v1",
+        &[("clusters.toml", clusters.clone()), ("flow.toml", flow("east", "west", &[&a], ""))],
+    );
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(ARRIVAL, "copying", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &format!("east.{a}")) == 20
+    });
+    let start = all_reloads(&ferry);
+    assert_eq!(start, 1.0, "startup is the first reload");
+
+    configmap_version(
+        dir.path(),
+        "2026_11_30_v2",
+        &[("clusters.toml", clusters), ("flow.toml", flow("east", "west", &[&a, &b], ""))],
+    );
+    let r = wait_reloads(&mut ferry, start + 1.0);
+    assert_eq!(r["result"], "applied", "{r}");
+    assert_eq!(r["trigger"], "watch", "{r}");
+    wait_for(ARRIVAL, "the new topic copied", || total(&west.bootstrap, &format!("east.{b}")) == 20);
+    // An observation window longer than the debounce: the swap's burst of events stays one reload.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(all_reloads(&ferry), start + 1.0, "one swap, one reload");
+
+    support::process::signal(ferry.pid().expect("pid"), "HUP");
+    let r = wait_reloads(&mut ferry, start + 2.0);
+    assert_eq!((r["trigger"].as_str(), r["result"].as_str()), (Some("signal"), Some("applied")), "{r}");
+
+    let (status, body) = support::http_post(ferry.listen_addr(), "/reload");
+    assert_eq!(status, 200, "{body}");
+    let posted: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!((posted["trigger"].as_str(), posted["result"].as_str()), (Some("http"), Some("applied")));
+    std::thread::sleep(Duration::from_secs(2)); // observation window: nothing else reloads
+    assert_eq!(all_reloads(&ferry), start + 3.0, "SIGHUP and POST /reload are one reload each");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn disabling_a_flow_stops_it_and_enabling_resumes_where_it_stopped() {
+    let (east, west) = shared_pair();
+    let a = unique("reload-enable");
+    create_topic(&east.bootstrap, &a, 1, &[]);
+    produce(&east.bootstrap, &a, &records("a", 0..100, 1));
+    let dir = tempfile::tempdir().expect("flows dir");
+    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    write(dir.path(), "flow.toml", &flow("east", "west", &[&a], ""));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let remote = format!("east.{a}");
+    wait_for(ARRIVAL, "copying", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote) == 100
+    });
+    write(dir.path(), "flow.toml", &flow("east", "west", &[&a], "enabled = false\n"));
+    ferry.wait_log("flow stopped flow=east->west", Duration::from_secs(30));
+    let (_, _, state) = flow_info(&ferry, "east->west");
+    assert_eq!(state, "stopped");
+    assert_eq!(health(ferry.listen_addr())["flows"]["east->west"]["enabled"], false);
+    produce(&east.bootstrap, &a, &records("a", 100..200, 1));
+    std::thread::sleep(Duration::from_secs(2)); // observation window: a disabled flow copies nothing
+    assert_eq!(total(&west.bootstrap, &remote), 100, "a disabled flow copies nothing");
+    write(dir.path(), "flow.toml", &flow("east", "west", &[&a], ""));
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("a", 0..200));
+    assert_eq!(duplicates(&counts), 0, "re-enabled, it resumes from its persisted position");
+    assert_eq!(flow_info(&ferry, "east->west").0, 2);
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn a_changed_flow_that_cannot_start_keeps_its_old_plan() {
+    let (east, west) = shared_pair();
+    let a = unique("reload-rollback");
+    create_topic(&east.bootstrap, &a, 1, &[]);
+    let dir = tempfile::tempdir().expect("flows dir");
+    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    write(dir.path(), "flow.toml", &flow("east", "west", &[&a], ""));
+    let stream = Stream::start(&east.bootstrap, &a, 1, "a", 50, Duration::from_millis(20));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let remote = format!("east.{a}");
+    wait_for(ARRIVAL, "copying", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote) > 200
+    });
+    let running = running_info(&ferry, "east->west");
+    let nowhere = format!("127.0.0.1:{}", support::free_port());
+    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &nowhere)]));
+    let r = wait_reloads(&mut ferry, 2.0);
+    println!("{r}");
+    assert_eq!(r["result"], "rolled_back", "{r}");
+    assert_eq!(r["rolled_back"], serde_json::json!(["east->west"]), "{r}");
+    assert!(r["error"].as_str().is_some_and(|e| e.contains("does not answer")), "{r}");
+    assert_eq!(reloads(&ferry, "rolled_back"), 1.0);
+    assert_eq!(flow_info(&ferry, "east->west"), running, "the old plan runs on");
+    let produced = stream.finish();
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("a", 0..produced));
+    assert_eq!(duplicates(&counts), 0);
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}

@@ -1,0 +1,276 @@
+//! Several ferry nodes share a flow through Kafka's own group protocol: the copier group splits the source
+//! partitions, the lease group elects the node that runs the leader duties, and the checkpoint producer's
+//! transactions fence an ex-leader. Three and four real `ferry` processes on one machine, real brokers.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use support::observe::{self, metric_sum};
+use support::scenario::*;
+use support::{Cluster, Ferry, commit_group_offsets, consume_all, create_topic, end_offsets, unique, wait_for};
+
+const PARTITIONS: i32 = 24;
+/// The copier group's session timeout in these tests (set on the source cluster's client properties).
+const SESSION: Duration = Duration::from_secs(10);
+
+struct Nodes {
+    dir: tempfile::TempDir,
+    deployment: String,
+    nodes: BTreeMap<String, Ferry>,
+}
+
+impl Nodes {
+    fn new(east: &Cluster, west: &Cluster, topic: &str, group: &str) -> Nodes {
+        let extra = format!(
+            "groups = [\"{group}\"]\nemit_checkpoints_interval_seconds = 1\nrefresh_groups_interval_seconds = 1\n\
+             refresh_topics_interval_seconds = 2\n"
+        );
+        let clusters = [("east", east.bootstrap.as_str()), ("west", west.bootstrap.as_str())];
+        let dir = flows_dir(&clusters, &flow("east", "west", &[topic], &extra));
+        let path = dir.path().join("clusters.toml");
+        let text = std::fs::read_to_string(&path).expect("clusters.toml")
+            + &format!("[clusters.east.client]\n\"session.timeout.ms\" = {}\n", SESSION.as_millis());
+        std::fs::write(&path, text).expect("write clusters.toml");
+        Nodes { dir, deployment: unique("deploy"), nodes: BTreeMap::new() }
+    }
+
+    fn start(&mut self, node: &str) {
+        let env = [("FERRY_NODE_ID", node), ("FERRY_DEPLOYMENT", self.deployment.as_str())];
+        let mut ferry = Ferry::start_env(self.dir.path(), &[], &env);
+        ferry.wait_log("node started", Duration::from_secs(30));
+        self.nodes.insert(node.to_string(), ferry);
+    }
+
+    fn metric(&self, node: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+        metric_sum(&observe::metrics(self.nodes[node].listen_addr()), name, labels)
+    }
+
+    /// Source partitions each node copies (its copier group share).
+    fn shares(&self) -> BTreeMap<String, i64> {
+        self.nodes
+            .keys()
+            .map(|n| (n.clone(), self.metric(n, "ferry_partitions_assigned", &[("flow", FLOW)]) as i64))
+            .collect()
+    }
+
+    /// Nodes that say they lead the checkpoint duty.
+    fn leaders(&self) -> Vec<String> {
+        self.nodes
+            .keys()
+            .filter(|n| self.metric(n, "ferry_leader", &[("flow", FLOW), ("duty", "checkpoints")]) == 1.0)
+            .cloned()
+            .collect()
+    }
+
+    fn alive(&mut self) {
+        for f in self.nodes.values_mut() {
+            assert_alive(f);
+        }
+    }
+}
+
+/// Checkpoints of `group` in topic order with the node that wrote each (`ferry.node` header).
+fn checkpoints_by_node(west: &Cluster, group: &str) -> Vec<(String, ferry::mm2::records::Checkpoint)> {
+    if support::topic_partitions(&west.bootstrap, "east.checkpoints.internal").is_none() {
+        return Vec::new();
+    }
+    consume_all(&west.bootstrap, "east.checkpoints.internal", READ)
+        .into_iter()
+        .filter_map(|r| {
+            let node = r.headers.iter().find(|(k, _)| k == "ferry.node").and_then(|(_, v)| v.clone())?;
+            let cp = ferry::mm2::records::Checkpoint::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref())
+                .ok()?;
+            (cp.group == group).then(|| (String::from_utf8_lossy(&node).to_string(), cp))
+        })
+        .collect()
+}
+
+#[test]
+fn nodes_share_a_flow_hand_partitions_over_and_elect_one_leader() {
+    let (east, west) = start_pair("scale");
+    let topic = unique("scale");
+    let group = format!("{topic}-g");
+    create_topic(&east.bootstrap, &topic, PARTITIONS, &[]);
+    let stream = Stream::start(&east.bootstrap, &topic, PARTITIONS, "r", 100, Duration::from_millis(30));
+    let mut nodes = Nodes::new(&east, &west, &topic, &group);
+    for n in ["n1", "n2", "n3"] {
+        nodes.start(n);
+    }
+    // 24 partitions of the topic and the source's heartbeats partition, split over three nodes.
+    let total_partitions = i64::from(PARTITIONS) + 1;
+    let mut shares = BTreeMap::new();
+    wait_for(ARRIVAL, "every partition assigned to exactly one node, all nodes busy", || {
+        nodes.alive();
+        shares = nodes.shares();
+        shares.values().sum::<i64>() == total_partitions && shares.values().all(|n| *n > 0)
+    });
+    println!("three nodes: partitions per node {shares:?}");
+    let leaders = nodes.leaders();
+    assert_eq!(leaders.len(), 1, "exactly one node leads: {leaders:?}");
+    let leader = leaders[0].clone();
+
+    // Checkpoints come from the leader only.
+    let commit = |at: i64| {
+        let offsets: Vec<(&str, i32, i64)> = (0..PARTITIONS).map(|p| (topic.as_str(), p, at)).collect();
+        commit_group_offsets(&east.bootstrap, &group, &offsets);
+    };
+    commit(10);
+    wait_for(ARRIVAL, "checkpoints", || checkpoints_by_node(&west, &group).len() >= PARTITIONS as usize);
+    let writers: Vec<String> = checkpoints_by_node(&west, &group).into_iter().map(|(n, _)| n).collect();
+    assert!(writers.iter().all(|n| *n == leader), "checkpoints written by the leader {leader} only: {writers:?}");
+
+    // kill -9 the leader: another node leads within the lease's session timeout; its partitions move on.
+    let killed = Instant::now();
+    nodes.nodes.get_mut(&leader).expect("leader").kill9();
+    nodes.nodes.remove(&leader);
+    let mut new_leader = Vec::new();
+    wait_for(Duration::from_secs(30), "a new leader", || {
+        nodes.alive();
+        new_leader = nodes.leaders();
+        new_leader.len() == 1
+    });
+    let failover = killed.elapsed();
+    wait_for(ARRIVAL, "the dead node's partitions reassigned", || {
+        nodes.shares().values().sum::<i64>() == total_partitions
+    });
+    let reassigned = killed.elapsed();
+    commit(20);
+    let mut first_new = None;
+    wait_for(ARRIVAL, "the new leader's checkpoints", || {
+        let cps = checkpoints_by_node(&west, &group);
+        first_new = cps.iter().position(|(n, _)| *n == new_leader[0]);
+        cps.iter().filter(|(n, c)| *n == new_leader[0] && c.upstream_offset == 20).count() == PARTITIONS as usize
+    });
+    let cps: Vec<_> = checkpoints_by_node(&west, &group).into_iter().map(|(_, c)| c).collect();
+    support::assert_monotonic(&cps);
+    println!(
+        "leader {leader} killed: {} leads after {failover:?}, partitions reassigned after {reassigned:?}, {:?}",
+        new_leader[0],
+        nodes.shares()
+    );
+
+    // A fourth node joins: it gets some partitions, and the others keep the rest (cooperative).
+    let before = nodes.shares();
+    nodes.start("n4");
+    wait_for(ARRIVAL, "the fourth node copying", || {
+        nodes.alive();
+        let s = nodes.shares();
+        s.get("n4").is_some_and(|n| *n > 0) && s.values().sum::<i64>() == total_partitions
+    });
+    let after = nodes.shares();
+    println!("fourth node joined: {before:?} -> {after:?}");
+
+    // One node stops gracefully: after the session timeout the others take its partitions.
+    let leaving = nodes.nodes.keys().find(|n| **n != new_leader[0] && *n != "n4").cloned().expect("a follower");
+    let mut f = nodes.nodes.remove(&leaving).expect("node");
+    assert!(f.terminate(Duration::from_secs(30)).success());
+    wait_for(ARRIVAL, "the stopped node's partitions reassigned", || {
+        nodes.alive();
+        nodes.shares().values().sum::<i64>() == total_partitions
+    });
+    println!("{leaving} stopped gracefully: {:?}", nodes.shares());
+
+    let produced = stream.finish();
+    let remote = format!("east.{topic}");
+    let any = nodes.nodes.keys().next().cloned().expect("a node");
+    let counts =
+        wait_all_arrived(nodes.nodes.get_mut(&any).expect("node"), &west.bootstrap, &remote, &values("r", 0..produced));
+    assert_eq!(counts.len(), produced, "nothing lost through a kill, a join and a leave");
+    println!("{produced} records, {} duplicates (around the kill -9)", duplicates(&counts));
+    for f in nodes.nodes.values_mut() {
+        assert!(f.terminate(Duration::from_secs(30)).success());
+    }
+}
+
+#[test]
+fn a_paused_ex_leader_writes_no_checkpoint_after_the_new_leader_started() {
+    let (east, west) = start_pair("fence");
+    let topic = unique("fence");
+    let group = format!("{topic}-g");
+    create_topic(&east.bootstrap, &topic, 2, &[]);
+    let stream = Stream::start(&east.bootstrap, &topic, 2, "r", 50, Duration::from_millis(50));
+    let mut nodes = Nodes::new(&east, &west, &topic, &group);
+    nodes.start("n1");
+    let mut leader = Vec::new();
+    wait_for(ARRIVAL, "n1 leads", || {
+        nodes.alive();
+        leader = nodes.leaders();
+        leader == ["n1"]
+    });
+    nodes.start("n2");
+    // The group keeps committing: every round has new checkpoints to write.
+    let committing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (c, e, t, g) = (committing.clone(), east.bootstrap.clone(), topic.clone(), group.clone());
+    let committer = std::thread::spawn(move || {
+        while c.load(std::sync::atomic::Ordering::SeqCst) {
+            let ends = end_offsets(&e, &t);
+            let offsets: Vec<(&str, i32, i64)> =
+                ends.iter().enumerate().map(|(p, o)| (t.as_str(), p as i32, *o)).collect();
+            commit_group_offsets(&e, &g, &offsets);
+            std::thread::sleep(Duration::from_millis(500)); // the consumer's commit interval
+        }
+    });
+    wait_for(ARRIVAL, "checkpoints from n1", || checkpoints_by_node(&west, &group).iter().any(|(n, _)| n == "n1"));
+
+    // Pause n1 past the lease's session timeout: n2 takes over and fences n1's producer.
+    let pid = nodes.nodes["n1"].pid().expect("pid");
+    support::process::signal(pid, "STOP");
+    wait_for(Duration::from_secs(60), "n2 leads while n1 is paused", || {
+        nodes.metric("n2", "ferry_leader", &[("flow", FLOW), ("duty", "checkpoints")]) == 1.0
+    });
+    wait_for(ARRIVAL, "checkpoints from n2", || checkpoints_by_node(&west, &group).iter().any(|(n, _)| n == "n2"));
+    support::process::signal(pid, "CONT");
+    // n1 resumes, believing for a moment that it still leads; its transactions are fenced.
+    std::thread::sleep(Duration::from_secs(8)); // observation window after SIGCONT: several checkpoint rounds
+    committing.store(false, std::sync::atomic::Ordering::SeqCst);
+    committer.join().expect("committer");
+    let cps = checkpoints_by_node(&west, &group);
+    let first_n2 = cps.iter().position(|(n, _)| n == "n2").expect("n2 wrote checkpoints");
+    let late: Vec<_> = cps[first_n2..].iter().filter(|(n, _)| n == "n1").collect();
+    println!("{} checkpoints, n2's first at {first_n2}, n1's after it: {}", cps.len(), late.len());
+    assert!(late.is_empty(), "the fenced ex-leader wrote checkpoints after the new leader's first: {late:?}");
+    assert_eq!(nodes.leaders(), ["n2"], "n1 gave the lease up");
+    stream.finish();
+    for f in nodes.nodes.values_mut() {
+        assert!(f.terminate(Duration::from_secs(30)).success());
+    }
+}
+
+#[test]
+fn an_overlapping_rolling_restart_copies_nothing_twice() {
+    let (east, west) = start_pair("rolling");
+    let topic = unique("rolling");
+    let group = format!("{topic}-g");
+    create_topic(&east.bootstrap, &topic, 6, &[]);
+    let stream = Stream::start(&east.bootstrap, &topic, 6, "r", 60, Duration::from_millis(30));
+    let mut nodes = Nodes::new(&east, &west, &topic, &group);
+    nodes.start("old");
+    let remote = format!("east.{topic}");
+    wait_for(ARRIVAL, "the old node copying", || {
+        nodes.alive();
+        total(&west.bootstrap, &remote) > 1_000
+    });
+    // The new node starts before the old one stops (a Deployment's surge), then the old one stops.
+    nodes.start("new");
+    wait_for(ARRIVAL, "both nodes share the partitions", || {
+        nodes.alive();
+        nodes.shares().values().all(|n| *n > 0)
+    });
+    let mut old = nodes.nodes.remove("old").expect("old");
+    assert!(old.terminate(Duration::from_secs(30)).success());
+    wait_for(ARRIVAL, "the new node copies everything", || {
+        nodes.alive();
+        nodes.shares()["new"] == 7
+    });
+    let produced = stream.finish();
+    let counts =
+        wait_all_arrived(nodes.nodes.get_mut("new").expect("new"), &west.bootstrap, &remote, &values("r", 0..produced));
+    println!("{produced} records, {} duplicates across the overlapping restart", duplicates(&counts));
+    assert_eq!(counts.len(), produced);
+    assert_eq!(duplicates(&counts), 0, "graceful handovers copy nothing twice");
+    for f in nodes.nodes.values_mut() {
+        assert!(f.terminate(Duration::from_secs(30)).success());
+    }
+}
