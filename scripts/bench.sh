@@ -1,111 +1,80 @@
 #!/usr/bin/env bash
-# scripts/bench.sh: copy throughput and memory of ferry, and of MirrorMaker 2 on the same data.
+# scripts/bench.sh: ferry against MirrorMaker 2 (MM2) and against what the brokers themselves can do,
+# on the same clusters and data, one engine after the other, each into a fresh target.
 #
-# Starts the shell clusters (scripts/kafka.sh up east west), writes N records of S bytes to a fresh
-# topic on east with Kafka's producer-perf tool, then runs the replicator on a flow east->west for that
-# topic and measures: wall time from start until west holds every record (startup included), the time
-# from the first copied record to the last (the copy rate), peak RSS and CPU time of the replicator.
-# Figures go to stdout and are appended to bench/results.md.
+#   scripts/bench.sh SCENARIO [--runs N] [--engines ferry,mm2,limit] [options]
+#   scripts/bench.sh all [--runs N]              every scenario below, in this order
+#   scripts/bench.sh profile [SCENARIO]          ferry under perf, flamegraph + summary in bench/
+#   scripts/bench.sh [--mm2] [RECORDS] [BYTES] [PARTITIONS]
+#                                                the old interface: one `copy` run of ferry (or MM2)
 #
-#   scripts/bench.sh [--mm2] [RECORDS] [RECORD_BYTES] [PARTITIONS]     defaults: 1000000 100 6
+# Scenarios (default engines in brackets)
+#   headline          1,000,000 records of 512 B, 8 partitions [ferry,mm2,limit]
+#   small             1,000,000 records of 100 B, 8 partitions [ferry,mm2,limit]
+#   lz4               like headline, the source batches lz4-compressed [ferry,mm2,limit]
+#   latency           steady 20,000 records/s of 512 B for 60 s; p50/p90/p99 of (arrival on the target -
+#                     record CreateTime), first 10 s skipped; limit = the same consumer on the source [ferry,mm2,limit]
+#   partitions-2000   1,000,000 records of 100 B over 2,000 partitions (round robin) [ferry,mm2,limit]
+#   partitions-10000  the same over 10,000 partitions [ferry,mm2,limit]
+#   flows             1, 10 and 50 idle flows eK->wK (aliases of the same two clusters): threads, idle CPU
+#                     over 30 s, RSS [ferry,mm2]
+#   checkpoint        1,000,000 offset syncs (MM2's format) on the offset-syncs topic, a lagging group on
+#                     the source: time from start to its first checkpoint, and the records a failover to
+#                     the checkpointed offsets would re-read [ferry,mm2]
+#   limit             the headline copy done by producer-perf into the target and consumer-perf from the
+#                     source, together: the box's copy limit (also an engine of every copy scenario)
+#   copy              a custom copy: --records, --size, --partitions [ferry]
 #
-# ferry's progress is read from its own /metrics (cheap, 0.2 s resolution); MM2's from west's log-end
-# offsets with Kafka's GetOffsetShell (a JVM per poll: about 1.5 s resolution, and it costs CPU on this
-# 2-core machine while MM2 runs, so MM2's figures are slightly pessimistic).
+# Copy scenarios measure, per engine run: wall time from process start until the target holds every record,
+# time to the first record on the target, copy rate (first to last record), MB/s, peak RSS (VmHWM), CPU
+# (user+system of the process, all of it and while copying), MB per CPU-second, threads, and the load
+# other processes put on the machine meanwhile. Progress is watched the same way for every engine: one
+# admin client polls the target's log-end offsets every 0.1 s (0.5 s above 100 partitions).
+#
+# Options
+#   --runs N            rounds (default 3); each round runs every engine once, back to back; the table shows
+#                       medians and the ratios are medians of the per-round ratios
+#   --engines LIST      a subset of ferry, mm2, limit
+#   --records N, --size BYTES, --partitions P      override the scenario's data
+#   --rate R, --duration S, --warmup S             latency: the steady load, seconds left out
+#   --flows 1,10,50, --window S                    flows: flow counts, idle measurement window
+#   --syncs N                                      checkpoint: offset syncs on the topic
+#   --timeout S         longest an engine run may take (default 900)
+#   --note TEXT         recorded with the results (e.g. "machine busy: other engineers' tests")
+#   --no-record         print the table only; --keep-clusters leaves the bench clusters running
+#   --ferry-bin PATH    measure that binary (FERRY_BIN=PATH works too)
+#   --ferry-rev REV     build that git revision (git archive into ~/.cache/ferry-bench, its own target dir):
+#                       an exact revision, whatever the working tree holds; default: cargo build --release
+#                       of this tree (the results say when src/ had uncommitted changes)
+#   --freq HZ           profile: perf's sampling frequency (default 499)
+#
+# Clusters and isolation. The bench has its own clusters, apart from the shell clusters east/west of the
+# demo and the tests: scripts/kafka.sh with FERRY_KAFKA_RUN=/tmp/ferry-bench, `bsrc` on 127.0.0.1:39192
+# (the source) and `bdst` on 127.0.0.1:39292 (the target; FERRY_BENCH_SRC_PORT / FERRY_BENCH_DST_PORT
+# override). Each scenario starts a fresh source and writes its data once; every engine run gets a fresh
+# target cluster and its own target alias (west1, west2, ...). MM2 and ferry use the same topic names
+# (east.<topic>, mm2-offsets.east.internal, heartbeats, east.checkpoints.internal on the target;
+# mm2-offset-syncs.<target>.internal on the source), so nothing one engine wrote is seen by the next.
+# The flows scenario also restarts the source per run (its `heartbeats` topic collects reverse heartbeats).
+# Both clusters are stopped at the end.
+#
+# Engines. ferry: `ferry run` with a flow east -> westN for the scenario's topic, ferry's defaults (lz4,
+# linger 50 ms, 1 MB batches). MM2: dedicated mode (org.apache.kafka.connect.mirror.MirrorMaker from the
+# same Kafka jars), heap -Xms256m -Xmx1g, tasks.max = 2, producer.override linger.ms = 20,
+# batch.size = 262144, compression.type = lz4, INFO logging; heartbeat herders only for the flows and their
+# reverse pairs. limit: kafka-producer-perf-test into a fresh topic on the target (acks=all, linger 20 ms,
+# 256 KiB batches, lz4) and kafka-consumer-perf-test from the source topic, started together; the limit is
+# the slower of the two rates.
+#
+# Data: producer-perf with --payload-file: 10,000 distinct JSON-like payloads of the record size (fixed
+# seed, ~/.cache/ferry-bench/payload-SIZE.txt), so that batches are not one payload repeated.
+#
+# Output: a table on stdout; a section appended to bench/results.md (date, machine, ferry revision, the
+# command) and every run's figures in bench/raw/<stamp>-<scenario>.json. Logs of each run (ferry, MM2,
+# watcher) stay in the work dir printed at the start (/tmp/ferry-bench-*).
+#
+# Requirements: JDK 17+, Python 3.11 (standard library only), Rust for the build; profile also needs
+# perf (Debian: linux-perf) and inferno (cargo install inferno).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-ENGINE=ferry
-if [[ ${1:-} == --mm2 ]]; then
-  ENGINE=mm2
-  shift
-fi
-N=${1:-1000000}
-SIZE=${2:-100}
-PARTS=${3:-6}
-TOPIC=bench-$ENGINE-$(date +%s)
-PORT=${FERRY_BENCH_PORT:-19464}
-WORK=$(mktemp -d)
-trap 'kill -TERM "$(cat "$WORK/pid" 2>/dev/null)" 2>/dev/null || true' EXIT
-
-LIB=$(scripts/kafka.sh libdir)
-scripts/kafka.sh up east west >/dev/null
-tool() { java -cp "$LIB/*" -Dlog4j2.configurationFile="$ROOT/scripts/kafka/log4j2.yaml" "$@"; }
-on_target() {  # 0 until the remote topic exists (the tool then fails)
-  { tool org.apache.kafka.tools.GetOffsetShell --bootstrap-server 127.0.0.1:29092 --topic "east.$TOPIC" 2>/dev/null \
-    || true; } | awk -F: '{s+=$3} END {print s+0}'
-}
-count() {
-  if [[ $ENGINE == ferry ]]; then
-    curl -s "http://127.0.0.1:$PORT/metrics" | awk -v t="topic=\"$TOPIC\"" \
-      '/^ferry_records_copied_total/ && index($0, t) {s+=$2} END {print s+0}'
-  else
-    on_target
-  fi
-}
-
-tool org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:19092 --create --topic "$TOPIC" \
-  --partitions "$PARTS" >/dev/null
-echo "producing $N records of $SIZE bytes to $TOPIC ($PARTS partitions)"
-tool org.apache.kafka.tools.ProducerPerformance --topic "$TOPIC" --num-records "$N" --record-size "$SIZE" \
-  --throughput -1 --producer-props bootstrap.servers=127.0.0.1:19092 acks=1 linger.ms=20 batch.size=262144 \
-  | tail -1
-
-if [[ $ENGINE == ferry ]]; then
-  cargo build --release --quiet
-  mkdir -p "$WORK/flows"
-  cp flows/clusters.toml "$WORK/flows/"
-  printf '[[flows]]\nsource = "east"\ntarget = "west"\ntopics = ["%s"]\n' "$TOPIC" >"$WORK/flows/flow.toml"
-  start=$(date +%s.%N)
-  target/release/ferry run --flows "$WORK/flows" --listen "127.0.0.1:$PORT" >"$WORK/run.log" 2>&1 &
-else
-  cat >"$WORK/mm2.properties" <<EOF
-clusters = east, west
-east.bootstrap.servers = 127.0.0.1:19092
-west.bootstrap.servers = 127.0.0.1:29092
-east->west.enabled = true
-west->east.enabled = false
-topics = $TOPIC
-tasks.max = 1
-replication.factor = 1
-offset-syncs.topic.replication.factor = 1
-checkpoints.topic.replication.factor = 1
-heartbeats.topic.replication.factor = 1
-west.offset.storage.replication.factor = 1
-west.status.storage.replication.factor = 1
-west.config.storage.replication.factor = 1
-sync.topic.acls.enabled = false
-EOF
-  start=$(date +%s.%N)
-  java -Xms256m -Xmx1g -cp "$LIB/*" -Dlog4j2.configurationFile="$ROOT/scripts/kafka/log4j2.yaml" \
-    org.apache.kafka.connect.mirror.MirrorMaker "$WORK/mm2.properties" >"$WORK/run.log" 2>&1 &
-fi
-echo $! >"$WORK/pid"
-pid=$(cat "$WORK/pid")
-peak=0
-first=""
-while :; do
-  rss=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
-  ((rss > peak)) && peak=$rss
-  c=$(count)
-  [[ -z $first ]] && ((c > 0)) && first=$(date +%s.%N)
-  ((c >= N)) && break
-  kill -0 "$pid" 2>/dev/null || { tail -50 "$WORK/run.log"; exit 1; }
-  sleep 0.2
-done
-end=$(date +%s.%N)
-cpu=$(awk '{print ($14+$15)/100}' "/proc/$pid/stat")
-got=$(on_target)
-((got >= N)) || { echo "target holds $got of $N records" >&2; exit 1; }
-wall=$(awk -v a="$start" -v b="$end" 'BEGIN {print b - a}')
-copy=$(awk -v a="$first" -v b="$end" 'BEGIN {print b - a}')
-rate=$(awk -v n="$N" -v s="$copy" 'BEGIN {print (s > 0 ? n / s : 0)}')
-line=$(printf '| %s | %s | %s | %d | %d | %.1f s | %.1f s | %.0f rec/s | %d MiB | %.1f s |' \
-  "$(date -u +%F)" "$ENGINE" "$(nproc) cores" "$N" "$SIZE" "$wall" "$copy" "$rate" "$((peak / 1024))" "$cpu")
-echo "| date | engine | machine | records | bytes | wall incl. startup | first to last copy | copy rate | peak RSS | CPU |"
-echo "$line"
-mkdir -p bench
-[[ -f bench/results.md ]] && head -1 bench/results.md | grep -q engine || printf '%s\n%s\n' \
-  "| date | engine | machine | records | bytes | wall incl. startup | first to last copy | copy rate | peak RSS | CPU |" \
-  "|---|---|---|---|---|---|---|---|---|---|" >bench/results.md
-echo "$line" >>bench/results.md
+exec python3 "$ROOT/scripts/bench/bench.py" "$@"

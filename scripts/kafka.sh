@@ -21,6 +21,38 @@
 #   prepare DIR PORT CONTROLLER_PORT
 #                         write DIR/server.properties for a node on 127.0.0.1:PORT (controller on
 #                         CONTROLLER_PORT) with its data in DIR/data, and format DIR/data
+# Secured clusters (tests/support/cluster.rs `Cluster::start_secured`; usable by hand, see below):
+#   certs DIR [CLIENT...] make a throwaway CA and PEM files in DIR: the broker's keystore, one client
+#                         certificate per CLIENT (CN=CLIENT), and an untrusted CA with a client
+#                         certificate of its own. EC P-256 keys, unencrypted; valid 30 days
+#   prepare-secure DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE [USER=PASSWORD...]
+#                         like prepare, but clients get a secured listener on PORT. MODE is sasl_ssl
+#                         (SASL_SSL with SCRAM-SHA-512) or mtls (SSL, client certificate required),
+#                         either with "+acl" appended for the StandardAuthorizer. Needs DIR/tls made
+#                         by `certs`. Each USER=PASSWORD becomes a SCRAM-SHA-512 credential at format
+#                         time, so DIR/data is then formatted by kafka-storage (a JVM, 1-3 s), not the template
+#
+# Secured clusters
+#   Files of `certs DIR`: ca.pem (what clients trust), broker.pem (the broker's PEM keystore: key,
+#   then the certificate for IP:127.0.0.1 and DNS:localhost), client-<CLIENT>.pem and .key,
+#   client-<CLIENT>.keystore.pem (both in one file, a PEM keystore for Java clients), untrusted-ca.pem,
+#   and untrusted-client.pem and .key (CN=admin, signed by the untrusted CA).
+#   The listener on PORT (named CLIENT) is the only one meant for clients. The node's own listeners
+#   stay PLAINTEXT on loopback: INTERNAL (inter-broker, on INTERNAL_PORT) and CONTROLLER. Their
+#   principal is User:ANONYMOUS, which "+acl" makes a super user besides User:admin (the node must
+#   be allowed to talk to itself). mtls maps a certificate subject "CN=alice,OU=...,O=..." to the
+#   principal User:alice.
+#   librdkafka clients: security.protocol=SASL_SSL, sasl.mechanism=SCRAM-SHA-512, sasl.username,
+#   sasl.password and ssl.ca.location=<tls>/ca.pem; or security.protocol=SSL, ssl.ca.location,
+#   ssl.certificate.location=<tls>/client-<CLIENT>.pem, ssl.key.location=<tls>/client-<CLIENT>.key.
+#   By hand, e.g. a SASL_SSL node with ACLs on ports 39092 (clients), 39093 (controller), 39094:
+#     scripts/kafka.sh certs /tmp/k/tls admin alice
+#     scripts/kafka.sh prepare-secure /tmp/k 39092 39093 39094 sasl_ssl+acl admin=admin-pw alice=alice-pw
+#     mapfile -t java < <(scripts/kafka.sh broker-cmd); "${java[@]}" /tmp/k/server.properties
+#   and for Kafka's tools, a --command-config file with security.protocol=SASL_SSL,
+#   sasl.mechanism=SCRAM-SHA-512, ssl.truststore.type=PEM, ssl.truststore.location=/tmp/k/tls/ca.pem
+#   and sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required
+#   username="admin" password="admin-pw";
 #
 # Ports (fixed so that a shell user can type them):
 #   east: 127.0.0.1:19092 (controller 19093)      west: 127.0.0.1:29092 (controller 29093)
@@ -181,16 +213,26 @@ make_cds_archive() {
 
 # --------------------------------------------------------------------------------------- broker setup
 
-# server.properties of a single combined broker+controller node.
-write_properties() { # DIR PORT CONTROLLER_PORT
+# server.properties of a single combined broker+controller node. Without MODE: one PLAINTEXT
+# listener for everyone. With MODE (see prepare-secure): a secured CLIENT listener on PORT and a
+# PLAINTEXT INTERNAL listener on INTERNAL_PORT for the node itself.
+write_properties() { # DIR PORT CONTROLLER_PORT [INTERNAL_PORT MODE]
   cat <<EOF
 # written by scripts/kafka.sh
 node.id=1
 process.roles=broker,controller
+EOF
+  if (( $# < 5 )); then
+    cat <<EOF
 listeners=PLAINTEXT://127.0.0.1:$2,CONTROLLER://127.0.0.1:$3
 advertised.listeners=PLAINTEXT://127.0.0.1:$2
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
+EOF
+  else
+    secure_properties "$@"
+  fi
+  cat <<EOF
 controller.listener.names=CONTROLLER
 # static quorum of one voter: plain "kafka-storage format", no --standalone / dynamic quorum needed
 controller.quorum.voters=1@127.0.0.1:$3
@@ -217,16 +259,115 @@ broker.session.timeout.ms=3000
 EOF
 }
 
+secure_properties() { # DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE
+  local tls=$1/tls mode=${5%+acl} protocol
+  case $mode in
+    sasl_ssl) protocol=SASL_SSL ;;
+    mtls) protocol=SSL ;;
+    *) die "unknown security mode '$5' (sasl_ssl or mtls, optionally with +acl)" ;;
+  esac
+  [[ -f $tls/broker.pem && -f $tls/ca.pem ]] || die "no $tls/broker.pem or $tls/ca.pem; run: $0 certs $tls"
+  cat <<EOF
+listeners=CLIENT://127.0.0.1:$2,INTERNAL://127.0.0.1:$4,CONTROLLER://127.0.0.1:$3
+advertised.listeners=CLIENT://127.0.0.1:$2,INTERNAL://127.0.0.1:$4
+listener.security.protocol.map=CLIENT:$protocol,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=INTERNAL
+# PEM key (PKCS#8, unencrypted, hence no ssl.key.password) and certificate; PEM CA
+ssl.keystore.type=PEM
+ssl.keystore.location=$tls/broker.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$tls/ca.pem
+EOF
+  if [[ $mode == sasl_ssl ]]; then
+    cat <<EOF
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.client.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+EOF
+  else
+    cat <<EOF
+ssl.client.auth=required
+# "CN=alice,OU=ferry-test,O=ferry" -> User:alice
+ssl.principal.mapping.rules=RULE:^CN=([^,]+)(,.*)?\$/\$1/,DEFAULT
+EOF
+  fi
+  if [[ $5 == *+acl ]]; then
+    cat <<EOF
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+# ANONYMOUS is the node itself on its PLAINTEXT INTERNAL and CONTROLLER listeners
+super.users=User:admin;User:ANONYMOUS
+EOF
+  fi
+}
+
+# A throwaway PKI in DIR (file names in the header comment). Nothing in it is secret beyond the test
+# that made it: callers put DIR inside their own temp dir.
+make_certs() { # DIR [CLIENT...]
+  local dir=$1 name
+  shift
+  command -v openssl >/dev/null || die "certs needs the openssl command-line tool (Debian: openssl)"
+  for name in "$@"; do
+    [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || die "client name '$name': letters, digits, '_', '.', '-' only"
+  done
+  umask 077 # private keys, and broker.pem holds one
+  mkdir -p "$dir"
+  new_ca "$dir/ca" "ferry test CA"
+  leaf "$dir/ca" "$dir/broker" "/O=ferry/OU=ferry-test/CN=broker" \
+    "subjectAltName=IP:127.0.0.1,DNS:localhost" "extendedKeyUsage=serverAuth,clientAuth"
+  # Kafka's PEM keystore: the private key, then the certificate chain
+  cat "$dir/broker.key" "$dir/broker.crt" >"$dir/broker.pem"
+  rm -f "$dir/broker.key" "$dir/broker.crt"
+  for name in "$@"; do
+    leaf "$dir/ca" "$dir/client-$name" "/O=ferry/OU=ferry-test/CN=$name" "extendedKeyUsage=clientAuth"
+    mv "$dir/client-$name.crt" "$dir/client-$name.pem"
+    # for Java clients (ssl.keystore.type=PEM): key and certificate in one file
+    cat "$dir/client-$name.key" "$dir/client-$name.pem" >"$dir/client-$name.keystore.pem"
+  done
+  # Claims to be the super user; only its CA gives it away.
+  new_ca "$dir/untrusted-ca" "ferry untrusted CA"
+  leaf "$dir/untrusted-ca" "$dir/untrusted-client" "/O=ferry/OU=ferry-test/CN=admin" "extendedKeyUsage=clientAuth"
+  mv "$dir/untrusted-client.crt" "$dir/untrusted-client.pem"
+  mv "$dir/ca.crt" "$dir/ca.pem"
+  mv "$dir/untrusted-ca.crt" "$dir/untrusted-ca.pem"
+  rm -f "$dir/ca.key" "$dir/untrusted-ca.key" # nothing is signed later
+}
+
+new_ca() { # PREFIX CN -> PREFIX.key, PREFIX.crt
+  openssl req -x509 -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -days 30 \
+    -keyout "$1.key" -out "$1.crt" -subj "/O=ferry/CN=$2" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    2>"$1.err" || { cat "$1.err" >&2; die "openssl: cannot make the CA $1"; }
+  rm -f "$1.err"
+}
+
+leaf() { # CA_PREFIX PREFIX SUBJECT EXTENSION... -> PREFIX.key (PKCS#8), PREFIX.crt
+  openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -keyout "$2.key" \
+    -out "$2.csr" -subj "$3" 2>"$2.err" || { cat "$2.err" >&2; die "openssl: cannot make a key for $2"; }
+  printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature" "${@:4}" >"$2.ext"
+  openssl x509 -req -in "$2.csr" -CA "$1.crt" -CAkey "$1.key" -set_serial "0x$(openssl rand -hex 12)" \
+    -days 30 -extfile "$2.ext" -out "$2.crt" 2>"$2.err" || { cat "$2.err" >&2; die "openssl: cannot sign $2"; }
+  rm -f "$2.csr" "$2.ext" "$2.err"
+}
+
 # Format a data dir exactly as `kafka-storage format -t <random id> -c ...` does for a static quorum:
 # meta.properties (version 1) plus the bootstrap.checkpoint template, without starting a JVM.
-format_dir() { # DATA_DIR
-  local data=$1
+# USER=PASSWORD arguments need the real tool: they become SCRAM-SHA-512 credentials (--add-scram).
+format_dir() { # DATA_DIR [USER=PASSWORD...]
+  local data=$1 user
+  shift
   [[ -f $data/meta.properties ]] && return 0
   mkdir -p "$data"
-  if [[ ${FERRY_KAFKA_FORMAT:-template} == tool ]]; then
+  if [[ ${FERRY_KAFKA_FORMAT:-template} == tool || $# -gt 0 ]]; then
+    local -a scram=()
+    for user in "$@"; do
+      [[ $user =~ ^([A-Za-z0-9_.-]+)=([A-Za-z0-9_.-]+)$ ]] \
+        || die "SCRAM user '$user': NAME=PASSWORD, letters, digits, '_', '.', '-' only"
+      scram+=(--add-scram "SCRAM-SHA-512=[name=${BASH_REMATCH[1]},password=${BASH_REMATCH[2]}]")
+    done
+    local out
     # shellcheck disable=SC2046
-    "$JAVA" $(cds_opts) -Dlog4j2.configurationFile="$LOG4J_CONFIG" -cp "$LIB/*" kafka.tools.StorageTool \
-      format -t "$(random_uuid)" -c "$(dirname "$data")/server.properties" >/dev/null
+    out=$("$JAVA" $(cds_opts) -Dlog4j2.configurationFile="$LOG4J_CONFIG" -cp "$LIB/*" kafka.tools.StorageTool \
+      format -t "$(random_uuid)" -c "$(dirname "$data")/server.properties" "${scram[@]}" 2>&1) \
+      || { echo "$out" >&2; die "kafka-storage format of $data failed"; }
     return
   fi
   [[ -f $TEMPLATE ]] || die "no $TEMPLATE; run: $0 fetch"
@@ -396,6 +537,15 @@ case $cmd in
     mkdir -p "$1"
     write_properties "$1" "$2" "$3" >"$1/server.properties"
     format_dir "$1/data"
+    ;;
+  certs) (( $# >= 1 )) || die "usage: certs DIR [CLIENT...]"; make_certs "$@" ;;
+  prepare-secure)
+    (( $# >= 5 )) || die "usage: prepare-secure DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE [USER=PASSWORD...]"
+    do_fetch
+    mkdir -p "$1"
+    write_properties "$1" "$2" "$3" "$4" "$5" >"$1/server.properties.tmp"
+    mv "$1/server.properties.tmp" "$1/server.properties"
+    format_dir "$1/data" "${@:6}"
     ;;
   up) cmd_up "$@" ;;
   down) cmd_down "$@" ;;

@@ -1,0 +1,1346 @@
+#!/usr/bin/env python3
+"""scripts/bench/bench.py: ferry against MirrorMaker 2 and against the brokers' own limit.
+
+The driver behind scripts/bench.sh (its header is the user documentation: scenarios, options, method).
+Python 3.11 standard library only; the Kafka-client work (watching offsets, latency, offset syncs,
+checkpoints, heartbeats) is done by BenchTool.java on Kafka's own jars.
+
+Layout of one invocation:
+  - a fresh source cluster `bsrc` (scripts/kafka.sh, run dir /tmp/ferry-bench, port 39192) gets the
+    scenario's data once;
+  - every engine run (ferry, MM2, limit; rounds of all engines, --runs times) gets a fresh target
+    cluster `bdst` (port 39292) and its own target alias (west1, west2, ...), so that neither the target
+    nor the source-side topics named after the target (mm2-offset-syncs.<target>.internal) hold anything
+    of a previous run: MM2 and ferry use the same topic names;
+  - figures of each run go to bench/raw/<stamp>-<scenario>.json, medians and per-round ratios to a
+    section appended to bench/results.md (unless --no-record).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import queue
+import random
+import re
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+KAFKA_SH = ROOT / "scripts" / "kafka.sh"
+LOG4J_WARN = ROOT / "scripts" / "kafka" / "log4j2.yaml"
+LOG4J_MM2 = ROOT / "scripts" / "bench" / "mm2-log4j2.yaml"
+TOOL_SRC = ROOT / "scripts" / "bench" / "BenchTool.java"
+CACHE = Path(os.environ.get("FERRY_BENCH_CACHE", Path.home() / ".cache" / "ferry-bench"))
+RUN_DIR = os.environ.get("FERRY_BENCH_RUN", "/tmp/ferry-bench")
+SRC_PORT = int(os.environ.get("FERRY_BENCH_SRC_PORT", "39192"))
+DST_PORT = int(os.environ.get("FERRY_BENCH_DST_PORT", "39292"))
+SRC = f"127.0.0.1:{SRC_PORT}"
+DST = f"127.0.0.1:{DST_PORT}"
+CLK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+MM2_HEAP = "-Xms256m -Xmx1g"
+# kafka-run-class.sh's defaults, which connect-mirror-maker.sh uses
+MM2_JVM = "-XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 " \
+          "-XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true"
+
+# The scenarios. `copy`: a topic written once on the source, copied by every engine into a fresh target.
+SCENARIOS: dict[str, dict] = {
+    "headline": dict(kind="copy", records=1_000_000, size=512, partitions=8, engines="ferry,mm2,limit"),
+    "small": dict(kind="copy", records=1_000_000, size=100, partitions=8, engines="ferry,mm2,limit"),
+    "lz4": dict(kind="copy", records=1_000_000, size=512, partitions=8, source_compression="lz4",
+                engines="ferry,mm2,limit"),
+    "partitions-2000": dict(kind="copy", records=1_000_000, size=100, partitions=2000, engines="ferry,mm2,limit"),
+    # 10 topics: KRaft refuses one operation of more than 10,000 metadata records. The remote topics are
+    # created before the engine starts, because ferry and MM2 both ask for all of a flow's new topics in
+    # one CreateTopics request, which the controller refuses beyond 10,000 partitions ("Excessively large
+    # number of partitions per request", PolicyViolation): neither would copy anything otherwise.
+    "partitions-10000": dict(kind="copy", records=1_000_000, size=100, partitions=10000, topics=10,
+                             precreate_remote=True, engines="ferry,mm2,limit"),
+    # the headline's data, copied by the brokers' own tools only
+    "limit": dict(kind="copy", records=1_000_000, size=512, partitions=8, engines="limit"),
+    "latency": dict(kind="latency", rate=20_000, duration=60, warmup=10, size=512, partitions=8,
+                    engines="ferry,mm2,limit"),
+    "flows": dict(kind="flows", flows="1,10,50", settle=15, window=30, engines="ferry,mm2"),
+    "checkpoint": dict(kind="checkpoint", syncs=1_000_000, partitions=8, step=100, engines="ferry,mm2"),
+    # the old interface: scripts/bench.sh [--mm2] [RECORDS] [BYTES] [PARTITIONS]
+    "copy": dict(kind="copy", records=1_000_000, size=100, partitions=6, engines="ferry"),
+}
+ALL = ["headline", "small", "lz4", "latency", "partitions-2000", "partitions-10000", "flows", "checkpoint"]
+
+# Producer settings. The source data is written once per scenario (not measured); the limit's producer
+# is tuned like MM2's below, since it stands for the copy's produce side.
+SOURCE_PROPS = ["acks=1", "linger.ms=20", "batch.size=262144"]
+# Round robin over thousands of partitions: small batches that wait to fill, and room for them all.
+ROUND_ROBIN_PROPS = ["partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner",
+                     "linger.ms=500", "batch.size=16384", "buffer.memory=536870912"]
+LIMIT_PROPS = ["acks=all", "linger.ms=20", "batch.size=262144", "compression.type=lz4"]
+LATENCY_SOURCE_PROPS = ["acks=1", "linger.ms=5", "batch.size=65536"]
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def die(msg: str) -> None:
+    log(f"error: {msg}")
+    sys.exit(1)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# ------------------------------------------------------------------------------------------ processes
+
+CHILDREN: list[subprocess.Popen] = []
+
+
+def spawn(cmd: list[str], log_path: Path | None = None, env: dict | None = None, stdout=None) -> subprocess.Popen:
+    """A child in its own session (a Ctrl-C of bench.sh reaches only us; we stop our children by pid)."""
+    out = stdout if stdout is not None else (open(log_path, "ab") if log_path else subprocess.DEVNULL)
+    p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if log_path or stdout else subprocess.DEVNULL,
+                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    CHILDREN.append(p)
+    return p
+
+
+def stop(p: subprocess.Popen | None, sig=signal.SIGTERM, timeout=60) -> None:
+    if p is None or p.poll() is not None:
+        return
+    try:
+        p.send_signal(sig)
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        log(f"pid {p.pid} still running {timeout}s after {sig.name}; SIGKILL")
+        p.kill()
+        p.wait()
+    except ProcessLookupError:
+        pass
+
+
+def stop_all_children() -> None:
+    for p in CHILDREN:
+        if p.poll() is None:
+            stop(p, timeout=20)
+
+
+def run(cmd: list[str], env: dict | None = None, check=True, timeout=None) -> str:
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if check and r.returncode != 0:
+        die(f"{shlex.join(cmd[:6])}... exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r.stdout
+
+
+class Lines:
+    """The stdout of a child, line by line, read by a thread (so the main loop can poll with a timeout)."""
+
+    def __init__(self, p: subprocess.Popen, tee: Path | None = None):
+        self.q: queue.Queue = queue.Queue()
+        self.all: list[str] = []
+
+        def pump():
+            f = open(tee, "a") if tee else None
+            for raw in p.stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                if f:
+                    f.write(line + "\n")
+                    f.flush()
+                self.all.append(line)
+                self.q.put(line)
+            self.q.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def get(self, timeout: float) -> str | None | bool:
+        """A line; None at end of stream; False on timeout."""
+        try:
+            return self.q.get(timeout=timeout)
+        except queue.Empty:
+            return False
+
+
+# --------------------------------------------------------------------------------------------- /proc
+
+def proc_status(pid: int) -> dict:
+    d = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("VmRSS", "VmHWM"):
+                    d[k] = int(v.split()[0]) * 1024
+                elif k == "Threads":
+                    d[k] = int(v)
+    except OSError:
+        pass
+    return d
+
+
+def proc_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of the process (all its threads)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK
+    except (OSError, IndexError):
+        return None
+
+
+def machine_busy() -> float:
+    """CPU seconds the whole machine has been busy (all cores), from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return (sum(v[:8]) - idle) / CLK
+
+
+class CpuWindow:
+    """Busy CPU of the machine and of our own processes between two moments: what else was running."""
+
+    def __init__(self, pids: list[int]):
+        self.pids = [p for p in pids if p]
+        self.t = time.time()
+        self.busy = machine_busy()
+        self.cpu = {p: proc_cpu(p) or 0.0 for p in self.pids}
+
+    def others_cores(self, extra_pids: list[int] = ()) -> float:
+        dt_ = time.time() - self.t
+        busy = machine_busy() - self.busy
+        ours = 0.0
+        for p in set(self.pids) | set(extra_pids):
+            c = proc_cpu(p)
+            if c is not None:
+                ours += c - self.cpu.get(p, 0.0)
+        return max(0.0, (busy - ours) / dt_) if dt_ > 0 else 0.0
+
+
+# ------------------------------------------------------------------------------------------ clusters
+
+def kafka_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env.update({"FERRY_KAFKA_RUN": RUN_DIR,
+                "FERRY_KAFKA_PORT_BSRC": str(SRC_PORT), "FERRY_KAFKA_PORT_BDST": str(DST_PORT)})
+    if extra:
+        env.update(extra)
+    return env
+
+
+def kafka_sh(*args: str, timeout=600) -> str:
+    return run([str(KAFKA_SH), *args], env=kafka_env(), timeout=timeout)
+
+
+def broker_pid(name: str) -> int | None:
+    try:
+        return int(Path(RUN_DIR, name, "pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def fresh_cluster(name: str) -> None:
+    t = time.time()
+    kafka_sh("down", name)
+    kafka_sh("up", name)
+    log(f"fresh cluster {name} in {time.time() - t:.1f} s")
+
+
+class Tools:
+    """Kafka's jars and BenchTool compiled against them."""
+
+    def __init__(self):
+        self.lib = kafka_sh("libdir").strip().splitlines()[-1]
+        digest = hashlib.sha256(TOOL_SRC.read_bytes() + self.lib.encode()).hexdigest()[:12]
+        self.classes = CACHE / f"classes-{digest}"
+        if not (self.classes / "BenchTool.class").exists():
+            tmp = Path(tempfile.mkdtemp(dir=CACHE))
+            run(["javac", "-nowarn", "-cp", f"{self.lib}/*", "-d", str(tmp), str(TOOL_SRC)])
+            tmp.rename(self.classes)
+        self.cp = f"{self.classes}:{self.lib}/*"
+
+    def java(self, main: str, *args: str, heap="-Xmx512m", log4j=LOG4J_WARN) -> list[str]:
+        return ["java", *heap.split(), "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                f"-Dlog4j2.configurationFile={log4j}", "-cp", self.cp, main, *args]
+
+    def tool(self, *args: str) -> list[str]:
+        return self.java("BenchTool", *args)
+
+    def call(self, *args: str, timeout=900) -> str:
+        return run(self.tool(*args), timeout=timeout)
+
+    def kafka_tool(self, main: str, *args: str, heap="-Xmx1g") -> list[str]:
+        return ["java", *heap.split(), "-XX:+UseG1GC", f"-Dlog4j2.configurationFile={LOG4J_WARN}",
+                "-cp", f"{self.lib}/*", main, *args]
+
+
+def payload_file(size: int) -> Path:
+    """10,000 distinct JSON-like payloads of exactly `size` bytes (fixed seed): varied enough that lz4
+    does not collapse a batch of identical records (producer-perf's --record-size repeats one payload),
+    repetitive enough to compress like typical event data."""
+    path = CACHE / f"payload-{size}.txt"
+    if path.exists():
+        return path
+    rnd = random.Random(size)
+    words = ["order", "created", "paid", "shipped", "customer", "invoice", "berlin", "paris", "lisbon", "warehouse",
+             "express", "standard", "pending", "accepted", "rejected", "refund", "item", "quantity", "price", "eur",
+             "usd", "voucher", "mobile", "web", "store", "north", "south", "east", "west", "priority"]
+    lines = []
+    for i in range(10_000):
+        head = (f'{{"id":"{rnd.getrandbits(64):016x}","seq":{i},"ts":{1_700_000_000_000 + rnd.randrange(10**9)},'
+                f'"customer":"c{rnd.randrange(10**6):06d}","amount":{rnd.randrange(10**6) / 100},"note":"')
+        body = []
+        while len(head) + sum(len(w) + 1 for w in body) < size:
+            body.append(rnd.choice(words) if rnd.random() < 0.7 else f"{rnd.getrandbits(32):08x}")
+        s = (head + " ".join(body))[: size - 2] + '"}'
+        lines.append(s[:size].ljust(size, " "))
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.rename(path)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------------------ engines
+
+class Ferry:
+    name = "ferry"
+
+    def __init__(self, binary: Path):
+        self.binary = binary
+
+    def start(self, work: Path, src_alias: str, flows: list[dict], clusters: dict[str, str],
+              wrap: list[str] = ()) -> subprocess.Popen:
+        """`wrap`: a command prefix (the profile runs ferry under `perf record ... --`)."""
+        d = work / "flows"
+        d.mkdir(parents=True, exist_ok=True)
+        text = "".join(f'[clusters.{a}]\nbootstrap_servers = "{b}"\n\n' for a, b in clusters.items())
+        for f in flows:
+            text += "[[flows]]\n"
+            for k, v in f.items():
+                text += f"{k} = {json.dumps(v)}\n"
+            text += "\n"
+        (d / "bench.toml").write_text(text)
+        self.port = free_port()
+        return spawn([*wrap, str(self.binary), "run", "--flows", str(d), "--listen", f"127.0.0.1:{self.port}"],
+                     work / "ferry.log")
+
+
+class MM2:
+    name = "mm2"
+
+    def __init__(self, tools: Tools):
+        self.tools = tools
+
+    def start(self, work: Path, props: str) -> subprocess.Popen:
+        (work / "mm2.properties").write_text(props)
+        cmd = ["java", *MM2_HEAP.split(), *MM2_JVM.split(), f"-Dlog4j2.configurationFile={LOG4J_MM2}",
+               "-cp", f"{self.tools.lib}/*", "org.apache.kafka.connect.mirror.MirrorMaker",
+               str(work / "mm2.properties")]
+        return spawn(cmd, work / "mm2.log")
+
+
+def ferry_flow(src: str, dst: str, topics: list[str], **extra) -> dict:
+    return {"source": src, "target": dst, "topics": topics, **extra}
+
+
+def mm2_props(pairs: list[tuple[str, str, str]], clusters: dict[str, str], extra: dict | None = None,
+              reverse_heartbeats=True) -> str:
+    """Dedicated-mode MM2 as the issue measured it: tasks.max = 2, a tuned producer (linger 20 ms, 256 KiB
+    batches, lz4), replication factor 1 everywhere (single-broker clusters). `pairs`: (source, target,
+    topics regex). Heartbeat herders only for the flows and their reverse pairs (what a ferry flow emits),
+    not for every ordered pair of aliases."""
+    lines = [f"clusters = {', '.join(clusters)}"]
+    lines += [f"{a}.bootstrap.servers = {b}" for a, b in clusters.items()]
+    lines += ["tasks.max = 2", "replication.factor = 1", "offset-syncs.topic.replication.factor = 1",
+              "checkpoints.topic.replication.factor = 1", "heartbeats.topic.replication.factor = 1",
+              "sync.topic.acls.enabled = false", "emit.heartbeats.enabled = false"]
+    for a in clusters:
+        lines += [f"{a}.offset.storage.replication.factor = 1", f"{a}.status.storage.replication.factor = 1",
+                  f"{a}.config.storage.replication.factor = 1"]
+    for s, t, topics in pairs:
+        lines += [f"{s}->{t}.enabled = true", f"{s}->{t}.topics = {topics}",
+                  f"{s}->{t}.emit.heartbeats.enabled = true",
+                  f"{s}->{t}.producer.override.linger.ms = 20",
+                  f"{s}->{t}.producer.override.batch.size = 262144",
+                  f"{s}->{t}.producer.override.compression.type = lz4"]
+        if reverse_heartbeats:
+            lines.append(f"{t}->{s}.emit.heartbeats.enabled = true")
+        for k, v in (extra or {}).items():
+            lines.append(f"{s}->{t}.{k} = {v}")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ the bench
+
+def describe(name: str, sc: dict) -> str:
+    """What the scenario does, with the values actually used (after --records etc.)."""
+    k = sc["kind"]
+    if k == "copy":
+        d = f"{sc['records']:,} records of {sc['size']} B, {sc['partitions']:,} partitions"
+        if sc.get("topics", 1) > 1:
+            d += f" ({sc['topics']} topics of {sc['partitions'] // sc['topics']:,})"
+        if sc["partitions"] > 100:
+            d += " (round robin)"
+        if sc.get("source_compression"):
+            d += f", {sc['source_compression']} batches on the source"
+        return ("the box's copy limit for " + d) if name == "limit" else d
+    if k == "latency":
+        return (f"steady {sc['rate']:,} records/s of {sc['size']} B for {sc['duration']} s over {sc['partitions']} "
+                f"partitions; arrival on the target - CreateTime")
+    if k == "flows":
+        return "idle flows eK->wK (aliases of the same two clusters), each copying one empty topic"
+    return f"first checkpoint of a lagging group with {sc['syncs']:,} offset syncs on the topic"
+
+
+class Data:
+    """The source data of a copy scenario: `partitions` in all, over `topics` topics (KRaft refuses to create
+    more than 10,000 metadata records in one operation, so 10,000 partitions cannot be one topic)."""
+
+    def __init__(self, name: str, sc: dict):
+        n = sc.get("topics", 1)
+        self.topics = [f"bench-{name}"] if n == 1 else [f"bench-{name}-{i}" for i in range(1, n + 1)]
+        self.partitions = sc["partitions"]
+        self.per_topic = self.partitions // n
+        self.records, self.size = sc["records"], sc["size"]
+        self.compression = sc.get("source_compression")
+        self.precreate_remote = sc.get("precreate_remote", False)
+
+
+def median(xs):
+    xs = [x for x in xs if isinstance(x, (int, float))]
+    return statistics.median(xs) if xs else None
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        self.work = Path(args.work or tempfile.mkdtemp(prefix=f"ferry-bench-{self.stamp}-"))
+        self.work.mkdir(parents=True, exist_ok=True)
+        CACHE.mkdir(parents=True, exist_ok=True)
+        self.tools = Tools()
+        self.run_no = 0
+        self.ferry_bin, self.ferry_rev = (None, None)
+        log(f"work dir {self.work}")
+
+    # --- ferry binary
+    def ferry(self) -> Ferry:
+        if self.ferry_bin is None:
+            self.ferry_bin, self.ferry_rev = resolve_ferry(self.args)
+        return Ferry(self.ferry_bin)
+
+    def next_run(self, engine: str) -> tuple[Path, str]:
+        self.run_no += 1
+        w = self.work / f"{self.run_no:02d}-{engine}"
+        w.mkdir()
+        return w, f"west{self.run_no}"
+
+    def src_pids(self):
+        return [broker_pid("bsrc"), broker_pid("bdst")]
+
+    # --- data
+    def produce(self, topic: str, records: int, size: int, partitions: int, compression: str | None,
+                throughput: int = -1, props: list[str] | None = None) -> subprocess.Popen:
+        props = list(props or SOURCE_PROPS)
+        if partitions > 100:
+            props += ROUND_ROBIN_PROPS
+        if compression:
+            props.append(f"compression.type={compression}")
+        cmd = self.tools.kafka_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                                    "--num-records", str(records), "--payload-file", str(payload_file(size)),
+                                    "--throughput", str(throughput), "--bootstrap-server", SRC,
+                                    "--command-property", *props)
+        return spawn(cmd, stdout=subprocess.PIPE)
+
+    def create(self, bootstrap: str, partitions: int, *topics: str, configs="-") -> None:
+        self.tools.call("create", bootstrap, str(partitions), configs, *topics)
+
+    def write_source(self, d: "Data"):
+        t = time.time()
+        self.create(SRC, d.per_topic, *d.topics)
+        for topic in d.topics:
+            p = self.produce(topic, d.records // len(d.topics), d.size, d.per_topic, d.compression)
+            out = p.communicate()[0].decode()
+            if p.returncode != 0:
+                die(f"producer-perf failed:\n{out[-2000:]}")
+            log(f"source: {topic}: {out.strip().splitlines()[-1]}")
+        log(f"source: {d.records:,} records of {d.size} B in {len(d.topics)} topic(s) of {d.per_topic:,} partitions"
+            f"{', ' + d.compression if d.compression else ''} in {time.time() - t:.1f} s")
+
+    # --- one copy by a replicator
+    def copy_run(self, engine: str, d: "Data") -> dict:
+        records, size, partitions = d.records, d.size, d.partitions
+        work, alias = self.next_run(engine)
+        fresh_cluster("bdst")
+        remote = ",".join(f"east.{t}" for t in d.topics)
+        if d.precreate_remote:
+            t = time.time()
+            self.create(DST, d.per_topic, *remote.split(","))
+            log(f"remote topics created beforehand in {time.time() - t:.1f} s")
+        interval = "100" if partitions <= 100 else "500"
+        watcher = spawn(self.tools.tool("watch", DST, remote, str(records), interval, str(self.args.timeout)),
+                        stdout=subprocess.PIPE)
+        lines = Lines(watcher, work / "watch.log")
+        time.sleep(1.5)  # the watcher's JVM is up before the replicator starts
+        window = CpuWindow(self.src_pids() + [watcher.pid])
+        t0 = time.time()
+        if engine == "ferry":
+            proc = self.ferry().start(work, "east", [ferry_flow("east", alias, d.topics)], {"east": SRC, alias: DST})
+        else:
+            proc = MM2(self.tools).start(work, mm2_props([("east", alias, ", ".join(d.topics))],
+                                                         {"east": SRC, alias: DST}))
+        res = {"engine": engine, "alias": alias, "records": records, "size": size, "partitions": partitions,
+               "topics": len(d.topics)}
+        peak_threads = 0
+        deadline = t0 + self.args.timeout
+        last_count, last_progress = 0, time.time()
+        while True:
+            st = proc_status(proc.pid)
+            peak_threads = max(peak_threads, st.get("Threads", 0))
+            line = lines.get(0.2)
+            if line is None:
+                res["error"] = "watcher ended without 'done'"
+                break
+            if line:
+                ev, ms, *rest = line.split()
+                if ev == "first":
+                    res["first_s"] = int(ms) / 1000 - t0
+                    res["cpu_at_first_s"] = proc_cpu(proc.pid)
+                elif ev == "count":
+                    c = int(rest[0])
+                    if c > last_count:
+                        last_count, last_progress = c, time.time()
+                elif ev == "done":
+                    res["done_s"] = int(ms) / 1000 - t0
+                    res["cpu_s"] = proc_cpu(proc.pid)
+                    st = proc_status(proc.pid)
+                    res["peak_rss_mib"] = st.get("VmHWM", 0) / 2**20
+                    res["threads"] = max(peak_threads, st.get("Threads", 0))
+                    res["others_cores"] = window.others_cores([proc.pid])
+                    break
+                elif ev == "timeout":
+                    res["error"] = f"timeout with {rest} records on the target"
+                    break
+            if proc.poll() is not None:
+                res["error"] = f"{engine} exited with {proc.returncode} (log: {work})"
+                break
+            if time.time() > deadline or time.time() - last_progress > max(180, self.args.timeout / 3):
+                res["error"] = f"no completion in time ({last_count} records on the target)"
+                break
+        stop(proc)
+        stop(watcher)
+        if "first_s" in res and "done_s" in res:
+            copy = res["done_s"] - res["first_s"]
+            res["copy_s"] = copy
+            res["rate"] = records / copy if copy > 0 else None
+            res["mb_s"] = records * size / 1e6 / copy if copy > 0 else None
+            res["cpu_copy_s"] = (res["cpu_s"] - (res.get("cpu_at_first_s") or 0)) if res.get("cpu_s") else None
+            res["mb_per_cpu_s"] = records * size / 1e6 / res["cpu_s"] if res.get("cpu_s") else None
+            res["mb_per_cpu_copy_s"] = records * size / 1e6 / res["cpu_copy_s"] if res.get("cpu_copy_s") else None
+        if engine == "mm2":
+            res["mm2_producer_tuned"] = grep_count(work / "mm2.log", r"linger\.ms = 20") > 0
+        res["work"] = str(work)
+        log(f"{engine}: {summarise(res)}")
+        return res
+
+    # --- the brokers' own tools, the same copy
+    def limit_run(self, d: "Data") -> dict:
+        records, size, partitions = d.records, d.size, d.partitions
+        work, _ = self.next_run("limit")
+        fresh_cluster("bdst")
+        targets = [f"limit.{t}" for t in d.topics]
+        self.create(DST, d.per_topic, *targets)
+        interval = "100" if partitions <= 100 else "500"
+        watcher = spawn(self.tools.tool("watch", DST, ",".join(targets), str(records), interval,
+                                        str(self.args.timeout)), stdout=subprocess.PIPE)
+        lines = Lines(watcher, work / "watch.log")
+        time.sleep(1.5)
+        group = f"bench-limit-{self.run_no}"
+        which = ["--topic", d.topics[0]] if len(d.topics) == 1 else ["--include", "|".join(d.topics)]
+        cons = spawn(self.tools.kafka_tool("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", SRC,
+                                           *which, "--num-records", str(records), "--group", group,
+                                           "--timeout", "60000"), work / "consumer.log")
+        props = list(LIMIT_PROPS) + (ROUND_ROBIN_PROPS if d.per_topic > 100 else [])
+        if len(d.topics) == 1:
+            prod = spawn(self.tools.kafka_tool(
+                "org.apache.kafka.tools.ProducerPerformance", "--topic", targets[0], "--num-records", str(records),
+                "--payload-file", str(payload_file(size)), "--throughput", "-1", "--bootstrap-server", DST,
+                "--command-property", *props, heap="-Xmx4g" if d.per_topic > 100 else "-Xmx1g"),
+                work / "producer.log")
+        else:  # producer-perf writes one topic: BenchTool's equivalent spreads the records over all of them
+            props = [x for x in props if not x.startswith("partitioner.class")]
+            # heap: the Java producer holds an lz4 block buffer (64 KiB and more) per open batch
+            prod = spawn(self.tools.java("BenchTool", "produce", DST, ",".join(targets), str(d.per_topic),
+                                         str(records), str(payload_file(size)), *props, heap="-Xmx4g"),
+                         work / "producer.log")
+        t0 = time.time()
+        res = {"engine": "limit", "records": records, "size": size, "partitions": partitions,
+               "topics": len(d.topics)}
+        prod_exit = None
+        while True:
+            if prod.poll() is not None:
+                prod_exit = prod_exit or time.time()
+                if time.time() - prod_exit > 30:
+                    res["error"] = f"the producer exited ({prod.returncode}) and the target is incomplete"
+                    break
+            line = lines.get(1.0)
+            if line is None:
+                res["error"] = "watcher ended without 'done'"
+                break
+            if line:
+                ev, ms, *_ = line.split()
+                if ev == "first":
+                    res["first_s"] = int(ms) / 1000 - t0
+                elif ev == "done":
+                    res["done_s"] = int(ms) / 1000 - t0
+                    break
+                elif ev == "timeout":
+                    res["error"] = "timeout"
+                    break
+        for p in (prod, cons):
+            try:
+                p.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                stop(p)
+        stop(watcher)
+        cons_rate = parse_consumer_perf((work / "consumer.log").read_text(errors="replace"))
+        if "first_s" in res and "done_s" in res:
+            copy = res["done_s"] - res["first_s"]
+            res["producer_rate"] = records / copy if copy > 0 else None
+            res["consumer_rate"] = cons_rate
+            rates = [r for r in (res["producer_rate"], cons_rate) if r]
+            res["rate"] = min(rates) if rates else None
+            res["mb_s"] = res["rate"] * size / 1e6 if res["rate"] else None
+            res["done_s"] = max(res["done_s"], 0)
+        res["work"] = str(work)
+        log(f"limit: {summarise(res)} (producer {fmt_rate(res.get('producer_rate'))}, "
+            f"consumer {fmt_rate(res.get('consumer_rate'))})")
+        return res
+
+    # --- scenarios
+    def scenario_copy(self, name: str, sc: dict) -> dict:
+        d = Data(name, sc)
+        fresh_cluster("bsrc")
+        self.write_source(d)
+        rounds = []
+        for r in range(self.args.runs):
+            rnd = {}
+            for e in self.engines(sc):
+                if e == "limit":
+                    rnd[e] = self.limit_run(d)
+                else:
+                    rnd[e] = self.copy_run(e, d)
+            rounds.append(rnd)
+        return {"rounds": rounds}
+
+    def scenario_latency(self, name: str, sc: dict) -> dict:
+        fresh_cluster("bsrc")
+        rounds = []
+        n = sc["rate"] * sc["duration"]
+        for r in range(self.args.runs):
+            rnd = {}
+            for e in self.engines(sc):
+                rnd[e] = self.latency_run(e, sc, n)
+            rounds.append(rnd)
+        return {"rounds": rounds}
+
+    def latency_run(self, engine: str, sc: dict, n: int) -> dict:
+        work, alias = self.next_run(engine)
+        topic = f"lat-{self.run_no}"
+        self.create(SRC, sc["partitions"], topic)
+        res = {"engine": engine, "rate": sc["rate"], "duration_s": sc["duration"], "size": sc["size"]}
+        proc = None
+        if engine == "limit":
+            watched, bootstrap = topic, SRC
+        else:
+            fresh_cluster("bdst")
+            watched, bootstrap = f"east.{topic}", DST
+            watcher = spawn(self.tools.tool("watch", DST, watched, "1", "100", "300"), stdout=subprocess.PIPE)
+            wl = Lines(watcher, work / "watch.log")
+            time.sleep(1.5)
+            t0 = time.time()
+            if engine == "ferry":
+                proc = self.ferry().start(work, "east", [ferry_flow("east", alias, [topic])], {"east": SRC, alias: DST})
+            else:
+                proc = MM2(self.tools).start(work, mm2_props([("east", alias, topic)], {"east": SRC, alias: DST}))
+            self.tools.call("produce-one", SRC, topic)
+            while True:
+                line = wl.get(1.0)
+                if line is None or (line and line.startswith("timeout")) or proc.poll() is not None:
+                    stop(proc)
+                    stop(watcher)
+                    res["error"] = "the primer record never arrived"
+                    log(f"{engine}: {res['error']} (log: {work})")
+                    return res
+                if line and line.startswith("done"):
+                    res["primer_s"] = int(line.split()[1]) / 1000 - t0
+                    break
+            stop(watcher)
+        count_from = now_ms() + 3000
+        stats_from = count_from + sc["warmup"] * 1000
+        cons = spawn(self.tools.tool("latency", bootstrap, watched, str(count_from), str(stats_from), str(n),
+                                     str(sc["duration"] + 300)), stdout=subprocess.PIPE)
+        cl = Lines(cons, work / "latency.log")
+        line = cl.get(60)
+        if not line or not line.startswith("ready"):
+            die(f"latency consumer not ready: {line}")
+        while now_ms() < count_from:
+            time.sleep(0.01)
+        cpu0 = proc_cpu(proc.pid) if proc else None
+        t_load = time.time()
+        prod = self.produce(topic, n, sc["size"], sc["partitions"], None, throughput=sc["rate"],
+                            props=LATENCY_SOURCE_PROPS)
+        pout = prod.communicate()[0].decode()
+        (work / "producer.log").write_text(pout)
+        t_end = time.time()
+        if proc:
+            res["cpu_load_pct"] = 100 * (proc_cpu(proc.pid) - cpu0) / (t_end - t_load)
+            st = proc_status(proc.pid)
+            res["peak_rss_mib"] = st.get("VmHWM", 0) / 2**20
+            res["threads"] = st.get("Threads")
+        m = re.search(r"([\d.]+) records/sec", pout.strip().splitlines()[-1] if pout.strip() else "")
+        res["produced_rate"] = float(m.group(1)) if m else None
+        result = None
+        while True:
+            line = cl.get(400)
+            if line is None or line is False:
+                break
+            if line.startswith("{"):
+                result = json.loads(line)
+        stop(cons)
+        stop(proc)
+        if result:
+            res.update(result)
+            if result.get("counted", 0) < n:
+                res["error"] = f"{result.get('counted')} of {n} records arrived"
+        else:
+            res["error"] = "no result from the latency consumer"
+        res["work"] = str(work)
+        log(f"latency {engine}: p50 {res.get('p50_ms')} ms, p99 {res.get('p99_ms')} ms, "
+            f"CPU {fmt(res.get('cpu_load_pct'), '.1f')} % of a core {res.get('error', '')}")
+        return res
+
+    def scenario_flows(self, name: str, sc: dict) -> dict:
+        counts = [int(x) for x in str(self.args.flows or sc["flows"]).split(",")]
+        rounds = []
+        for r in range(self.args.runs):
+            rnd = {}
+            for n in counts:
+                for e in self.engines(sc):
+                    rnd[f"{e}@{n}"] = self.flows_run(e, n, sc)
+            rounds.append(rnd)
+        return {"rounds": rounds, "counts": counts}
+
+    def flows_run(self, engine: str, n: int, sc: dict) -> dict:
+        work, _ = self.next_run(f"{engine}-{n}flows")
+        fresh_cluster("bsrc")  # the source's `heartbeats` must not hold an earlier run's reverse heartbeats
+        fresh_cluster("bdst")
+        topics = [f"idle-{k}" for k in range(1, n + 1)]
+        self.create(SRC, 1, *topics)
+        clusters = {**{f"e{k}": SRC for k in range(1, n + 1)}, **{f"w{k}": DST for k in range(1, n + 1)}}
+        hb = spawn(self.tools.tool("heartbeats", DST, str(n), str(now_ms()), str(self.args.timeout)),
+                   stdout=subprocess.PIPE)
+        hl = Lines(hb, work / "heartbeats.log")
+        time.sleep(1.5)
+        t0 = time.time()
+        if engine == "ferry":
+            proc = self.ferry().start(work, "e1", [ferry_flow(f"e{k}", f"w{k}", [f"idle-{k}"])
+                                                   for k in range(1, n + 1)], clusters)
+        else:
+            proc = MM2(self.tools).start(work, mm2_props([(f"e{k}", f"w{k}", f"idle-{k}") for k in range(1, n + 1)],
+                                                         clusters))
+        res = {"engine": engine, "flows": n}
+        while True:
+            line = hl.get(1.0)
+            if proc.poll() is not None:
+                res["error"] = f"{engine} exited with {proc.returncode}"
+                break
+            if line is None or (line and line.startswith("timeout")):
+                res["error"] = f"not every flow heartbeating within {self.args.timeout} s ({line})"
+                break
+            if line and line.startswith("ready"):
+                res["ready_s"] = int(line.split()[1]) / 1000 - t0
+                break
+        stop(hb)
+        if "error" not in res:
+            time.sleep(sc["settle"])
+            window = CpuWindow(self.src_pids() + [proc.pid])
+            c0, t1 = proc_cpu(proc.pid), time.time()
+            threads = []
+            while time.time() - t1 < sc["window"]:
+                threads.append(proc_status(proc.pid).get("Threads", 0))
+                time.sleep(1)
+            c1, t2 = proc_cpu(proc.pid), time.time()
+            st = proc_status(proc.pid)
+            res.update(idle_cpu_pct=100 * (c1 - c0) / (t2 - t1), threads=max(threads), rss_mib=st["VmRSS"] / 2**20,
+                       peak_rss_mib=st["VmHWM"] / 2**20, others_cores=window.others_cores([proc.pid]),
+                       window_s=t2 - t1)
+        stop(proc)
+        res["work"] = str(work)
+        log(f"flows {engine} x{n}: {res.get('threads')} threads, idle CPU {fmt(res.get('idle_cpu_pct'), '.2f')} %, "
+            f"RSS {fmt(res.get('rss_mib'), '.0f')} MiB, ready after {fmt(res.get('ready_s'), '.1f')} s "
+            f"{res.get('error', '')}")
+        return res
+
+    def scenario_checkpoint(self, name: str, sc: dict) -> dict:
+        fresh_cluster("bsrc")
+        parts, step, syncs = sc["partitions"], sc["step"], sc["syncs"]
+        last = (syncs // parts - 1) * step  # upstream offset of each partition's newest sync
+        # Groups lagging the newest sync by about 1,000 and 100,000 records and by half the history, each
+        # between two syncs (offset = a sync's + step/2), on every partition of the (empty) topic.
+        groups = {}
+        for label, lag in (("lag-1000", 1000), ("lag-100000", 100_000), ("lag-half", last // 2)):
+            groups[label] = max(0, (last - lag) // step * step) + step // 2
+        self.create(SRC, parts, "ckpt")
+        for g, off in groups.items():
+            self.tools.call("commit", SRC, g, "ckpt", str(parts), str(off))
+        rounds = []
+        for r in range(self.args.runs):
+            rnd = {}
+            for e in self.engines(sc):
+                rnd[e] = self.checkpoint_run(e, parts, step, syncs, groups)
+            rounds.append(rnd)
+        return {"rounds": rounds, "groups": groups, "last_upstream": last}
+
+    def checkpoint_run(self, engine: str, parts: int, step: int, syncs: int, groups: dict[str, int]) -> dict:
+        work, alias = self.next_run(engine)
+        fresh_cluster("bdst")
+        out = self.tools.call("syncs", SRC, f"mm2-offset-syncs.{alias}.internal", "ckpt", str(parts), str(syncs),
+                              str(step))
+        info = json.loads(out.strip().splitlines()[-1])
+        log(f"{syncs} offset syncs written in {info['write_s']} s")
+        cw = spawn(self.tools.tool("checkpoints", DST, "east.checkpoints.internal", ",".join(groups), str(parts),
+                                   str(self.args.timeout)), stdout=subprocess.PIPE)
+        cl = Lines(cw, work / "checkpoints.log")
+        time.sleep(1.5)
+        t0 = time.time()
+        if engine == "ferry":
+            proc = self.ferry().start(work, "east", [ferry_flow("east", alias, ["ckpt"],
+                                                                emit_checkpoints_interval_seconds=1)],
+                                      {"east": SRC, alias: DST})
+        else:
+            proc = MM2(self.tools).start(work, mm2_props([("east", alias, "ckpt")], {"east": SRC, alias: DST},
+                                                         extra={"emit.checkpoints.interval.seconds": 1}))
+        res = {"engine": engine, "syncs": syncs, "partitions": parts, "groups": groups}
+        while True:
+            line = cl.get(1.0)
+            if proc.poll() is not None:
+                res["error"] = f"{engine} exited with {proc.returncode}"
+                break
+            if line is None:
+                res.setdefault("error", "checkpoint reader ended")
+                break
+            if not line:
+                continue
+            if line.startswith("first"):
+                res["first_checkpoint_ms"] = int(line.split()[1])
+                res["first_checkpoint_s"] = res["first_checkpoint_ms"] / 1000 - t0
+                res["cpu_at_first_s"] = proc_cpu(proc.pid)
+            elif line.startswith("all"):
+                res["all_checkpoints_s"] = int(line.split()[1]) / 1000 - t0
+            elif line.startswith("timeout"):
+                res["error"] = f"not every group checkpointed on every partition within {self.args.timeout} s"
+            elif line.startswith("{"):
+                cps = json.loads(line)["checkpoints"]
+                res["checkpoints"] = cps
+                # syncs map upstream = downstream, so a consumer that failed over would re-read
+                # (group offset - checkpointed downstream offset) records per partition
+                for g, off in groups.items():
+                    if g in cps:
+                        res[f"rereads_{g}"] = sum(off - c["downstream"] for c in cps[g])
+                break
+        st = proc_status(proc.pid)
+        res["peak_rss_mib"] = st.get("VmHWM", 0) / 2**20
+        res["cpu_s"] = proc_cpu(proc.pid)
+        stop(proc)
+        stop(cw)
+        # when the engine's checkpoint machinery started, from its log: ferry starts a flow's actors
+        # together ("starting flow"); MM2's checkpoint task logs "Starting task MirrorCheckpointConnector-0"
+        started = log_time(work / ("ferry.log" if engine == "ferry" else "mm2.log"),
+                           "starting flow" if engine == "ferry" else "Starting task MirrorCheckpointConnector-0")
+        if started and "first_checkpoint_ms" in res:
+            res["first_after_task_start_s"] = res["first_checkpoint_ms"] / 1000 - started
+        res["work"] = str(work)
+        log(f"checkpoint {engine}: first after {fmt(res.get('first_checkpoint_s'), '.1f')} s "
+            f"({fmt(res.get('first_after_task_start_s'), '.1f')} s after its checkpoint task started), all after "
+            f"{fmt(res.get('all_checkpoints_s'), '.1f')} s, re-reads "
+            f"{[res.get(f'rereads_{g}') for g in groups]} {res.get('error', '')}")
+        return res
+
+    def engines(self, sc: dict) -> list[str]:
+        return (self.args.engines or sc["engines"]).split(",")
+
+    # --- profile
+    def profile(self, name: str, sc: dict) -> None:
+        if not shutil.which("perf"):
+            die("perf not found: apt-get install linux-perf")
+        for t in ("inferno-collapse-perf", "inferno-flamegraph"):
+            if not shutil.which(t):
+                die(f"{t} not found: cargo install inferno")
+        d = Data(name, sc)
+        fresh_cluster("bsrc")
+        self.write_source(d)
+        work, alias = self.next_run("ferry-perf")
+        fresh_cluster("bdst")
+        remote = ",".join(f"east.{t}" for t in d.topics)
+        watcher = spawn(self.tools.tool("watch", DST, remote, str(sc["records"]), "200", str(self.args.timeout)),
+                        stdout=subprocess.PIPE)
+        lines = Lines(watcher, work / "watch.log")
+        time.sleep(1.5)
+        t0 = time.time()
+        data = work / "perf.data"
+        # ferry runs under perf (attaching with -p misses the threads ferry starts later)
+        perf = self.ferry().start(work, "east", [ferry_flow("east", alias, d.topics)], {"east": SRC, alias: DST},
+                                  wrap=["perf", "record", "-F", str(self.args.freq), "-g", "--call-graph",
+                                        "dwarf,16384", "-o", str(data), "--"])
+        pid = None
+        for _ in range(100):
+            try:
+                kids = Path(f"/proc/{perf.pid}/task/{perf.pid}/children").read_text().split()
+            except OSError:
+                kids = []
+            if kids:
+                pid = int(kids[0])
+                break
+            time.sleep(0.05)
+        if pid is None:
+            die(f"ferry did not start under perf (log: {work})")
+
+        def alive():
+            return Path(f"/proc/{pid}").exists()
+
+        res = {}
+        while True:
+            line = lines.get(1.0)
+            if line is None or not alive():
+                die(f"profile run failed (log: {work})")
+            if line and line.startswith("first"):
+                res["first_s"] = int(line.split()[1]) / 1000 - t0
+            if line and line.startswith("done"):
+                res["done_s"] = int(line.split()[1]) / 1000 - t0
+                res["cpu_s"] = proc_cpu(pid)
+                break
+        os.kill(pid, signal.SIGTERM)  # ferry stops gracefully, then perf writes its data and exits
+        stop(perf, signal.SIGCONT, timeout=300)
+        stop(watcher)
+        date = dt.date.today().isoformat()
+        out = ROOT / "bench" / f"profile-{date}-{name}"
+        log("perf script | inferno (this takes a while)")
+        folded = work / "folded.txt"
+        with open(folded, "w") as f:
+            ps = subprocess.Popen(["perf", "script", "-i", str(data), "--no-inline"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL)
+            subprocess.run(["inferno-collapse-perf", "--all"], stdin=ps.stdout, stdout=f, check=True)
+            ps.wait()
+        with open(f"{out}.svg", "w") as f:
+            subprocess.run(["inferno-flamegraph", "--title", f"ferry, {name}: {sc['what']}", str(folded)],
+                           stdout=f, check=True)
+        shutil.copy(folded, f"{out}.folded")
+        subprocess.run(["gzip", "-f", f"{out}.folded"], check=True)
+
+        def report(*a):
+            return run(["perf", "report", "-i", str(data), "--stdio", "--no-inline", *a], check=False)
+
+        copy = res["done_s"] - res["first_s"]
+        md = [f"# Profile of ferry, {name} ({date})", "",
+              f"`scripts/bench.sh profile {name}`: {sc['what']}; ferry `{self.ferry_rev}`; "
+              f"`perf record -F {self.args.freq} -g --call-graph dwarf` attached to ferry from its start until "
+              f"the target held every record. Copy {copy:.1f} s ({sc['records'] / copy:,.0f} rec/s under perf), "
+              f"ferry CPU {res['cpu_s']:.2f} s. Flamegraph: `{out.name}.svg` (folded stacks: `{out.name}.folded.gz`).",
+              "", machine_line(), "",
+              "## By thread (self time)", "", "```", top_lines(report("--no-children", "--sort", "comm", "-g", "none"),
+                                                               20), "```",
+              "", "## By library (self time)", "", "```", top_lines(report("--no-children", "--sort", "dso", "-g", "none"),
+                                                                  20),
+              "```", "", "## Top functions (self time)", "", "```",
+              top_lines(report("--no-children", "--sort", "dso,sym", "-g", "none"), 40), "```", "",
+              "## Top functions including callees (children)", "", "```",
+              top_lines(report("--children", "--sort", "sym", "-g", "none"), 40), "```", ""]
+        Path(f"{out}.md").write_text("\n".join(md))
+        log(f"wrote {out}.md and {out}.svg")
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+def top_lines(report: str, n: int) -> str:
+    rows = [l for l in report.splitlines() if l.strip() and not l.startswith("#")]
+    return "\n".join(rows[:n])
+
+
+def log_time(path: Path, needle: str) -> float | None:
+    """Epoch seconds of the first log line containing `needle` (ferry: RFC 3339 UTC; log4j: local ISO 8601)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if needle in line:
+            m = re.match(r"\[?(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)[.,](\d+)(Z?)", line)
+            if not m:
+                return None
+            t = dt.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")
+            t = t.replace(tzinfo=dt.timezone.utc) if m.group(3) else t.astimezone()
+            return t.timestamp() + float("0." + m.group(2))
+    return None
+
+
+def grep_count(path: Path, pattern: str) -> int:
+    try:
+        return len(re.findall(pattern, path.read_text(errors="replace")))
+    except OSError:
+        return 0
+
+
+def parse_consumer_perf(out: str) -> float | None:
+    """fetch.nMsg.sec of kafka-consumer-perf-test (the rate without the group join)."""
+    lines = [l for l in out.splitlines() if l.strip()]
+    for i, l in enumerate(lines):
+        if "fetch.nMsg.sec" in l and i + 1 < len(lines):
+            head = [h.strip() for h in l.split(",")]
+            vals = [v.strip() for v in lines[i + 1].split(",")]
+            try:
+                return float(vals[head.index("fetch.nMsg.sec")])
+            except (ValueError, IndexError):
+                return None
+    return None
+
+
+def fmt(v, spec=",.0f", unit="") -> str:
+    if v is None:
+        return "-"
+    return f"{format(v, spec)}{unit}"
+
+
+def fmt_rate(v) -> str:
+    return fmt(v, ",.0f", " rec/s")
+
+
+def summarise(r: dict) -> str:
+    if "error" in r:
+        return f"FAILED: {r['error']}"
+    return (f"first record after {fmt(r.get('first_s'), '.1f')} s, done after {fmt(r.get('done_s'), '.1f')} s, "
+            f"{fmt_rate(r.get('rate'))}, {fmt(r.get('mb_s'), '.1f')} MB/s, peak RSS {fmt(r.get('peak_rss_mib'))} MiB, "
+            f"CPU {fmt(r.get('cpu_s'), '.2f')} s, others {fmt(r.get('others_cores'), '.2f')} cores")
+
+
+def resolve_ferry(args) -> tuple[Path, str]:
+    """The ferry binary to measure and a description of its revision."""
+    explicit = args.ferry_bin or os.environ.get("FERRY_BIN")
+    if explicit:
+        b = Path(explicit).resolve()
+        v = run([str(b), "--version"], check=False).strip()
+        return b, f"{v or b} (FERRY_BIN={b})"
+    if args.ferry_rev:
+        sha = run(["git", "-C", str(ROOT), "rev-parse", args.ferry_rev]).strip()
+        binary = CACHE / "bin" / f"ferry-{sha[:12]}"
+        if not binary.exists():
+            src = CACHE / "src" / sha
+            if not (src / "Cargo.toml").exists():
+                src.mkdir(parents=True, exist_ok=True)
+                ar = subprocess.Popen(["git", "-C", str(ROOT), "archive", sha], stdout=subprocess.PIPE)
+                subprocess.run(["tar", "-x", "-C", str(src)], stdin=ar.stdout, check=True)
+                ar.wait()
+            log(f"building ferry {sha[:12]} (exported to {src}; a few minutes the first time)")
+            env = dict(os.environ, FERRY_REVISION=sha[:12], CARGO_TARGET_DIR=str(CACHE / "target"))
+            r = subprocess.run(["cargo", "build", "--release", "--locked"], cwd=src, env=env)
+            if r.returncode != 0:
+                die("cargo build failed")
+            binary.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(CACHE / "target" / "release" / "ferry", binary)
+        return binary, f"{sha[:12]} (git archive of {args.ferry_rev})"
+    log("cargo build --release (this tree)")
+    r = subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT)
+    if r.returncode != 0:
+        die("cargo build --release failed (use --ferry-rev HEAD to build the last commit, or FERRY_BIN)")
+    sha = run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"]).strip()
+    dirty = run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "src", "build.rs", "Cargo.toml",
+                 "Cargo.lock"]).strip()
+    return ROOT / "target" / "release" / "ferry", sha + (" + uncommitted changes in src/" if dirty else "")
+
+
+def machine() -> dict:
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem = int(f.readline().split()[1]) * 1024
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    pom = (ROOT / "pom.xml").read_text()
+    kafka = re.search(r"<kafka\.version>(.*?)</kafka\.version>", pom).group(1)
+    return {"nproc": os.cpu_count(), "mem_gib": mem / 2**30, "cpu": cpu, "kernel": platform.release(),
+            "java": java, "kafka": kafka, "load": os.getloadavg()}
+
+
+def machine_line() -> str:
+    m = machine()
+    return (f"Machine: {m['nproc']} cores ({m['cpu']}), {m['mem_gib']:.1f} GiB, Linux {m['kernel']}, {m['java']}, "
+            f"Kafka {m['kafka']} (single-node KRaft brokers on the same cores, heap 1 GiB); load average at start "
+            f"{m['load'][0]:.2f}.")
+
+
+# ------------------------------------------------------------------------------------------ reporting
+
+def med(rounds: list[dict], engine: str, key: str):
+    return median([r[engine].get(key) for r in rounds if engine in r and "error" not in r[engine]])
+
+
+def ratio_med(rounds: list[dict], a: str, b: str, key: str, invert=False):
+    """Median over rounds of a[key] / b[key] (b/a with invert), each ratio within one round."""
+    xs = []
+    for r in rounds:
+        if a in r and b in r and "error" not in r[a] and "error" not in r[b]:
+            x, y = r[a].get(key), r[b].get(key)
+            if x and y:
+                xs.append(y / x if invert else x / y)
+    return median(xs)
+
+
+def check(v, ok) -> str:
+    if v is None:
+        return "not measured"
+    return "**met**" if ok(v) else "**not met**"
+
+
+def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str:
+    rounds = result["rounds"]
+    kind = sc["kind"]
+    errors = [f"{k} (round {i + 1}): {v['error']}" for i, r in enumerate(rounds) for k, v in r.items() if "error" in v]
+    md = [f"## {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC · {name}: {sc['what']}", "",
+          f"`{command}` · runs: {len(rounds)} (medians; ratios are medians of per-round ratios, each round "
+          f"running every engine back to back) · ferry {bench.ferry_rev or 'not run'}", "", machine_line()]
+    if bench.args.note:
+        md += ["", f"Note: {bench.args.note}"]
+    md.append("")
+    if kind == "copy":
+        md += ["| engine | wall incl. startup | to first record | copy rate | MB/s | peak RSS | CPU | CPU while copying "
+               "| MB per CPU-s (all, copying) | threads | others' load |",
+               "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for e in ("ferry", "mm2", "limit"):
+            if not any(e in r for r in rounds):
+                continue
+            md.append(f"| {'MM2' if e == 'mm2' else e} | {fmt(med(rounds, e, 'done_s'), '.1f', ' s')} "
+                      f"| {fmt(med(rounds, e, 'first_s'), '.1f', ' s')} | {fmt_rate(med(rounds, e, 'rate'))} "
+                      f"| {fmt(med(rounds, e, 'mb_s'), '.1f')} | {fmt(med(rounds, e, 'peak_rss_mib'), ',.0f', ' MiB')} "
+                      f"| {fmt(med(rounds, e, 'cpu_s'), '.2f', ' s')} | {fmt(med(rounds, e, 'cpu_copy_s'), '.2f', ' s')} "
+                      f"| {fmt(med(rounds, e, 'mb_per_cpu_s'), ',.0f')}, {fmt(med(rounds, e, 'mb_per_cpu_copy_s'), ',.0f')} "
+                      f"| {fmt(med(rounds, e, 'threads'))} "
+                      f"| {fmt(med(rounds, e, 'others_cores'), '.2f', ' cores')} |")
+        tp = ratio_med(rounds, "ferry", "mm2", "rate")
+        rss = ratio_med(rounds, "ferry", "mm2", "peak_rss_mib", invert=True)
+        cpu = ratio_med(rounds, "ferry", "mm2", "cpu_s", invert=True)
+        fl = ratio_med(rounds, "ferry", "limit", "rate")
+        ml = ratio_med(rounds, "mm2", "limit", "rate")
+        mbcpu = med(rounds, "ferry", "mb_per_cpu_s")
+        md += ["", f"Ratios: ferry/MM2 copy rate **{fmt(tp, '.2f', 'x')}**, MM2/ferry peak RSS **{fmt(rss, '.1f', 'x')}**, "
+                   f"MM2/ferry CPU **{fmt(cpu, '.1f', 'x')}**, ferry/limit **{fmt(fl and fl * 100, '.0f', ' %')}**, "
+                   f"MM2/limit {fmt(ml and ml * 100, '.0f', ' %')}."]
+        if name == "headline":
+            md += ["", "Targets (goals of the performance issue, not assertions): "
+                       f"throughput ≥ 2x MM2: {check(tp, lambda v: v >= 2)}; ≥ 80 % of the limit: "
+                       f"{check(fl, lambda v: v >= 0.8)}; peak RSS ≤ 1/10 of MM2's: {check(rss, lambda v: v >= 10)}; "
+                       f"CPU ≤ 1/10 of MM2's: {check(cpu, lambda v: v >= 10)}; ≥ 333 MB per CPU-second: "
+                       f"{check(mbcpu, lambda v: v >= 333)}."]
+        md += ["", "Copy rate: records / (last - first record seen on the target), seen by one admin client polling the "
+                   "target's log-end offsets every 0.1 s (0.5 s above 100 partitions), the same for every engine. CPU and "
+                   "peak RSS (VmHWM) of the replicator's process from start to the last record; MB per CPU-s = "
+                   "record bytes / that CPU (and / the CPU from the first record to the last). Limit: producer-perf into the target and consumer-perf from the source run "
+                   "together; its rate is the slower of the two. Others' load: cores busy with other processes "
+                   "than the brokers, the replicator and the watcher during the run (other engineers' builds and tests)."]
+    elif kind == "latency":
+        md += ["| engine | p50 | p90 | p99 | p99.9 | max | samples | CPU during the load | peak RSS | first copy after |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
+        for e in ("ferry", "mm2", "limit"):
+            if not any(e in r for r in rounds):
+                continue
+            label = {"mm2": "MM2", "limit": "limit (consumer on the source)"}.get(e, e)
+            md.append(f"| {label} | {fmt(med(rounds, e, 'p50_ms'), '.0f', ' ms')} | {fmt(med(rounds, e, 'p90_ms'), '.0f', ' ms')} "
+                      f"| {fmt(med(rounds, e, 'p99_ms'), '.0f', ' ms')} | {fmt(med(rounds, e, 'p999_ms'), '.0f', ' ms')} "
+                      f"| {fmt(med(rounds, e, 'max_ms'), '.0f', ' ms')} | {fmt(med(rounds, e, 'samples'))} "
+                      f"| {fmt(med(rounds, e, 'cpu_load_pct'), '.1f', ' % of a core')} "
+                      f"| {fmt(med(rounds, e, 'peak_rss_mib'), ',.0f', ' MiB')} | {fmt(med(rounds, e, 'primer_s'), '.1f', ' s')} |")
+        p99 = ratio_med(rounds, "ferry", "mm2", "p99_ms", invert=True)
+        cpu = ratio_med(rounds, "ferry", "mm2", "cpu_load_pct", invert=True)
+        fp, mp = med(rounds, "ferry", "p99_ms"), med(rounds, "mm2", "p99_ms")
+        md += ["", f"Ratios: MM2/ferry p99 **{fmt(p99, '.2f', 'x')}**, MM2/ferry CPU during the load "
+                   f"**{fmt(cpu, '.1f', 'x')}**. Target: ferry's p99 below MM2's: "
+                   f"{check(fp if fp is not None and mp is not None else None, lambda v: v < mp)}.",
+               "", f"Method: {sc['rate']:,} records/s of {sc['size']} B over {sc['partitions']} partitions for "
+                   f"{sc['duration']} s (producer-perf, acks=1, linger 5 ms) after the replicator copied a primer record; "
+                   f"a consumer on the target (no group, from the beginning) takes arrival wall clock - CreateTime per "
+                   f"record (one clock: both clusters are on this machine), skipping the first {sc['warmup']} s. The "
+                   f"limit row is that consumer on the source topic: the brokers' own produce-to-consume latency."]
+    elif kind == "flows":
+        md += ["| engine | flows | threads | threads per flow | idle CPU | RSS | peak RSS | all flows heartbeating after | others' load |",
+               "|---|---|---|---|---|---|---|---|---|"]
+        for n in result["counts"]:
+            for e in ("ferry", "mm2"):
+                k = f"{e}@{n}"
+                if not any(k in r for r in rounds):
+                    continue
+                th = med(rounds, k, "threads")
+                err = next((r[k]["error"] for r in rounds if k in r and "error" in r[k]), None)
+                md.append(f"| {'MM2' if e == 'mm2' else e} | {n} | {fmt(th)} | {fmt(th and th / n, '.1f')} "
+                          f"| {fmt(med(rounds, k, 'idle_cpu_pct'), '.2f', ' % of a core')} "
+                          f"| {fmt(med(rounds, k, 'rss_mib'), ',.0f', ' MiB')} | {fmt(med(rounds, k, 'peak_rss_mib'), ',.0f', ' MiB')} "
+                          f"| {fmt(med(rounds, k, 'ready_s'), '.1f', ' s')} | {fmt(med(rounds, k, 'others_cores'), '.2f', ' cores')} |"
+                          + (f" failed: {err}" if err and th is None else ""))
+        n50 = max(result["counts"])
+        th, cpu = med(rounds, f"ferry@{n50}", "threads"), med(rounds, f"ferry@{n50}", "idle_cpu_pct")
+        md += ["", f"Targets at {n50} flows: under 500 threads: {check(th, lambda v: v < 500)}; idle CPU under 2 % of a "
+                   f"core: {check(cpu, lambda v: v < 2)}.",
+               "", f"Method: flows eK->wK, K = 1..n, where every eK is the source cluster and every wK the target "
+                   f"(fresh clusters per run); each flow copies one empty topic idle-K. Ready = the target's "
+                   f"`heartbeats` holds a heartbeat of every flow; then {sc['settle']} s to settle and CPU over "
+                   f"{sc['window']} s, threads (peak of 1 s samples) and RSS from /proc. MM2: one herder per flow plus "
+                   f"its reverse heartbeat herder (what a ferry flow does), tasks.max = 2. Because all eK are one "
+                   f"cluster, its `heartbeats` topic receives every flow's reverse heartbeat and every flow copies all "
+                   f"of them (n² records/s; both engines): with {n50} flows the idle node copies {n50 * n50:,} heartbeats/s."]
+    elif kind == "checkpoint":
+        groups = result["groups"]
+        md += ["| engine | first checkpoint after process start | after its checkpoint task started | every group and "
+               "partition after | " + " | ".join(f"re-reads, {g}" for g in groups) + " | peak RSS | CPU |",
+               "|---|---|---|---|" + "---|" * len(groups) + "---|---|"]
+        for e in ("ferry", "mm2"):
+            if not any(e in r for r in rounds):
+                continue
+            md.append(f"| {'MM2' if e == 'mm2' else e} | {fmt(med(rounds, e, 'first_checkpoint_s'), '.1f', ' s')} "
+                      f"| {fmt(med(rounds, e, 'first_after_task_start_s'), '.1f', ' s')} "
+                      f"| {fmt(med(rounds, e, 'all_checkpoints_s'), '.1f', ' s')} | "
+                      + " | ".join(fmt(med(rounds, e, f"rereads_{g}")) for g in groups)
+                      + f" | {fmt(med(rounds, e, 'peak_rss_mib'), ',.0f', ' MiB')} | {fmt(med(rounds, e, 'cpu_s'), '.2f', ' s')} |")
+        md += ["", f"Target: ferry's first checkpoint of a lagging group within 1 s of its checkpoint computer starting "
+                   f"with {sc['syncs']:,} syncs (ferry logs no start of the computer: measured from the flow's start, "
+                   f"an upper bound): {check(med(rounds, 'ferry', 'first_after_task_start_s'), lambda v: v <= 1)}.",
+               "", f"Method: {sc['syncs']:,} offset syncs in MM2's format (no ferry.sync header) on "
+                   f"`mm2-offset-syncs.<target>.internal` on the source, for the {sc['partitions']} partitions of the "
+                   f"empty topic `ckpt` (nothing to copy), a sync every {sc['step']} offsets, upstream = downstream, "
+                   f"newest at {result['last_upstream']:,}. Groups committed on every partition, between two syncs: "
+                   + ", ".join(f"{g} at {o:,}" for g, o in groups.items())
+                   + ". Checkpoint interval 1 s for both engines. Re-reads: sum over partitions of the group's offset "
+                   f"minus the checkpointed downstream offset, the records a consumer failing over to the target "
+                   f"would read again (MM2's +1 rule allows {sc['step'] // 2 - 1} per partition at best)."]
+    if errors:
+        md += ["", "Failed runs: " + "; ".join(errors)]
+    md += ["", f"Raw figures: `bench/raw/{bench.stamp}-{name}.json`.", ""]
+    return "\n".join(md)
+
+
+def record(name: str, sc: dict, result: dict, bench: Bench, command: str) -> None:
+    text = render(name, sc, result, bench, command)
+    print(text)
+    if bench.args.no_record:
+        return
+    raw = ROOT / "bench" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    (raw / f"{bench.stamp}-{name}.json").write_text(json.dumps(
+        {"scenario": name, "config": sc, "command": command, "ferry": bench.ferry_rev, "machine": machine(),
+         "note": bench.args.note, **result}, indent=1, default=str))
+    with open(ROOT / "bench" / "results.md", "a") as f:
+        f.write("\n" + text)
+    log("appended to bench/results.md")
+
+
+# ------------------------------------------------------------------------------------------ main
+
+def legacy(argv: list[str]) -> list[str]:
+    """The old interface, `bench.sh [--mm2] [RECORDS] [BYTES] [PARTITIONS]`, as the `copy` scenario."""
+    engine = "ferry"
+    if argv and argv[0] == "--mm2":
+        engine, argv = "mm2", argv[1:]
+    if argv and not all(a.isdigit() for a in argv):
+        return []
+    n, s, p = (argv + ["1000000", "100", "6"][len(argv):])[:3]
+    return ["copy", "--engines", engine, "--records", n, "--size", s, "--partitions", p, "--runs", "1"]
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if not argv or argv[0] == "--mm2" or argv[0].isdigit():
+        argv = legacy(argv) or argv
+    ap = argparse.ArgumentParser(prog="scripts/bench.sh", description="see the header of scripts/bench.sh")
+    ap.add_argument("scenario", choices=[*SCENARIOS, "all", "profile"])
+    ap.add_argument("profile_scenario", nargs="?", default="headline", help="profile only: the copy scenario")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--engines", help="comma list of ferry, mm2, limit (default: the scenario's)")
+    ap.add_argument("--records", type=int)
+    ap.add_argument("--size", type=int)
+    ap.add_argument("--partitions", type=int, help="partitions in all (copy scenarios)")
+    ap.add_argument("--topics", type=int, help="copy scenarios: topics the partitions are spread over")
+    ap.add_argument("--rate", type=int, help="latency: records/s")
+    ap.add_argument("--duration", type=int, help="latency: seconds of steady load")
+    ap.add_argument("--warmup", type=int, help="latency: seconds of the load left out of the percentiles")
+    ap.add_argument("--flows", help="flows: comma list of flow counts (default 1,10,50)")
+    ap.add_argument("--window", type=int, help="flows: seconds of idle CPU measurement")
+    ap.add_argument("--syncs", type=int, help="checkpoint: offset syncs on the topic")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds an engine run may take")
+    ap.add_argument("--ferry-bin", help="the ferry binary to measure (or FERRY_BIN)")
+    ap.add_argument("--ferry-rev", help="build this git revision (git archive into ~/.cache/ferry-bench)")
+    ap.add_argument("--freq", type=int, default=499, help="profile: perf sampling frequency")
+    ap.add_argument("--note", help="a remark recorded with the results (e.g. 'machine busy')")
+    ap.add_argument("--no-record", action="store_true", help="print the table, do not touch bench/")
+    ap.add_argument("--keep-clusters", action="store_true", help="leave bsrc and bdst running at the end")
+    ap.add_argument("--work", help="work dir for logs (default: a new /tmp/ferry-bench-* dir)")
+    args = ap.parse_args(argv)
+    command = "scripts/bench.sh " + shlex.join(argv)
+
+    # one benchmark at a time on this machine: they share the clusters' ports and run dir
+    lock = open(f"{RUN_DIR}.lock", "w")
+    try:
+        import fcntl
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        die(f"another scripts/bench.sh holds {RUN_DIR}.lock")
+    bench = Bench(args)
+    # the binary is resolved (and built) before any cluster starts, so a build does not run beside a benchmark
+    engines_all = set()
+    names = ALL if args.scenario == "all" else [args.profile_scenario if args.scenario == "profile" else args.scenario]
+    for n in names:
+        engines_all |= set((args.engines or SCENARIOS[n]["engines"]).split(","))
+    if "ferry" in engines_all or args.scenario == "profile":
+        bench.ferry()
+        log(f"ferry: {bench.ferry_bin} ({bench.ferry_rev})")
+    try:
+        for n in names:
+            sc = dict(SCENARIOS[n])
+            for k in ("records", "size", "partitions", "topics", "rate", "duration", "warmup", "window", "syncs"):
+                if getattr(args, k) is not None:
+                    sc[k] = getattr(args, k)
+            sc["what"] = describe(n, sc)
+            if args.scenario == "profile":
+                if sc["kind"] != "copy":
+                    die("profile runs a copy scenario (headline, small, lz4, partitions-2000, partitions-10000)")
+                bench.profile(n, sc)
+                continue
+            log(f"scenario {n}: {sc['what']}")
+            result = getattr(bench, f"scenario_{sc['kind']}")(n, sc)
+            record(n, sc, result, bench, command if args.scenario != "all" else f"scripts/bench.sh {n} "
+                   + shlex.join(argv[1:]))
+    finally:
+        stop_all_children()
+        if not args.keep_clusters:
+            kafka_sh("down", "bsrc", "bdst")
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    main()
