@@ -15,6 +15,9 @@ pub const LEASE_POLL: &str = "lease-poll";
 /// `copier-seek=N*return` answers the copier's seeks as librdkafka does for a partition whose fetch has not
 /// started yet (`__STATE`), the race right after the group assigned it.
 pub const COPIER_SEEK: &str = "copier-seek";
+/// `checkpoints-backlog=N*return`: the next N rounds of the checkpoint computer read nothing of a long
+/// offset-sync backlog (each waits 200 ms instead), so a test sees what it does before the history is read.
+pub const CHECKPOINTS_BACKLOG: &str = "checkpoints-backlog";
 /// Per consumer group: `checkpoints-group-offsets=return(GROUP)` fails reading GROUP's offsets only.
 pub const CHECKPOINTS_GROUP_OFFSETS: &str = "checkpoints-group-offsets";
 
@@ -27,6 +30,14 @@ pub fn check(name: &'static str) -> Result<(), String> {
         None => format!("failpoint {name}"),
     }));
     Ok(())
+}
+
+/// Whether the point `name` is configured to return (to hold something back); never in release builds.
+#[inline]
+pub fn held(name: &'static str) -> bool {
+    let _ = name;
+    fail::fail_point!(name, |_| true);
+    false
 }
 
 /// `Err` when the point `name` is configured as `return(ITEM)` with this `item` (e.g. one consumer

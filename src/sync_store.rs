@@ -453,6 +453,15 @@ impl SyncStore {
         self.backlog_latest_only = latest_only;
     }
 
+    pub fn is_backlog_latest_only(&self) -> bool {
+        self.backlog_latest_only
+    }
+
+    /// Syncs kept per upstream partition.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
     /// One record read from the offset-syncs topic, in topic order.
     pub fn handle(&mut self, topic: &str, partition: i32, sync: StoredSync) {
         let latest_only = self.backlog_latest_only && !self.read_to_end;

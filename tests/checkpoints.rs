@@ -237,6 +237,75 @@ fn restart_keeps_checkpoints_monotonic(graceful: bool) {
     assert_monotonic(&all_checkpoints(west, &topic));
 }
 
+/// A long offset-sync backlog (MM2's format, as a takeover from MM2 finds it) is read in the background:
+/// a group that the newest syncs cover gets its checkpoint at once, while the history is still being
+/// read; a group older than that tail waits for the whole history, and no checkpoint moves backward
+/// when translation switches to it.
+#[test]
+fn a_long_sync_backlog_does_not_delay_recent_groups() {
+    let (east, west) = shared_pair();
+    let topic = "cp-backlog";
+    let syncs_topic = "mm2-offset-syncs.west.internal";
+    create_topic(&east.bootstrap, topic, 4, &[]);
+    if topic_partitions(&east.bootstrap, syncs_topic).is_none() {
+        create_topic(&east.bootstrap, syncs_topic, 1, &[("cleanup.policy", "compact")]);
+    }
+    // 30,000 syncs per partition, upstream 10 i -> downstream 5 i, interleaved: 120,000 records, more
+    // than twice the tail ferry reads first.
+    let per_partition = 30_000i64;
+    let mut recs = Vec::with_capacity(4 * per_partition as usize);
+    for i in 0..per_partition {
+        for p in 0..4 {
+            let sync =
+                OffsetSync { topic: topic.into(), partition: p, upstream_offset: 10 * i, downstream_offset: 5 * i };
+            let (key, value) = sync.encode().unwrap();
+            recs.push(Rec::new(0, &value, 1_700_000_000_000).key(&key));
+        }
+    }
+    produce(&east.bootstrap, syncs_topic, &recs);
+    // MM2's +1 rule between unmarked syncs: the sync at or below g, plus one.
+    let (recent, deep) = ("cp-backlog-recent", "cp-backlog-deep");
+    let at = |i: i64| (10 * i + 5, 5 * i + 1);
+    let (recent_up, recent_down) = at(per_partition - 100);
+    let (deep_up, deep_down) = at(100);
+    let parts: Vec<(&str, i32, i64)> = (0..4).map(|p| (topic, p, recent_up)).collect();
+    commit_group_offsets(&east.bootstrap, recent, &parts);
+    let parts: Vec<(&str, i32, i64)> = (0..4).map(|p| (topic, p, deep_up)).collect();
+    commit_group_offsets(&east.bootstrap, deep, &parts);
+
+    let dir = flows_dir(east, west, &flow("\"cp-backlog\"", "\"cp-backlog-.*\"", ""));
+    // The backlog is held back for 100 rounds (about 20 s): what ferry publishes then comes from the tail.
+    let mut ferry = Ferry::start_env(dir.path(), &[], &[("FAILPOINTS", "checkpoints-backlog=100*return")]);
+    let translated = |group: &str, up: i64, down: i64| {
+        let l = latest(&checkpoints(west, group));
+        (0..4).all(|p| {
+            l.get(&("east.cp-backlog".to_string(), p))
+                .is_some_and(|c| c.upstream_offset == up && c.downstream_offset == down)
+        })
+    };
+    wait_for(Duration::from_secs(20), "checkpoints of the recent group from the newest syncs", || {
+        translated(recent, recent_up, recent_down)
+    });
+    assert!(
+        checkpoints(west, deep).is_empty(),
+        "the deep group was translated before the history was read: {:?}\n{}",
+        checkpoints(west, deep),
+        ferry.log()
+    );
+    // The whole history is thinned to its budget per partition: the deep group's answer may sit at an
+    // older sync than MM2's rule on every sync would use, never ahead of it.
+    wait_for(Duration::from_secs(90), "checkpoints of the deep group once the history is read", || {
+        let l = latest(&checkpoints(west, deep));
+        (0..4).all(|p| {
+            l.get(&("east.cp-backlog".to_string(), p))
+                .is_some_and(|c| c.upstream_offset == deep_up && c.downstream_offset <= deep_down)
+        })
+    });
+    ferry.terminate(Duration::from_secs(30));
+    assert_monotonic(&all_checkpoints(west, "cp-backlog-"));
+    assert!(translated(recent, recent_up, recent_down), "the recent group's checkpoint stands");
+}
+
 #[test]
 fn kill_9_restart_never_moves_a_checkpoint_backward() {
     restart_keeps_checkpoints_monotonic(false);

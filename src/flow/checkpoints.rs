@@ -39,6 +39,11 @@ pub struct CheckpointState {
     pub syncs: SyncStore,
     /// Next offset to read in the offset-syncs topic.
     pub syncs_position: i64,
+    /// While `syncs` is still reading a long backlog: the newest [`EARLY_SYNCS`] syncs of the topic,
+    /// read first and followed since, so groups they cover get checkpoints without waiting for the
+    /// whole history (KAFKA-16622's spirit: MM2 reads all of it first). Emptied once `syncs` is read.
+    pub early: SyncStore,
+    pub early_position: i64,
     /// The reverse flow's (target->source) offset syncs, when it has any: they translate a group that
     /// read copies of the target's records back to the originals (reverse checkpoints, fail-back).
     pub reverse: SyncStore,
@@ -69,6 +74,8 @@ impl CheckpointState {
         Self {
             syncs: SyncStore::new(history),
             syncs_position: 0,
+            early: SyncStore::new(history),
+            early_position: 0,
             reverse: SyncStore::new(history),
             reverse_position: 0,
             checkpoints: CheckpointStore::new(),
@@ -80,6 +87,19 @@ impl CheckpointState {
         }
     }
 }
+
+impl CheckpointState {
+    /// The forward history translations use: the whole of it once read, until then the early one.
+    fn forward_syncs(&self) -> &SyncStore {
+        if !self.syncs.is_read_to_end() && self.early.is_read_to_end() { &self.early } else { &self.syncs }
+    }
+}
+
+/// A backlog longer than this many offset syncs is read in the background, after its newest
+/// `EARLY_SYNCS` were read into [`CheckpointState::early`]. A sync is about 50 bytes: this tail reads in
+/// well under a second, and at MM2's pace (a sync per partition at least every 100 records with lag, or
+/// on every delta change) it covers the recent past of thousands of partitions.
+const EARLY_SYNCS: i64 = 50_000;
 
 pub type SharedCheckpointState = Arc<Mutex<CheckpointState>>;
 
@@ -203,7 +223,10 @@ impl<'a> Computer<'a> {
             lock(&self.state).checkpoints_loaded = true;
         }
         let mut syncs = SyncReader::new(plan, &self.state)?;
-        syncs.read_to_end(&self.state)?;
+        let mut early = syncs.read_early(plan, &self.state)?;
+        if early.is_none() {
+            syncs.read_to_end(&self.state)?;
+        }
         let mut reverse = self.open_reverse();
         control.running();
 
@@ -224,7 +247,17 @@ impl<'a> Computer<'a> {
                 self.emit(deadline)?;
                 return Ok(());
             }
-            syncs.poll(&self.state, Duration::from_millis(200))?;
+            if early.is_some() && failpoints::held(failpoints::CHECKPOINTS_BACKLOG) {
+                std::thread::sleep(Duration::from_millis(200));
+            } else {
+                syncs.poll(&self.state, Duration::from_millis(200))?;
+            }
+            if let Some((reader, backlog)) = &mut early {
+                reader.poll(&self.state, Duration::ZERO)?;
+                if syncs.backlog_read(&self.state, backlog)? {
+                    early = None;
+                }
+            }
             if let Some(r) = &mut reverse {
                 r.poll(&self.state, Duration::ZERO)?;
             }
@@ -288,7 +321,7 @@ impl<'a> Computer<'a> {
         if !should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, topic) {
             return None;
         }
-        let mut downstream = st.syncs.translate(topic, partition, offset).offset()?;
+        let mut downstream = st.forward_syncs().translate(topic, partition, offset).offset()?;
         if plan.settings.replication_policy == PolicyKind::Identity
             && let Some(back) = st.reverse.translate_inverse(topic, partition, offset).offset()
         {
@@ -621,6 +654,8 @@ enum Side {
     Forward,
     /// The reverse flow's (target->source), read from the target where its emitter writes them.
     Reverse,
+    /// The newest of this flow's own, while the whole history is read ([`CheckpointState::early`]).
+    Early,
 }
 
 impl Side {
@@ -628,6 +663,7 @@ impl Side {
         match self {
             Side::Forward => (&mut st.syncs, &mut st.syncs_position),
             Side::Reverse => (&mut st.reverse, &mut st.reverse_position),
+            Side::Early => (&mut st.early, &mut st.early_position),
         }
     }
 }
@@ -636,6 +672,12 @@ impl Side {
 /// reverse flow keeps it with MM2's default `offset-syncs.topic.location = source`).
 fn reverse_syncs_location(plan: &FlowPlan) -> (&ClusterSpec, String) {
     (&plan.target, plan.policy.offset_syncs_topic(&plan.id.source))
+}
+
+/// A backlog of offset syncs read in the background: where it ends, and when reading last moved.
+struct Backlog {
+    end: i64,
+    progress: (Instant, i64),
 }
 
 /// Follows an offset-syncs topic into the shared store, from where the last reader stopped.
@@ -714,6 +756,64 @@ impl SyncReader {
         store.set_read_to_end();
         tracing::info!(syncs = store.len(), partitions = store.partitions(), topic = %self.topic, side = ?self.side, "offset syncs read");
         Ok(())
+    }
+
+    /// With a backlog longer than [`EARLY_SYNCS`] (the first start, or a restart before the history
+    /// was read), reads its newest syncs into the early store and returns their reader, following the
+    /// topic, and the backlog for [`SyncReader::backlog_read`]; the caller reads the rest in the
+    /// background. `None`: read the backlog now (short, already read, or the latest-only fallback, where
+    /// a tail could translate a group below a sync an earlier generation used).
+    fn read_early(&self, plan: &FlowPlan, state: &SharedCheckpointState) -> Result<Option<(Self, Backlog)>, String> {
+        {
+            let st = lock(state);
+            if st.syncs.is_read_to_end() || st.syncs.is_backlog_latest_only() {
+                return Ok(None);
+            }
+        }
+        let (low, high) = kafka::watermarks(&self.consumer, &self.topic, 0)
+            .map_err(|e| format!("cluster `{}`: watermarks of {}: {e}", self.cluster, self.topic))?;
+        let from = self.position(state).max(low);
+        if high - from <= EARLY_SYNCS {
+            return Ok(None);
+        }
+        {
+            let mut st = lock(state);
+            st.early = SyncStore::new(plan.settings.offset_sync_history_per_partition);
+            st.early_position = high - EARLY_SYNCS;
+        }
+        let (cluster, _) = syncs_location(plan);
+        let mut early = Self::open(plan, state, cluster, self.topic.clone(), Side::Early)?;
+        early.read_to_end(state)?;
+        tracing::info!(
+            flow = %plan.id, topic = %self.topic, backlog = high - from,
+            "offset-sync backlog: translating with its newest syncs while the rest is read"
+        );
+        Ok(Some((early, Backlog { end: high, progress: (Instant::now(), from) })))
+    }
+
+    /// Whether the backlog was read (then the history is complete: translations use it from now on and
+    /// the early store is emptied). Fails when reading made no progress for [`kafka::ADMIN_TIMEOUT`].
+    fn backlog_read(&self, state: &SharedCheckpointState, backlog: &mut Backlog) -> Result<bool, String> {
+        if !self.reached(state, backlog.end)? {
+            let position = self.position(state);
+            if position != backlog.progress.1 {
+                backlog.progress = (Instant::now(), position);
+            } else if backlog.progress.0.elapsed() > kafka::ADMIN_TIMEOUT {
+                return Err(format!(
+                    "cluster `{}`: reading {} made no progress for {:?} before its end",
+                    self.cluster,
+                    self.topic,
+                    kafka::ADMIN_TIMEOUT
+                ));
+            }
+            return Ok(false);
+        }
+        let mut st = lock(state);
+        st.syncs.set_read_to_end();
+        let budget = st.syncs.budget();
+        st.early = SyncStore::new(budget);
+        tracing::info!(syncs = st.syncs.len(), partitions = st.syncs.partitions(), topic = %self.topic, "offset-sync backlog read");
+        Ok(true)
     }
 
     /// Read everything published so far (bounded by `deadline`).
