@@ -338,7 +338,7 @@ fn roles() -> [(&'static str, &'static [(&'static str, &'static str)]); 3] {
                 ("acks", "all"),
                 ("enable.idempotence", "true"),
                 ("compression.type", "lz4"),
-                ("linger.ms", "50"),
+                ("linger.ms", "20"),
                 ("batch.size", "1000000"),
                 ("message.max.bytes", "1000000"),
                 ("queue.buffering.max.kbytes", "32768"),
@@ -822,63 +822,89 @@ pub fn ensure_topic(cluster: &ClusterSpec, flow: &FlowId, spec: &TopicSpec) -> R
 /// The outcome of one topic in a batched admin call: `Err` carries the reason.
 pub type PerTopic<T> = Result<T, String>;
 
-/// Create every spec that does not exist yet, in one request. Per topic: `Ok(true)` created, `Ok(false)`
-/// already there, `Err(reason)`. Only a failure of the whole call is an `Err`.
+/// Metadata records a KRaft controller accepts in one user operation (`MAX_RECORDS_PER_USER_OP`): a
+/// CreateTopics or CreatePartitions request beyond it is refused for every topic in it ("Excessively
+/// large number of partitions per request"). Requests are cut well below it.
+const RECORDS_PER_REQUEST: usize = 8_000;
+
+/// `items` cut into consecutive runs whose weights add up to at most `limit` (an item heavier than the
+/// limit goes alone: the cluster decides about it).
+fn chunks<T>(items: &[T], limit: usize, weight: impl Fn(&T) -> usize) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let (mut start, mut sum) = (0, 0);
+    for (i, item) in items.iter().enumerate() {
+        let w = weight(item);
+        if i > start && sum + w > limit {
+            out.push(&items[start..i]);
+            (start, sum) = (i, 0);
+        }
+        sum += w;
+    }
+    if start < items.len() {
+        out.push(&items[start..]);
+    }
+    out
+}
+
+/// Create every spec that does not exist yet, in as few requests as the controller accepts. Per topic:
+/// `Ok(true)` created, `Ok(false)` already there, `Err(reason)`. Only a failure of a whole call is an
+/// `Err`.
 pub async fn create_topics(
     admin: &AdminClient<DefaultClientContext>,
     cluster: &str,
     specs: &[TopicSpec],
 ) -> Result<HashMap<String, PerTopic<bool>>, KafkaOpError> {
-    if specs.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let topics: Vec<NewTopic<'_>> = specs
-        .iter()
-        .map(|spec| {
-            let mut t = NewTopic::new(
-                &spec.name,
-                spec.partitions,
-                TopicReplication::Fixed(spec.replication_factor.unwrap_or(-1)),
-            );
-            for (k, v) in &spec.configs {
-                t = t.set(k, v);
-            }
-            t
-        })
-        .collect();
-    let opts = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT)).request_timeout(Some(ADMIN_TIMEOUT));
-    let results =
-        admin.create_topics(&topics, &opts).await.map_err(|e| KafkaOpError::kafka(cluster, "create topics", e))?;
-    Ok(results
-        .into_iter()
-        .map(|r| match r {
+    let mut out = HashMap::new();
+    // A topic costs a record, one per partition and one per config.
+    let weight = |s: &TopicSpec| 1 + s.partitions.max(0) as usize + s.configs.len();
+    for chunk in chunks(specs, RECORDS_PER_REQUEST, weight) {
+        let topics: Vec<NewTopic<'_>> = chunk
+            .iter()
+            .map(|spec| {
+                let mut t = NewTopic::new(
+                    &spec.name,
+                    spec.partitions,
+                    TopicReplication::Fixed(spec.replication_factor.unwrap_or(-1)),
+                );
+                for (k, v) in &spec.configs {
+                    t = t.set(k, v);
+                }
+                t
+            })
+            .collect();
+        let opts = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT)).request_timeout(Some(ADMIN_TIMEOUT));
+        let results =
+            admin.create_topics(&topics, &opts).await.map_err(|e| KafkaOpError::kafka(cluster, "create topics", e))?;
+        out.extend(results.into_iter().map(|r| match r {
             Ok(name) => (name, Ok(true)),
             Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => (name, Ok(false)),
             Err((name, code)) => (name, Err(topic_refusal(code, "Create", "create refused"))),
-        })
-        .collect())
+        }));
+    }
+    Ok(out)
 }
 
-/// Grow each `(topic, partitions)` in one request; per-topic outcomes (never shrinks: Kafka cannot).
+/// Grow each `(topic, partitions)`, in as few requests as the controller accepts; per-topic outcomes (never shrinks: Kafka cannot).
 pub async fn grow_topics(
     admin: &AdminClient<DefaultClientContext>,
     cluster: &str,
     grow: &[(String, i32)],
 ) -> Result<HashMap<String, PerTopic<()>>, KafkaOpError> {
-    if grow.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let parts: Vec<NewPartitions<'_>> = grow.iter().map(|(t, n)| NewPartitions::new(t, *n as usize)).collect();
-    let opts = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT)).request_timeout(Some(ADMIN_TIMEOUT));
-    let results =
-        admin.create_partitions(&parts, &opts).await.map_err(|e| KafkaOpError::kafka(cluster, "add partitions", e))?;
-    Ok(results
-        .into_iter()
-        .map(|r| match r {
+    let mut out = HashMap::new();
+    // At most one record per partition added; the new total bounds it.
+    for chunk in chunks(grow, RECORDS_PER_REQUEST, |(_, n)| (*n).max(0) as usize) {
+        let parts: Vec<NewPartitions<'_>> = chunk.iter().map(|(t, n)| NewPartitions::new(t, *n as usize)).collect();
+        let opts = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT)).request_timeout(Some(ADMIN_TIMEOUT));
+        let results = admin
+            .create_partitions(&parts, &opts)
+            .await
+            .map_err(|e| KafkaOpError::kafka(cluster, "add partitions", e))?;
+        out.extend(results.into_iter().map(|r| match r {
             Ok(name) | Err((name, RDKafkaErrorCode::InvalidPartitions)) => (name, Ok(())),
             Err((name, code)) => (name, Err(topic_refusal(code, "Alter", "adding partitions refused"))),
-        })
-        .collect())
+        }));
+    }
+    Ok(out)
 }
 
 /// The described configs of each of `topics`, in one request; per-topic outcomes.
@@ -963,6 +989,17 @@ impl rdkafka::consumer::ConsumerContext for WatchedConsumer {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_are_cut_below_the_controller_limit() {
+        let weights = [3_000usize, 3_000, 3_000, 9_000, 1, 1];
+        let cut: Vec<Vec<usize>> = chunks(&weights, 8_000, |w| *w).into_iter().map(<[usize]>::to_vec).collect();
+        // In order, nothing lost; an item over the limit goes alone.
+        assert_eq!(cut, vec![vec![3_000, 3_000], vec![3_000], vec![9_000], vec![1, 1]]);
+        assert!(chunks(&[] as &[usize], 8_000, |w| *w).is_empty());
+        // Ten topics of 1,000 partitions (the bench's 10,000): two requests.
+        assert_eq!(chunks(&[1_001usize; 10], RECORDS_PER_REQUEST, |w| *w).len(), 2);
+    }
 
     #[test]
     fn connection_lines_are_attributed_to_their_broker() {
