@@ -62,6 +62,10 @@ pub struct Metrics {
     pub config_reloads: IntCounterVec,
     /// Source high watermark minus the next offset to copy, summed per topic.
     pub source_lag: IntGaugeVec,
+    /// The same per partition, with `metrics_per_partition = true`.
+    pub partition_lag: IntGaugeVec,
+    /// Records copied per partition, with `metrics_per_partition = true` (MM2: record-count).
+    pub partition_records_copied: IntCounterVec,
     /// Source group offset seen changed → its checkpoint acknowledged (MM2: checkpoint-latency-ms).
     pub checkpoint_latency: HistogramVec,
     /// When each group was last checkpointed successfully (its round read its offsets and published what
@@ -251,6 +255,18 @@ impl Metrics {
                 "Source high watermark minus the next offset to copy, summed per source topic.",
                 &["flow", "topic"],
             ),
+            partition_lag: gauge(
+                &registry,
+                "ferry_partition_lag_records",
+                "Source high watermark minus the next offset to copy, per partition (metrics_per_partition).",
+                &["flow", "topic", "partition"],
+            ),
+            partition_records_copied: counter(
+                &registry,
+                "ferry_partition_records_copied_total",
+                "Records copied and acknowledged by the target, per partition (metrics_per_partition).",
+                &["flow", "topic", "partition"],
+            ),
             checkpoint_latency: histogram(
                 &registry,
                 "ferry_checkpoint_latency_seconds",
@@ -415,6 +431,8 @@ impl Metrics {
             &self.topic_errors,
             &self.group_errors,
             &self.source_lag,
+            &self.partition_lag,
+            &self.partition_records_copied,
             &self.checkpoint_latency,
             &self.checkpoint_last_success,
             &self.flow_state,
@@ -439,6 +457,12 @@ impl Metrics {
     /// Drops every series of `topic` in `flow` (the topic is no longer copied or was deleted).
     pub fn remove_topic(&self, flow: &str, topic: &str) {
         self.remove_matching(&[("flow", flow), ("topic", topic)]);
+    }
+
+    /// Drops the per-partition series of one partition (no longer copied here: revoked, removed).
+    pub fn remove_partition(&self, flow: &str, topic: &str, partition: i32) {
+        let partition = partition.to_string();
+        self.remove_matching(&[("flow", flow), ("topic", topic), ("partition", &partition)]);
     }
 
     /// Prometheus text exposition of every metric.

@@ -214,3 +214,54 @@ fn flows_show_members_and_leader_and_every_series_exists_from_the_start_with_jso
         assert!(actors.contains(actor), "lines of the {actor} actor carry flow and actor: {actors:?}\n{log}");
     }
 }
+
+/// `metrics_per_partition = true` adds MM2-like per-partition series (lag, records copied) that add up to
+/// the per-topic ones; without it there are none (a wide flow would put thousands on every scrape).
+#[test]
+fn per_partition_series_exist_only_when_asked_and_add_up_to_the_topic() {
+    let (east, west) = shared_pair();
+    let topic = unique("ops-per-partition");
+    create_topic(&east.bootstrap, &topic, 3, &[]);
+    let recs: Vec<support::Rec> =
+        (0..30).map(|i| support::Rec::new(if i < 10 { 0 } else { 1 }, format!("v{i}").as_bytes(), 1_000 + i)).collect();
+    produce(&east.bootstrap, &topic, &recs);
+    let dir = pair_dir(east, west, &flow("east", "west", &[&topic], "metrics_per_partition = true"));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    ferry.wait_log("node started", STARTED);
+    let series = |text: &str, name: &str, partition: &str| {
+        metric_sum(text, name, &[("flow", FLOW), ("topic", topic.as_str()), ("partition", partition)])
+    };
+    wait_for(ARRIVAL, "per-partition records and lag series", || {
+        assert_alive(&mut ferry);
+        let text = observe::metrics(ferry.listen_addr());
+        series(&text, "ferry_partition_records_copied_total", "0") == 10.0
+            && series(&text, "ferry_partition_records_copied_total", "1") == 20.0
+            && ["0", "1", "2"].iter().all(|p| {
+                text.contains(&format!(
+                    "ferry_partition_lag_records{{flow=\"{FLOW}\",partition=\"{p}\",topic=\"{topic}\"}} 0"
+                ))
+            })
+    });
+    let text = observe::metrics(ferry.listen_addr());
+    let topic_total = metric_sum(&text, "ferry_records_copied_total", &[("flow", FLOW), ("topic", topic.as_str())]);
+    assert_eq!(topic_total, 30.0, "the per-topic series counts the same records");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+
+    // The same flow without the option: per-topic series only.
+    std::fs::write(dir.path().join("flow.toml"), {
+        let text = std::fs::read_to_string(dir.path().join("flow.toml")).expect("flow.toml");
+        text.replace("metrics_per_partition = true", "")
+    })
+    .expect("rewrite flow.toml");
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    ferry.wait_log("node started", STARTED);
+    produce(&east.bootstrap, &topic, &[support::Rec::new(2, b"late", 2_000)]);
+    wait_for(ARRIVAL, "the new record counted per topic", || {
+        assert_alive(&mut ferry);
+        let text = observe::metrics(ferry.listen_addr());
+        metric_sum(&text, "ferry_records_copied_total", &[("flow", FLOW), ("topic", topic.as_str())]) >= 1.0
+    });
+    let text = observe::metrics(ferry.listen_addr());
+    assert!(!text.contains("ferry_partition_"), "no per-partition series without the option:\n{text}");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}

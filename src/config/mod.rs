@@ -186,6 +186,9 @@ pub struct FlowSettings {
     /// Under the identity policy, stamp every copied record with the cluster it was first written to
     /// (`ferry.origin`) and never copy a record to that cluster: what makes identity active-active safe.
     pub provenance_header: bool,
+    /// Per-partition series besides the per-topic ones (`ferry_partition_*`): off by default, because a
+    /// wide flow would otherwise put tens of thousands of series on every scrape.
+    pub metrics_per_partition: bool,
 }
 
 impl FlowSettings {

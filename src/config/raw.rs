@@ -84,4 +84,6 @@ pub struct RawFlow {
     pub offset_sync_history_per_partition: Option<usize>,
     /// Identity policy: stamp and honour the `ferry.origin` header (loop protection).
     pub provenance_header: Option<bool>,
+    /// Also export per-partition series (lag, records copied), as MM2 does for every partition.
+    pub metrics_per_partition: Option<bool>,
 }

@@ -383,7 +383,7 @@ fn flow(
     if !COMPRESSIONS.contains(&compression.as_str()) {
         errs.push(k("compression"), format!("`{compression}` is not one of {}", COMPRESSIONS.join(", ")));
     }
-    let linger_ms = rf.linger_ms.unwrap_or(50.0);
+    let linger_ms = rf.linger_ms.unwrap_or(20.0);
     if !(0.0..=900_000.0).contains(&linger_ms) {
         errs.push(k("linger_ms"), format!("must be between 0 and 900000, got {linger_ms}"));
     }
@@ -494,6 +494,7 @@ fn flow(
         on_source_gap,
         offset_sync_history_per_partition,
         provenance_header: rf.provenance_header.unwrap_or(true),
+        metrics_per_partition: rf.metrics_per_partition.unwrap_or(false),
     };
 
     if errs.out.len() > before {

@@ -24,6 +24,8 @@ pub struct Live {
     /// heartbeat age.
     pub heartbeats: bool,
     pub records: IntCounter,
+    /// This partition's own records series (`metrics_per_partition`).
+    pub partition_records: Option<IntCounter>,
     pub bytes: IntCounter,
     pub latency: Histogram,
     rule: Mutex<RuleState>,
@@ -43,11 +45,13 @@ impl Live {
         records: IntCounter,
         bytes: IntCounter,
         latency: Histogram,
+        partition_records: Option<IntCounter>,
     ) -> Self {
         Self {
             ack,
             heartbeats,
             records,
+            partition_records,
             bytes,
             latency,
             rule: Mutex::new(RuleState { rule: PartitionRule::default(), in_quiet_list: false }),
@@ -172,6 +176,9 @@ impl Shared {
             }
         }
         live.records.inc();
+        if let Some(c) = &live.partition_records {
+            c.inc();
+        }
         live.bytes.inc_by(value_bytes as u64);
         if live.heartbeats
             && let Some((key, value)) = heartbeat
@@ -187,10 +194,19 @@ impl Shared {
     }
 }
 
-/// Seconds from a record's timestamp to now (0 for timestamps in the future: clocks differ).
-pub fn latency_seconds(timestamp_ms: i64) -> f64 {
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+/// Milliseconds since the epoch, now.
+pub fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Seconds from a record's timestamp to `now_ms` (0 for timestamps in the future: clocks differ).
+pub fn seconds_since(timestamp_ms: i64, now_ms: i64) -> f64 {
     ((now_ms - timestamp_ms).max(0) as f64) / 1000.0
+}
+
+/// Seconds from a record's timestamp to now.
+pub fn latency_seconds(timestamp_ms: i64) -> f64 {
+    seconds_since(timestamp_ms, wall_ms())
 }
 
 /// Errors for which sending the same record again soon cannot succeed: the target refuses the record

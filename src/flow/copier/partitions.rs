@@ -118,6 +118,8 @@ struct TopicEntry {
 
 pub struct Book {
     flow: String,
+    /// `metrics_per_partition`: each partition also counts its records in its own series.
+    per_partition_metrics: bool,
     topics: HashMap<String, TopicEntry>,
     attention: BTreeSet<SourcePartition>,
     to_assign: Vec<(SourcePartition, i64)>,
@@ -142,6 +144,7 @@ impl Book {
     pub fn new(plan: &FlowPlan) -> Self {
         Self {
             flow: plan.id.to_string(),
+            per_partition_metrics: plan.settings.metrics_per_partition,
             topics: HashMap::new(),
             attention: BTreeSet::new(),
             to_assign: Vec::new(),
@@ -314,12 +317,16 @@ impl Book {
         let Some(entry) = self.topics.get_mut(&tp.0) else { return };
         let Some(part) = entry.parts.get_mut(&tp.1) else { return };
         if part.live.is_none() {
+            let partition_records = self
+                .per_partition_metrics
+                .then(|| METRICS.partition_records_copied.with_label_values(&[&self.flow, &tp.0, &tp.1.to_string()]));
             let live = Arc::new(Live::new(
                 part.ack.clone(),
                 tp.0 == crate::policy::HEARTBEATS_TOPIC,
                 entry.records.clone(),
                 entry.bytes.clone(),
                 entry.latency.clone(),
+                partition_records,
             ));
             shared.insert(&entry.remote, tp.1, live.clone());
             part.live = Some(live);

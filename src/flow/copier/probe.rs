@@ -20,7 +20,7 @@
 //! OFFSET_OUT_OF_RANGE, so records deleted before they were copied always surface as that error. A gap
 //! inside a fetched range is compaction, a transaction marker or an aborted transaction: not a loss.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::thread::JoinHandle;
@@ -144,10 +144,21 @@ impl Probe {
         let (reports, rx) = mpsc::channel();
         let flow = plan.id.to_string();
         let cluster = plan.source.alias.clone();
+        let per_partition = plan.settings.metrics_per_partition;
         let thread = std::thread::Builder::new()
             .name(format!("copier-probe {flow}"))
             .spawn(move || {
-                let mut p = ProbeLoop { flow, cluster, consumer, admin, rt, reports, watched: HashMap::new() };
+                let mut p = ProbeLoop {
+                    flow,
+                    cluster,
+                    consumer,
+                    admin,
+                    rt,
+                    reports,
+                    watched: HashMap::new(),
+                    per_partition,
+                    exported: HashSet::new(),
+                };
                 p.run(requests)
             })
             .map_err(|e| format!("cannot start the copier's probe thread: {e}"))?;
@@ -189,6 +200,9 @@ struct ProbeLoop {
     rt: tokio::runtime::Runtime,
     reports: Sender<Report>,
     watched: HashMap<String, Watched>,
+    /// `metrics_per_partition`, and the partitions that have series now (dropped once not watched).
+    per_partition: bool,
+    exported: HashSet<SourcePartition>,
 }
 
 impl ProbeLoop {
@@ -232,7 +246,7 @@ impl ProbeLoop {
     }
 
     /// Source lag per topic: the partitions' end offsets minus the next offset to copy.
-    fn measure_lag(&self) {
+    fn measure_lag(&mut self) {
         let tps: Vec<SourcePartition> =
             self.watched.iter().flat_map(|(t, w)| w.partitions.iter().map(move |p| (t.clone(), p.partition))).collect();
         if tps.is_empty() {
@@ -245,17 +259,25 @@ impl ProbeLoop {
                 return;
             }
         };
+        let metrics = &crate::metrics::METRICS;
+        let mut exported = HashSet::new();
         for (topic, w) in &self.watched {
-            let lag: i64 = w
-                .partitions
-                .iter()
-                .filter_map(|p| {
-                    let high = highs.get(&(topic.clone(), p.partition))?;
-                    Some((high - p.ack.next().unwrap_or(p.start)).max(0))
-                })
-                .sum();
-            crate::metrics::METRICS.source_lag.with_label_values(&[&self.flow, topic]).set(lag);
+            let mut lag = 0;
+            for p in &w.partitions {
+                let Some(high) = highs.get(&(topic.clone(), p.partition)) else { continue };
+                let behind = (high - p.ack.next().unwrap_or(p.start)).max(0);
+                lag += behind;
+                if self.per_partition {
+                    metrics.partition_lag.with_label_values(&[&self.flow, topic, &p.partition.to_string()]).set(behind);
+                    exported.insert((topic.clone(), p.partition));
+                }
+            }
+            metrics.source_lag.with_label_values(&[&self.flow, topic]).set(lag);
         }
+        for (topic, partition) in self.exported.difference(&exported) {
+            metrics.remove_partition(&self.flow, topic, *partition);
+        }
+        self.exported = exported;
     }
 
     fn describe(&self, topics: Vec<String>) -> Result<HashMap<String, raw_admin::TopicDescription>, String> {
