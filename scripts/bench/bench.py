@@ -64,10 +64,11 @@ SCENARIOS: dict[str, dict] = {
     "lz4": dict(kind="copy", records=1_000_000, size=512, partitions=8, source_compression="lz4",
                 engines="ferry,mm2,limit"),
     "partitions-2000": dict(kind="copy", records=1_000_000, size=100, partitions=2000, engines="ferry,mm2,limit"),
-    # 10 topics: KRaft refuses one operation of more than 10,000 metadata records. The remote topics are
-    # created before the engine starts, because ferry and MM2 both ask for all of a flow's new topics in
-    # one CreateTopics request, which the controller refuses beyond 10,000 partitions ("Excessively large
-    # number of partitions per request", PolicyViolation): neither would copy anything otherwise.
+    # 10 topics: KRaft refuses one operation of more than 10,000 metadata records. For MM2 the remote
+    # topics are created before it starts: it asks for all of a flow's new topics in one CreateTopics
+    # request, which the controller refuses beyond 10,000 partitions ("Excessively large number of
+    # partitions per request", PolicyViolation), so it would copy nothing. ferry cuts its requests below
+    # the limit and creates its own (its figures include that).
     "partitions-10000": dict(kind="copy", records=1_000_000, size=100, partitions=10000, topics=10,
                              precreate_remote=True, engines="ferry,mm2,limit"),
     # the headline's data, copied by the brokers' own tools only
@@ -490,7 +491,7 @@ class Bench:
         work, alias = self.next_run(engine)
         fresh_cluster("bdst")
         remote = ",".join(f"east.{t}" for t in d.topics)
-        if d.precreate_remote:
+        if d.precreate_remote and engine != "ferry":
             t = time.time()
             self.create(DST, d.per_topic, *remote.split(","))
             log(f"remote topics created beforehand in {time.time() - t:.1f} s")
