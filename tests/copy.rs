@@ -72,16 +72,25 @@ fn ten_thousand_records_arrive_byte_identical_in_partition_order() {
 /// lookup's retry: 1,422 of 2,000 partitions never copied a record in the bench.)
 #[test]
 fn every_partition_of_a_wide_topic_copies_from_its_start() {
+    wide_topic_copies_completely("copy-wide", "");
+}
+
+/// The same on KIP-848's consumer group protocol (the broker assigns the partitions).
+#[test]
+fn the_consumer_group_protocol_copies_every_partition() {
+    wide_topic_copies_completely("copy-wide-kip848", "group_protocol = \"consumer\"");
+}
+
+fn wide_topic_copies_completely(topic: &str, extra: &str) {
     let (east, west) = shared_pair();
-    let topic = "copy-wide";
     const PARTITIONS: i32 = 400;
     create_topic(&east.bootstrap, topic, PARTITIONS, &[]);
     let recs: Vec<Rec> =
         (0..8_000_i64).map(|i| Rec::new((i % i64::from(PARTITIONS)) as i32, format!("w{i}").as_bytes(), i)).collect();
     produce(&east.bootstrap, topic, &recs);
-    let dir = flows_dir(east, west, &flow("\"copy-wide\"", ""));
+    let dir = flows_dir(east, west, &flow(&format!("\"{topic}\""), extra));
     let mut ferry = Ferry::start(dir.path(), &[]);
-    let remote = "east.copy-wide";
+    let remote = &format!("east.{topic}");
     let complete = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // A just-created 400-partition topic answers NotLeader for a moment: count again then.
         let counted = || std::panic::catch_unwind(|| count(west, remote)).unwrap_or(0);

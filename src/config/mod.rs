@@ -189,6 +189,8 @@ pub struct FlowSettings {
     /// Per-partition series besides the per-topic ones (`ferry_partition_*`): off by default, because a
     /// wide flow would otherwise put tens of thousands of series on every scrape.
     pub metrics_per_partition: bool,
+    /// How the copier group splits the flow's partitions among the nodes.
+    pub group_protocol: GroupProtocol,
 }
 
 impl FlowSettings {
@@ -206,6 +208,19 @@ pub enum SourceGapPolicy {
     Skip,
     /// Stop the copier; it retries with backoff and keeps failing until an operator acts.
     Fail,
+}
+
+/// The copier group's rebalance protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupProtocol {
+    /// Kafka's classic group protocol with librdkafka's cooperative-sticky assignor, computed by the
+    /// group leader in the client. Works with every broker; the assignor's time grows steeply with the
+    /// partition count (librdkafka #4629): beyond about 5,000 partitions in one flow it outlasts the
+    /// session timeout and the group never settles.
+    Classic,
+    /// KIP-848 (`group.protocol = consumer`): the broker assigns, incrementally, in milliseconds at any
+    /// width. Needs Kafka 4.0+ brokers (or 3.7+ with the new protocol enabled).
+    Consumer,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -86,4 +86,6 @@ pub struct RawFlow {
     pub provenance_header: Option<bool>,
     /// Also export per-partition series (lag, records copied), as MM2 does for every partition.
     pub metrics_per_partition: Option<bool>,
+    /// The copier group's rebalance protocol: "classic" or "consumer" (KIP-848).
+    pub group_protocol: Option<String>,
 }

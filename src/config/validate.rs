@@ -10,8 +10,8 @@ use std::time::Duration;
 use super::raw::{RawCluster, RawFile, RawFlow};
 use super::secrets;
 use super::{
-    ClusterSpec, ConfigError, ConfigErrors, FlowId, FlowPlan, FlowSet, FlowSettings, OffsetSyncsLocation, PolicyKind,
-    SourceGapPolicy,
+    ClusterSpec, ConfigError, ConfigErrors, FlowId, FlowPlan, FlowSet, FlowSettings, GroupProtocol,
+    OffsetSyncsLocation, PolicyKind, SourceGapPolicy,
 };
 use crate::filter::{self, GroupFilter, PatternList, TopicFilter};
 use crate::kafka;
@@ -417,6 +417,17 @@ fn flow(
     if restart.max < restart.initial {
         errs.push(k("restart_backoff_max_seconds"), "must not be smaller than restart_backoff_initial_seconds");
     }
+    let group_protocol = match rf.group_protocol.as_deref().unwrap_or("classic") {
+        "classic" => GroupProtocol::Classic,
+        "consumer" => GroupProtocol::Consumer,
+        other => {
+            errs.push(
+                k("group_protocol"),
+                format!("`{other}` is not a group protocol; use \"classic\" or \"consumer\""),
+            );
+            GroupProtocol::Classic
+        }
+    };
     let on_source_gap = match rf.on_source_gap.as_deref().unwrap_or("skip") {
         "skip" => SourceGapPolicy::Skip,
         "fail" => SourceGapPolicy::Fail,
@@ -495,6 +506,7 @@ fn flow(
         offset_sync_history_per_partition,
         provenance_header: rf.provenance_header.unwrap_or(true),
         metrics_per_partition: rf.metrics_per_partition.unwrap_or(false),
+        group_protocol,
     };
 
     if errs.out.len() > before {

@@ -35,7 +35,7 @@ use super::offset_syncs::SyncQueue;
 use super::progress::{self, ProgressWriter};
 use super::supervisor::{ActorKind, ActorStatusChanged, FlowSupervisor, PartitionProblems};
 use super::worker::{Control, Signal, Worker, panic_message};
-use crate::config::FlowPlan;
+use crate::config::{FlowPlan, GroupProtocol};
 use crate::failpoints;
 use crate::flow::Identity;
 use crate::kafka::{self, ClusterWatch, KafkaOpError};
@@ -848,7 +848,6 @@ fn source_consumer(
         // assignment back without a rebalance, even when its subscription changed meanwhile (a reloaded
         // flow with other topics would copy nothing). The client id names the node in the group listing.
         .set("client.id", format!("{}|ferry|replication-consumer|{}", plan.id, identity.node_id))
-        .set("partition.assignment.strategy", "cooperative-sticky")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
@@ -863,10 +862,21 @@ fn source_consumer(
         // headline bench (bench/results.md): 32 MiB keeps the copy rate (93-99k vs 103k records/s of
         // 512 B) at 150 MiB instead of 210 MiB peak RSS; 16 MiB starves the producer (52-64k records/s).
         .set("queued.max.messages.kbytes", "32768");
-    if !plan.source.client.contains_key("session.timeout.ms") {
-        // A node that dies (kill -9, lost host) gives its partitions up after this long; a graceful stop
-        // leaves the group at once. Kafka's minimum is 6 s (group.min.session.timeout.ms).
-        cfg.set("session.timeout.ms", "10000");
+    match plan.settings.group_protocol {
+        GroupProtocol::Classic => {
+            cfg.set("partition.assignment.strategy", "cooperative-sticky");
+            if !plan.source.client.contains_key("session.timeout.ms") {
+                // A node that dies (kill -9, lost host) gives its partitions up after this long; a
+                // graceful stop leaves the group at once. Kafka's minimum is 6 s.
+                cfg.set("session.timeout.ms", "10000");
+            }
+        }
+        // The broker assigns and owns the session timeout (group.consumer.session.timeout.ms); the
+        // client-side assignor and timeouts do not apply. Rebalances reach the copier as incremental
+        // assign/revoke events, as with cooperative-sticky.
+        GroupProtocol::Consumer => {
+            cfg.set("group.protocol", "consumer");
+        }
     }
     cfg.create_with_context(CopierContext {
         watch,
