@@ -27,10 +27,11 @@
 #                         certificate of its own. EC P-256 keys, unencrypted; valid 30 days
 #   prepare-secure DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE [USER=PASSWORD...]
 #                         like prepare, but clients get a secured listener on PORT. MODE is sasl_ssl
-#                         (SASL_SSL with SCRAM-SHA-512) or mtls (SSL, client certificate required),
+#                         (SASL_SSL with SCRAM-SHA-512/256, PLAIN and OAUTHBEARER with unsecured JWTs)
+#                         or mtls (SSL, client certificate required),
 #                         either with "+acl" appended for the StandardAuthorizer. Needs DIR/tls made
-#                         by `certs`. Each USER=PASSWORD becomes a SCRAM-SHA-512 credential at format
-#                         time, so DIR/data is then formatted by kafka-storage (a JVM, 1-3 s), not the template
+#                         by `certs`. Each USER=PASSWORD becomes a SCRAM credential (both hashes) at format
+#                         time and a PLAIN user, so DIR/data is then formatted by kafka-storage (a JVM, 1-3 s), not the template
 #
 # Secured clusters
 #   Files of `certs DIR`: ca.pem (what clients trust), broker.pem (the broker's PEM keystore: key,
@@ -279,9 +280,19 @@ ssl.truststore.type=PEM
 ssl.truststore.location=$tls/ca.pem
 EOF
   if [[ $mode == sasl_ssl ]]; then
+    # Every mechanism librdkafka builds in: SCRAM (credentials made at format), PLAIN (users listed in the
+    # JAAS line) and OAUTHBEARER with Kafka's unsecured-JWT validator (the token's `sub` is the principal;
+    # for tests only: production brokers validate signed tokens from an identity provider).
+    local user plain=""
+    for user in "${@:6}"; do
+      plain+=" user_${user%%=*}=\"${user#*=}\""
+    done
     cat <<EOF
-sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER
 listener.name.client.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.client.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.client.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required$plain;
+listener.name.client.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
 EOF
   else
     cat <<EOF
@@ -362,6 +373,7 @@ format_dir() { # DATA_DIR [USER=PASSWORD...]
       [[ $user =~ ^([A-Za-z0-9_.-]+)=([A-Za-z0-9_.-]+)$ ]] \
         || die "SCRAM user '$user': NAME=PASSWORD, letters, digits, '_', '.', '-' only"
       scram+=(--add-scram "SCRAM-SHA-512=[name=${BASH_REMATCH[1]},password=${BASH_REMATCH[2]}]")
+      scram+=(--add-scram "SCRAM-SHA-256=[name=${BASH_REMATCH[1]},password=${BASH_REMATCH[2]}]")
     done
     local out
     # shellcheck disable=SC2046
@@ -543,7 +555,7 @@ case $cmd in
     (( $# >= 5 )) || die "usage: prepare-secure DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE [USER=PASSWORD...]"
     do_fetch
     mkdir -p "$1"
-    write_properties "$1" "$2" "$3" "$4" "$5" >"$1/server.properties.tmp"
+    write_properties "$@" >"$1/server.properties.tmp"
     mv "$1/server.properties.tmp" "$1/server.properties"
     format_dir "$1/data" "${@:6}"
     ;;

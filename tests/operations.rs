@@ -245,6 +245,13 @@ fn per_partition_series_exist_only_when_asked_and_add_up_to_the_topic() {
     let text = observe::metrics(ferry.listen_addr());
     let topic_total = metric_sum(&text, "ferry_records_copied_total", &[("flow", FLOW), ("topic", topic.as_str())]);
     assert_eq!(topic_total, 30.0, "the per-topic series counts the same records");
+    // The flow's status carries the same lag (summed) and the copy rate (refreshed from the metrics).
+    let mut f = serde_json::Value::Null;
+    wait_for(Duration::from_secs(30), "lag 0 and a copy rate in the flow's status", || {
+        f = flow_json(&ferry);
+        f["lag_records"] == 0 && f["records_per_second"].is_number()
+    });
+    println!("flow status: lag {} records/s {}", f["lag_records"], f["records_per_second"]);
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 
     // The same flow without the option: per-topic series only.
@@ -263,5 +270,46 @@ fn per_partition_series_exist_only_when_asked_and_add_up_to_the_topic() {
     });
     let text = observe::metrics(ferry.listen_addr());
     assert!(!text.contains("ferry_partition_"), "no per-partition series without the option:\n{text}");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// A topic deleted on the source leaves no series behind (a dashboard would show it lagging forever),
+/// while the flow's other topics keep theirs.
+#[test]
+fn a_deleted_source_topic_loses_its_series_and_the_others_keep_theirs() {
+    let (east, west) = shared_pair();
+    let prefix = unique("ops-deleted");
+    let (gone, kept) = (format!("{prefix}-gone"), format!("{prefix}-kept"));
+    for t in [&gone, &kept] {
+        create_topic(&east.bootstrap, t, 2, &[]);
+        produce(&east.bootstrap, t, &[support::Rec::new(0, b"a", 1), support::Rec::new(1, b"b", 2)]);
+    }
+    let pattern = format!("{prefix}-.*");
+    let extra = "refresh_topics_interval_seconds = 1\nmetrics_per_partition = true";
+    let dir = pair_dir(east, west, &flow("east", "west", &[&pattern], extra));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    ferry.wait_log("node started", STARTED);
+    let has_series = |text: &str, topic: &str| {
+        let label = format!("topic=\"{topic}\"");
+        text.lines().any(|l| l.starts_with("ferry_") && l.contains(&label))
+    };
+    wait_for(ARRIVAL, "both topics copied and measured", || {
+        assert_alive(&mut ferry);
+        let text = observe::metrics(ferry.listen_addr());
+        [&gone, &kept].iter().all(|t| {
+            metric_sum(&text, "ferry_records_copied_total", &[("flow", FLOW), ("topic", t.as_str())]) == 2.0
+                && text.contains(&format!("ferry_source_lag_records{{flow=\"{FLOW}\",topic=\"{t}\"}} 0"))
+        })
+    });
+    support::delete_topic(&east.bootstrap, &gone);
+    wait_for(ARRIVAL, "the deleted topic's series gone", || {
+        assert_alive(&mut ferry);
+        !has_series(&observe::metrics(ferry.listen_addr()), &gone)
+    });
+    // Still gone after a few lag measurements (every 5 s), and the other topic keeps its series.
+    std::thread::sleep(Duration::from_secs(12));
+    let text = observe::metrics(ferry.listen_addr());
+    assert!(!has_series(&text, &gone), "a series of the deleted topic came back:\n{text}");
+    assert!(has_series(&text, &kept), "the other topic's series stay:\n{text}");
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }

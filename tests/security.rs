@@ -235,6 +235,62 @@ fn secured_clusters_copy_checkpoint_and_sync_group_offsets() {
     assert!(!ferry.log().contains(sasl.password("alice")), "the password is in ferry's log");
 }
 
+/// Every SASL mechanism librdkafka builds in, against the same real SASL_SSL broker: SCRAM-SHA-256,
+/// PLAIN and OAUTHBEARER (Kafka's unsecured-JWT validator on the broker, librdkafka's unsecured token on
+/// the client: the mechanism and its wire exchange, without an identity provider) each carry a flow
+/// that copies its topic byte for byte (SCRAM-SHA-512 is the test above).
+#[test]
+fn scram_sha_256_plain_and_oauthbearer_each_copy_from_a_secured_broker() {
+    let bed = bed();
+    let _turn = take_turn("sasl mechanisms");
+    let sasl = &bed.sasl;
+    let base: Vec<(String, String)> =
+        sasl.client_props("alice").into_iter().filter(|(k, _)| !k.starts_with("sasl.")).collect();
+    let scram256 =
+        [("sasl.mechanism", "SCRAM-SHA-256"), ("sasl.username", "alice"), ("sasl.password", sasl.password("alice"))];
+    let plain = [("sasl.mechanism", "PLAIN"), ("sasl.username", "alice"), ("sasl.password", sasl.password("alice"))];
+    let oauth = [
+        ("sasl.mechanism", "OAUTHBEARER"),
+        ("enable.sasl.oauthbearer.unsecure.jwt", "true"),
+        ("sasl.oauthbearer.config", "principal=alice"),
+    ];
+    let mechanisms: [(&str, &[(&str, &str)]); 3] = [("s256", &scram256), ("plain", &plain), ("oauth", &oauth)];
+    let dir = tempfile::tempdir().expect("flows dir");
+    let mut clusters = cluster_toml("west", &bed.west.bootstrap, &[]);
+    let mut flows = String::new();
+    let mut topics = Vec::new();
+    for (alias, props) in mechanisms {
+        let mut client = base.clone();
+        client.extend(props.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        clusters.push_str(&cluster_toml(alias, &sasl.bootstrap, &client));
+        let topic = unique(&format!("mech-{alias}"));
+        create_topic(&sasl.bootstrap, &topic, 2, &[]);
+        produce(&sasl.bootstrap, &topic, &records(alias, 20));
+        flows
+            .push_str(&format!("[[flows]]\nsource = \"{alias}\"\ntarget = \"west\"\ntopics = [\"{topic}\"]\n{FAST}\n"));
+        topics.push((alias, topic));
+    }
+    std::fs::write(dir.path().join("clusters.toml"), clusters).expect("write clusters");
+    std::fs::write(dir.path().join("flows.toml"), flows).expect("write flows");
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    for (alias, topic) in &topics {
+        let remote = format!("{alias}.{topic}");
+        wait_for(ARRIVAL, &format!("{remote} complete on west ({alias})"), || {
+            assert_alive(&mut ferry);
+            total(&bed.west.bootstrap, &remote) >= 20
+        });
+        let want = sorted(consume_all(&sasl.bootstrap, topic, READ));
+        assert_eq!(sorted(consume_all(&bed.west.bootstrap, &remote, READ)), want, "{remote} differs from {topic}");
+    }
+    let flows = flows_json(ferry.listen_addr());
+    for (alias, _) in &topics {
+        let id = format!("{alias}->west");
+        assert_eq!(flows["flows"][&id]["state"], "running", "{id}: {}", flows["flows"][&id]);
+    }
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+    assert!(!ferry.log().contains(sasl.password("alice")), "the password is in ferry's log");
+}
+
 /// A wrong password (from a secret file), a CA that did not sign the broker's certificate and a client
 /// certificate the broker does not trust: each flow is degraded with a reason naming the cause, the
 /// node stays up and a plaintext flow keeps copying. The right password in the file and a reload

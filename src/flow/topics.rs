@@ -15,7 +15,7 @@ use actix::prelude::*;
 
 use super::copier::Assignment;
 use super::supervisor::{ActorKind, ActorStatusChanged, ChildExited, FlowSupervisor, ItemErrorsChanged, TopicsReady};
-use crate::config::FlowPlan;
+use crate::config::{FlowPlan, GroupProtocol};
 use crate::failpoints;
 use crate::filter::{ConfigPropertyFilter, should_replicate_topic};
 use crate::kafka::{self, KafkaOpError, TopicSpec};
@@ -39,6 +39,11 @@ struct Clients {
     target_admin: kafka::Admin,
     config_filter: ConfigPropertyFilter,
 }
+
+/// Partitions beyond which one flow's copier group on the classic protocol is unlikely to settle:
+/// librdkafka's cooperative-sticky assignor needed ~34 s for 10,001 partitions here (session timeout
+/// 10 s) and is reported to fail from about 6,000 (librdkafka #4629). Above it, a warning at each refresh.
+const CLASSIC_GROUP_WIDTH: i64 = 5_000;
 
 pub struct TopicSync {
     plan: Arc<FlowPlan>,
@@ -278,6 +283,13 @@ async fn refresh_once(
         .map(|(t, n)| (t.clone(), *n))
         .collect();
     let selected_names: BTreeSet<String> = selected.keys().cloned().collect();
+    let width: i64 = selected.values().map(|&n| i64::from(n)).sum();
+    if plan.settings.group_protocol == GroupProtocol::Classic && width > CLASSIC_GROUP_WIDTH {
+        tracing::warn!(
+            flow = %plan.id, partitions = width,
+            "the flow copies more partitions than the classic group protocol settles with (librdkafka's assignor outlasts the session timeout); set group_protocol = \"consumer\" (Kafka 4.0+)"
+        );
+    }
     let remote = |t: &str| plan.policy.format_remote_topic(&plan.id.source, t);
     let mut outcomes: BTreeMap<String, Option<String>> = selected.keys().map(|t| (t.clone(), None)).collect();
 

@@ -406,9 +406,7 @@ pub fn consume_all(bootstrap: &str, topic: &str, timeout: Duration) -> Vec<Rec> 
     let mut todo: BTreeMap<i32, i64> = BTreeMap::new();
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, TIMEOUT)
-            .unwrap_or_else(|e| panic!("watermarks of {topic}-{p} on {bootstrap}: {e}"));
+        let (low, high) = watermarks(&consumer, bootstrap, topic, p);
         if high > low {
             todo.insert(p, high);
             tpl.add_partition_offset(topic, p, Offset::Offset(low)).expect("add partition");
@@ -532,34 +530,36 @@ fn retry_transient<T>(mut f: impl FnMut() -> KafkaResult<T>) -> KafkaResult<T> {
 /// round trip per partition. A topic created moments ago (e.g. by ferry while the test polls) answers
 /// "no leader" for a while: that is retried.
 pub fn end_offsets(bootstrap: &str, topic: &str) -> Vec<i64> {
-    use rdkafka::types::RDKafkaErrorCode as C;
     let client = metadata_client(bootstrap);
     let Some(leaders) = partition_leaders(&client, topic) else { return Vec::new() };
+    (0..leaders.len() as i32).map(|p| watermarks(&client, bootstrap, topic, p).1).collect()
+}
+
+/// (low, high) watermarks of one partition. A topic created moments ago (e.g. by ferry while the test
+/// polls) answers "no leader" for a while: that is retried for up to [`TIMEOUT`].
+fn watermarks<X: ConsumerContext>(client: &BaseConsumer<X>, bootstrap: &str, topic: &str, p: i32) -> (i64, i64) {
+    use rdkafka::types::RDKafkaErrorCode as C;
     let start = Instant::now();
-    (0..leaders.len() as i32)
-        .map(|p| {
-            loop {
-                match client.fetch_watermarks(topic, p, TIMEOUT) {
-                    Ok((_, high)) => break high,
-                    Err(e)
-                        if start.elapsed() < TIMEOUT
-                            && matches!(
-                                e.rdkafka_error_code(),
-                                Some(
-                                    C::NotLeaderForPartition
-                                        | C::LeaderNotAvailable
-                                        | C::UnknownTopicOrPartition
-                                        | C::UnknownPartition
-                                )
-                            ) =>
-                    {
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                    Err(e) => panic!("watermarks of {topic}-{p} on {bootstrap}: {e}"),
-                }
+    loop {
+        match client.fetch_watermarks(topic, p, TIMEOUT) {
+            Ok(w) => break w,
+            Err(e)
+                if start.elapsed() < TIMEOUT
+                    && matches!(
+                        e.rdkafka_error_code(),
+                        Some(
+                            C::NotLeaderForPartition
+                                | C::LeaderNotAvailable
+                                | C::UnknownTopicOrPartition
+                                | C::UnknownPartition
+                        )
+                    ) =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
             }
-        })
-        .collect()
+            Err(e) => panic!("watermarks of {topic}-{p} on {bootstrap}: {e}"),
+        }
+    }
 }
 
 /// Deletes the records of `topic`-`partition` below offset `before` (Kafka's DeleteRecords, what
