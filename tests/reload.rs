@@ -203,22 +203,48 @@ fn changing_a_cluster_restarts_exactly_the_flows_that_use_it() {
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }
 
+/// One flow east->west (file `flow_file`) over a new topic that a stream keeps writing to, copying.
+struct Streaming {
+    dir: tempfile::TempDir,
+    stream: Stream,
+    ferry: Ferry,
+    remote: String,
+    /// The flow's (generation, started_at, state) once copying.
+    running: (u64, String, String),
+}
+
+impl Streaming {
+    fn start(tag: &str, flow_file: &str) -> Streaming {
+        let (east, west) = shared_pair();
+        let a = unique(tag);
+        create_topic(&east.bootstrap, &a, 1, &[]);
+        let dir = tempfile::tempdir().expect("flows dir");
+        write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+        write(dir.path(), flow_file, &flow("east", "west", &[&a], ""));
+        let stream = Stream::start(&east.bootstrap, &a, 1, "a", 50, Duration::from_millis(20));
+        let mut ferry = Ferry::start(dir.path(), &[]);
+        let remote = format!("east.{a}");
+        wait_for(ARRIVAL, "copying", || {
+            assert_alive(&mut ferry);
+            total(&west.bootstrap, &remote) > 200
+        });
+        let running = running_info(&ferry, "east->west");
+        Streaming { dir, stream, ferry, remote, running }
+    }
+}
+
+/// Stops the stream; every record it wrote arrives on west exactly once, and the node stops cleanly.
+fn finish(stream: Stream, mut ferry: Ferry, remote: &str) {
+    let (_, west) = shared_pair();
+    let produced = stream.finish();
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, remote, &values("a", 0..produced));
+    assert_eq!(duplicates(&counts), 0);
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
 #[test]
 fn an_invalid_flow_set_changes_nothing_and_a_later_good_edit_applies() {
-    let (east, west) = shared_pair();
-    let a = unique("reload-invalid");
-    create_topic(&east.bootstrap, &a, 1, &[]);
-    let dir = tempfile::tempdir().expect("flows dir");
-    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
-    write(dir.path(), "east-west.toml", &flow("east", "west", &[&a], ""));
-    let stream = Stream::start(&east.bootstrap, &a, 1, "a", 50, Duration::from_millis(20));
-    let mut ferry = Ferry::start(dir.path(), &[]);
-    let remote = format!("east.{a}");
-    wait_for(ARRIVAL, "copying", || {
-        assert_alive(&mut ferry);
-        total(&west.bootstrap, &remote) > 200
-    });
-    let running = running_info(&ferry, "east->west");
+    let Streaming { dir, stream, mut ferry, remote, running } = Streaming::start("reload-invalid", "east-west.toml");
     let addr = ferry.listen_addr();
     let mut n = all_reloads(&ferry);
     for (file, text, says) in [
@@ -244,10 +270,7 @@ fn an_invalid_flow_set_changes_nothing_and_a_later_good_edit_applies() {
     assert_eq!(metric_sum(&observe::metrics(addr), "ferry_config_last_reload_successful", &[]), 1.0);
     assert!(metric_sum(&observe::metrics(addr), "ferry_config_last_reload_success_timestamp_seconds", &[]) > 0.0);
     assert_eq!(flow_info(&ferry, "east->west"), running, "never restarted");
-    let produced = stream.finish();
-    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("a", 0..produced));
-    assert_eq!(duplicates(&counts), 0);
-    assert!(ferry.terminate(Duration::from_secs(30)).success());
+    finish(stream, ferry, &remote);
 }
 
 /// A directory laid out like a Kubernetes ConfigMap volume: `..<version>/` holds the files, `..data`
@@ -349,20 +372,8 @@ fn disabling_a_flow_stops_it_and_enabling_resumes_where_it_stopped() {
 
 #[test]
 fn a_changed_flow_that_cannot_start_keeps_its_old_plan() {
-    let (east, west) = shared_pair();
-    let a = unique("reload-rollback");
-    create_topic(&east.bootstrap, &a, 1, &[]);
-    let dir = tempfile::tempdir().expect("flows dir");
-    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
-    write(dir.path(), "flow.toml", &flow("east", "west", &[&a], ""));
-    let stream = Stream::start(&east.bootstrap, &a, 1, "a", 50, Duration::from_millis(20));
-    let mut ferry = Ferry::start(dir.path(), &[]);
-    let remote = format!("east.{a}");
-    wait_for(ARRIVAL, "copying", || {
-        assert_alive(&mut ferry);
-        total(&west.bootstrap, &remote) > 200
-    });
-    let running = running_info(&ferry, "east->west");
+    let (east, _) = shared_pair();
+    let Streaming { dir, stream, mut ferry, remote, running } = Streaming::start("reload-rollback", "flow.toml");
     let nowhere = format!("127.0.0.1:{}", support::free_port());
     write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &nowhere)]));
     let r = wait_reloads(&mut ferry, 2.0);
@@ -372,8 +383,5 @@ fn a_changed_flow_that_cannot_start_keeps_its_old_plan() {
     assert!(r["error"].as_str().is_some_and(|e| e.contains("does not answer")), "{r}");
     assert_eq!(reloads(&ferry, "rolled_back"), 1.0);
     assert_eq!(flow_info(&ferry, "east->west"), running, "the old plan runs on");
-    let produced = stream.finish();
-    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("a", 0..produced));
-    assert_eq!(duplicates(&counts), 0);
-    assert!(ferry.terminate(Duration::from_secs(30)).success());
+    finish(stream, ferry, &remote);
 }

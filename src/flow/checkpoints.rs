@@ -674,7 +674,7 @@ fn reverse_syncs_location(plan: &FlowPlan) -> (&ClusterSpec, String) {
     (&plan.target, plan.policy.offset_syncs_topic(&plan.id.source))
 }
 
-/// A backlog of offset syncs read in the background: where it ends, and when reading last moved.
+/// An offset-sync backlog being read: where it ends, and when reading last moved.
 struct Backlog {
     end: i64,
     progress: (Instant, i64),
@@ -736,19 +736,9 @@ impl SyncReader {
         }
         let (_, high) = kafka::watermarks(&self.consumer, &self.topic, 0)
             .map_err(|e| format!("cluster `{}`: watermarks of {}: {e}", self.cluster, self.topic))?;
-        let mut last_progress = (Instant::now(), self.position(state));
+        let mut backlog = Backlog { end: high, progress: (Instant::now(), self.position(state)) };
         while !self.reached(state, high)? {
-            let position = self.position(state);
-            if position != last_progress.1 {
-                last_progress = (Instant::now(), position);
-            } else if last_progress.0.elapsed() > kafka::ADMIN_TIMEOUT {
-                return Err(format!(
-                    "cluster `{}`: reading {} made no progress for {:?} before its end",
-                    self.cluster,
-                    self.topic,
-                    kafka::ADMIN_TIMEOUT
-                ));
-            }
+            self.check_progress(state, &mut backlog)?;
             self.poll(state, Duration::from_millis(200))?;
         }
         let mut st = lock(state);
@@ -795,17 +785,7 @@ impl SyncReader {
     /// the early store is emptied). Fails when reading made no progress for [`kafka::ADMIN_TIMEOUT`].
     fn backlog_read(&self, state: &SharedCheckpointState, backlog: &mut Backlog) -> Result<bool, String> {
         if !self.reached(state, backlog.end)? {
-            let position = self.position(state);
-            if position != backlog.progress.1 {
-                backlog.progress = (Instant::now(), position);
-            } else if backlog.progress.0.elapsed() > kafka::ADMIN_TIMEOUT {
-                return Err(format!(
-                    "cluster `{}`: reading {} made no progress for {:?} before its end",
-                    self.cluster,
-                    self.topic,
-                    kafka::ADMIN_TIMEOUT
-                ));
-            }
+            self.check_progress(state, backlog)?;
             return Ok(false);
         }
         let mut st = lock(state);
@@ -814,6 +794,22 @@ impl SyncReader {
         st.early = SyncStore::new(budget);
         tracing::info!(syncs = st.syncs.len(), partitions = st.syncs.partitions(), topic = %self.topic, "offset-sync backlog read");
         Ok(true)
+    }
+
+    /// Fails when the reader's position has not moved for [`kafka::ADMIN_TIMEOUT`] before the backlog's end.
+    fn check_progress(&self, state: &SharedCheckpointState, backlog: &mut Backlog) -> Result<(), String> {
+        let position = self.position(state);
+        if position != backlog.progress.1 {
+            backlog.progress = (Instant::now(), position);
+        } else if backlog.progress.0.elapsed() > kafka::ADMIN_TIMEOUT {
+            return Err(format!(
+                "cluster `{}`: reading {} made no progress for {:?} before its end",
+                self.cluster,
+                self.topic,
+                kafka::ADMIN_TIMEOUT
+            ));
+        }
+        Ok(())
     }
 
     /// Read everything published so far (bounded by `deadline`).

@@ -342,17 +342,7 @@ pub fn produce(bootstrap: &str, topic: &str, recs: &[Rec]) {
         .create_with_context(Deliveries { failed: Mutex::new(Vec::new()), done: AtomicUsize::new(0) })
         .unwrap_or_else(|e| panic!("producer for {bootstrap}: {e}"));
     for rec in recs {
-        let mut headers = OwnedHeaders::new_with_capacity(rec.headers.len());
-        for (k, v) in &rec.headers {
-            headers = headers.insert(Header { key: k, value: v.as_deref() });
-        }
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(rec.partition).headers(headers);
-        if let Some(k) = &rec.key {
-            record = record.key(k.as_slice());
-        }
-        if let Some(v) = &rec.value {
-            record = record.payload(v.as_slice());
-        }
+        let mut record = base_record(topic, rec);
         if rec.timestamp >= 0 {
             record = record.timestamp(rec.timestamp);
         }
@@ -580,6 +570,22 @@ pub fn delete_records(bootstrap: &str, topic: &str, partition: i32, before: i64)
     assert_eq!(low, before, "log start of {topic}-{partition} after DeleteRecords");
 }
 
+/// `rec` as a record for `topic`: partition, headers, key and value (the timestamp is the caller's).
+fn base_record<'a>(topic: &'a str, rec: &'a Rec) -> BaseRecord<'a, [u8], [u8]> {
+    let mut headers = OwnedHeaders::new_with_capacity(rec.headers.len());
+    for (k, v) in &rec.headers {
+        headers = headers.insert(Header { key: k, value: v.as_deref() });
+    }
+    let mut record = BaseRecord::to(topic).partition(rec.partition).headers(headers);
+    if let Some(k) = &rec.key {
+        record = record.key(k.as_slice());
+    }
+    if let Some(v) = &rec.value {
+        record = record.payload(v.as_slice());
+    }
+    record
+}
+
 /// Produces `recs` in one committed transaction (a transactional producer, as MM2 writes its offsets
 /// with `exactly.once.source.support=enabled`): the partitions then end with a commit marker.
 pub fn produce_transactional(bootstrap: &str, topic: &str, recs: &[Rec]) {
@@ -591,17 +597,7 @@ pub fn produce_transactional(bootstrap: &str, topic: &str, recs: &[Rec]) {
     producer.init_transactions(TIMEOUT).unwrap_or_else(|e| panic!("init transactions on {bootstrap}: {e}"));
     producer.begin_transaction().unwrap_or_else(|e| panic!("begin transaction on {bootstrap}: {e}"));
     for rec in recs {
-        let mut headers = OwnedHeaders::new_with_capacity(rec.headers.len());
-        for (k, v) in &rec.headers {
-            headers = headers.insert(Header { key: k, value: v.as_deref() });
-        }
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(rec.partition).headers(headers);
-        if let Some(k) = &rec.key {
-            record = record.key(k.as_slice());
-        }
-        if let Some(v) = &rec.value {
-            record = record.payload(v.as_slice());
-        }
+        let record = base_record(topic, rec);
         producer.send(record).unwrap_or_else(|(e, _)| panic!("produce to {topic} on {bootstrap}: {e}"));
     }
     producer.commit_transaction(TIMEOUT).unwrap_or_else(|e| panic!("commit transaction on {bootstrap}: {e}"));
