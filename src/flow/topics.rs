@@ -50,6 +50,8 @@ pub struct TopicSync {
     supervisor: Addr<FlowSupervisor>,
     clients: Option<Arc<Clients>>,
     refreshing: bool,
+    /// The timer of the next refresh, if one is scheduled.
+    next_refresh: Option<SpawnHandle>,
     /// When topic configs were last brought in line (None: not yet).
     configs_synced: Option<Instant>,
     /// The topics selected at the last refresh (a topic that disappears from the source was deleted).
@@ -72,6 +74,7 @@ impl TopicSync {
             supervisor,
             clients: None,
             refreshing: false,
+            next_refresh: None,
             configs_synced: None,
             selected: BTreeSet::new(),
             errors: ItemErrors::default(),
@@ -101,8 +104,16 @@ impl TopicSync {
         ctx.stop();
     }
 
+    /// The next refresh, replacing any pending one: a refresh started out of turn (leadership gained)
+    /// must not leave a second timer chain behind, which doubled every refresh and its error reports.
     fn schedule(&mut self, ctx: &mut Context<Self>, after: Duration) {
-        ctx.run_later(after, |me, ctx| me.refresh(ctx));
+        if let Some(pending) = self.next_refresh.take() {
+            ctx.cancel_future(pending);
+        }
+        self.next_refresh = Some(ctx.run_later(after, |me, ctx| {
+            me.next_refresh = None;
+            me.refresh(ctx)
+        }));
     }
 
     fn refresh(&mut self, ctx: &mut Context<Self>) {
