@@ -247,7 +247,15 @@ async fn set_paused(node: web::Data<Addr<Node>>, id: web::Path<String>, paused: 
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
     match node.send(Pause { flow: flow.clone(), paused }).await {
-        Ok(Ok(())) => HttpResponse::Ok().json(serde_json::json!({ "flow": flow.to_string(), "paused": paused })),
+        // Applied: the copier stopped fetching (pause) and what it had in flight is settled.
+        Ok(Ok(true)) => {
+            HttpResponse::Ok().json(serde_json::json!({ "flow": flow.to_string(), "paused": paused, "applied": true }))
+        }
+        // Recorded, but the copier has not confirmed it yet (it is restarting, or the target is away).
+        Ok(Ok(false)) => HttpResponse::Accepted().json(serde_json::json!({
+            "flow": flow.to_string(), "paused": paused, "applied": false,
+            "detail": "recorded; the copier has not confirmed it yet (see /flows)"
+        })),
         Ok(Err(why)) => error(StatusCode::NOT_FOUND, why),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("the node did not answer: {e}")),
     }

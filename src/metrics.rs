@@ -17,6 +17,9 @@ pub struct Metrics {
     pub bytes_copied: IntCounterVec,
     /// Copy progress records written to `mm2-offsets.<source>.internal`.
     pub progress_commits: IntCounterVec,
+    /// Source partitions this node let go without a clean handover (its assignment was lost, or the
+    /// target did not acknowledge within the handover time): their late deliveries were disowned.
+    pub unclean_handovers: IntCounterVec,
     /// Remote topics ferry created on the target.
     pub topics_created: IntCounterVec,
     /// Source partitions the copier currently mirrors.
@@ -139,6 +142,12 @@ impl Metrics {
                 &registry,
                 "ferry_progress_commits_total",
                 "Copy-progress records persisted to the target.",
+                &["flow"],
+            ),
+            unclean_handovers: counter(
+                &registry,
+                "ferry_unclean_handovers_total",
+                "Source partitions let go without a clean handover (assignment lost, or the target did not acknowledge in time).",
                 &["flow"],
             ),
             topics_created: counter(
@@ -315,7 +324,13 @@ impl Metrics {
         for a in actors {
             self.actor_restarts.with_label_values(&[flow, a]).inc_by(0);
         }
-        for c in [&self.progress_commits, &self.topics_created, &self.heartbeats_emitted, &self.checkpoints_emitted] {
+        for c in [
+            &self.progress_commits,
+            &self.unclean_handovers,
+            &self.topics_created,
+            &self.heartbeats_emitted,
+            &self.checkpoints_emitted,
+        ] {
             c.with_label_values(&[flow]).inc_by(0);
         }
         for g in
@@ -413,6 +428,7 @@ impl Metrics {
             &self.records_copied,
             &self.bytes_copied,
             &self.progress_commits,
+            &self.unclean_handovers,
             &self.topics_created,
             &self.partitions_assigned,
             &self.offset_syncs_emitted,

@@ -369,28 +369,33 @@ async fn preflight(plans: Vec<(FlowId, Arc<FlowPlan>)>) -> BTreeMap<FlowId, Stri
 
 /// Pause (stop fetching, keep positions) or resume a flow. `Err` names why not (unknown flow).
 #[derive(Message, Debug)]
-#[rtype(result = "Result<(), String>")]
+#[rtype(result = "Result<bool, String>")]
 pub struct Pause {
     pub flow: FlowId,
     pub paused: bool,
 }
 
 impl Handler<Pause> for Node {
-    type Result = Result<(), String>;
+    /// `Ok(true)` once the flow's copier applied it, `Ok(false)` if it has not yet (see `SetPaused`).
+    type Result = ResponseFuture<Result<bool, String>>;
 
     fn handle(&mut self, msg: Pause, _: &mut Context<Self>) -> Self::Result {
         let Some(running) = self.running.get(&msg.flow) else {
-            return Err(format!("no running flow {}", msg.flow));
+            let why = format!("no running flow {}", msg.flow);
+            return Box::pin(async move { Err(why) });
         };
         if msg.paused {
             self.paused.insert(msg.flow.clone());
         } else {
             self.paused.remove(&msg.flow);
         }
-        running.addr.do_send(crate::flow::supervisor::SetPaused(msg.paused));
-        self.status.set_paused(&msg.flow.to_string(), msg.paused);
-        tracing::info!(flow = %msg.flow, paused = msg.paused, "flow {} by an operator", if msg.paused { "paused" } else { "resumed" });
-        Ok(())
+        tracing::info!(flow = %msg.flow, paused = msg.paused, "flow {} by an operator", if msg.paused { "pausing" } else { "resuming" });
+        let applied = running.addr.send(crate::flow::supervisor::SetPaused(msg.paused));
+        Box::pin(async move {
+            let applied = applied.await.map_err(|e| format!("flow {} did not answer: {e}", msg.flow))?;
+            tracing::info!(flow = %msg.flow, paused = msg.paused, applied, "flow {} by an operator", if msg.paused { "paused" } else { "resumed" });
+            Ok(applied)
+        })
     }
 }
 

@@ -30,22 +30,36 @@ pub const QUIET_AFTER: Duration = Duration::from_secs(1);
 /// Header key of ferry's mark on its offset-sync records. MM2's readers ignore headers.
 pub const SYNC_MARK_HEADER: &str = "ferry.sync";
 
-/// ferry's mark on an offset sync: which copier lifetime wrote it and its position in that lifetime's
-/// sequence for the partition. Encoded as version byte `1`, then `lifetime` and `seq` as big-endian u64.
+/// ferry's mark on an offset sync: which copier lifetime wrote it, its position in that lifetime's
+/// sequence for the partition, and the *ownership epoch* of the partition when it was written.
+///
+/// The epoch orders the owners of a partition across nodes: a node that is given a partition by the
+/// copier group takes an epoch above every earlier owner's (see `flow::acks::next_epoch`). An owner that
+/// lost the partition without knowing it (frozen past the session timeout, a flush that gave up) may
+/// still publish syncs for records that land late; the sync store ignores them once a newer owner
+/// published (`sync_store`), so they can never pull a translation past records only the new owner
+/// copied.
+///
+/// Encoded as version byte `1`, then `lifetime` and `seq` as big-endian u64, then (since the epoch was
+/// added) `epoch` as big-endian u64. A 17-byte mark from an older ferry decodes with epoch 0; older
+/// ferry versions read the first 17 bytes of a new mark and ignore the rest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SyncMark {
     pub lifetime: u64,
     pub seq: u64,
+    pub epoch: u64,
 }
 
 impl SyncMark {
     const VERSION: u8 = 1;
+    pub const LEN: usize = 25;
 
-    pub fn encode(&self) -> [u8; 17] {
-        let mut out = [0u8; 17];
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut out = [0u8; Self::LEN];
         out[0] = Self::VERSION;
         out[1..9].copy_from_slice(&self.lifetime.to_be_bytes());
         out[9..17].copy_from_slice(&self.seq.to_be_bytes());
+        out[17..25].copy_from_slice(&self.epoch.to_be_bytes());
         out
     }
 
@@ -56,7 +70,11 @@ impl SyncMark {
         }
         let lifetime = u64::from_be_bytes(bytes[1..9].try_into().ok()?);
         let seq = u64::from_be_bytes(bytes[9..17].try_into().ok()?);
-        Some(Self { lifetime, seq })
+        let epoch = match bytes.get(17..25) {
+            Some(e) => u64::from_be_bytes(e.try_into().ok()?),
+            None => 0,
+        };
+        Some(Self { lifetime, seq, epoch })
     }
 }
 
@@ -115,6 +133,8 @@ pub struct PartitionRule {
     /// Newest acknowledged position not yet published, and when it was acknowledged.
     unpublished: Option<(i64, i64, Instant)>,
     next_seq: u64,
+    /// The partition's ownership epoch, stamped on every sync (see [`SyncMark`]).
+    epoch: u64,
 }
 
 impl Default for PartitionRule {
@@ -126,11 +146,17 @@ impl Default for PartitionRule {
             last_sync_delta: 0,
             unpublished: None,
             next_seq: 0,
+            epoch: 0,
         }
     }
 }
 
 impl PartitionRule {
+    /// The rule of a partition owned under `epoch`.
+    pub fn with_epoch(epoch: u64) -> Self {
+        Self { epoch, ..Self::default() }
+    }
+
     /// The target acknowledged upstream record `upstream` at `downstream`. Returns the sync to publish
     /// now, if any, marked with `lifetime` and this partition's next sequence number.
     pub fn on_ack(
@@ -187,11 +213,11 @@ impl PartitionRule {
     /// starts a new run, published as the first of the lifetime. The sequence continues, so syncs
     /// from before the rewind never chain into the new run.
     pub fn rewind(&mut self) {
-        *self = Self { next_seq: self.next_seq, ..Self::default() };
+        *self = Self { next_seq: self.next_seq, epoch: self.epoch, ..Self::default() };
     }
 
     fn point(&mut self, lifetime: u64, upstream: i64, downstream: i64) -> OffsetSyncPoint {
-        let mark = SyncMark { lifetime, seq: self.next_seq };
+        let mark = SyncMark { lifetime, seq: self.next_seq, epoch: self.epoch };
         self.next_seq += 1;
         OffsetSyncPoint { upstream, downstream, mark }
     }
@@ -355,11 +381,26 @@ mod tests {
 
     #[test]
     fn mark_round_trips_and_rejects_other_versions() {
-        let m = SyncMark { lifetime: 0xdead_beef, seq: 42 };
+        let m = SyncMark { lifetime: 0xdead_beef, seq: 42, epoch: 1_764_582_000_123 };
         assert_eq!(SyncMark::decode(&m.encode()), Some(m));
         let mut other = m.encode();
         other[0] = 2;
         assert_eq!(SyncMark::decode(&other), None);
         assert_eq!(SyncMark::decode(&[1, 2, 3]), None);
+        // A mark written before the epoch existed (17 bytes) is epoch 0; an older reader sees the same
+        // lifetime and sequence in the first 17 bytes of a new mark.
+        let old = &m.encode()[..17];
+        assert_eq!(SyncMark::decode(old), Some(SyncMark { epoch: 0, ..m }));
+    }
+
+    #[test]
+    fn a_rule_stamps_its_epoch_on_every_sync_and_keeps_it_across_rewinds() {
+        let t0 = Instant::now();
+        let mut rule = PartitionRule::with_epoch(7);
+        let (p, _) = rule.on_ack(1, 100, 0, 0, t0).expect("first");
+        assert_eq!((p.mark.epoch, p.mark.seq), (7, 0));
+        rule.rewind();
+        let (p, reason) = rule.on_ack(1, 100, 0, 5, t0).expect("first after rewind");
+        assert_eq!((p.mark.epoch, p.mark.seq, reason), (7, 1, SyncReason::FirstOfLifetime));
     }
 }

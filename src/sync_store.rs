@@ -72,8 +72,8 @@
 //! be ahead, see below), and with a budget above 64 usually much closer.
 //!
 //! Memory: at most `max(budget, 65) + 1` entries of [`ENTRY_BYTES`] bytes plus a 512-byte slot array
-//! per partition that ever had a sync: with the default budget of 256, about 15 KiB per busy
-//! partition (10,000 partitions: ~150 MiB; [`SyncStore::approx_bytes`] counts it). A flow sets its
+//! per partition that ever had a sync: with the default budget of 256, about 17 KiB per busy
+//! partition (10,000 partitions: ~170 MiB; [`SyncStore::approx_bytes`] counts it). A flow sets its
 //! budget with `offset_sync_history_per_partition`. Handling a sync costs MM2's O(64) slot update plus thinning,
 //! one O(budget) pass per roughly `budget / 4` syncs; translating is a binary search.
 //!
@@ -89,6 +89,11 @@
 //!   sync republished after a partial flush, or one that overtook its predecessor. Ignored: what it says
 //!   is older than what is stored, and reading it as news would look like the target going backwards
 //!   and wipe the partition's history (the KAFKA-16622 symptom).
+//! * `n` carries a ferry mark of a lower ownership epoch than a mark already handled: it was written by
+//!   a node that has since lost the partition (frozen past its session timeout, or its handover flush
+//!   gave up) for records that landed late, after the new owner's. Ignored: read as news it would look
+//!   like an upstream rewind, drop the new owner's syncs and translate groups past records only the
+//!   new owner copied. A higher epoch starts the new owner's sequences afresh.
 //! * `n` states the same fact as `t` (same upstream and downstream): `t` takes `n`'s mark and position.
 //!   MM2 would put the new object in slot 0; the set of offsets its slots retain is the same.
 //! * `n.downstream <= t.downstream`: the target partition went backwards (truncated or re-created), so
@@ -178,7 +183,7 @@ struct Entry {
 /// Whether `b` directly follows `a` in one ferry lifetime's sequence of syncs for a partition.
 fn chains(a: &StoredSync, b: &StoredSync) -> bool {
     match (a.mark, b.mark) {
-        (Some(x), Some(y)) => x.lifetime == y.lifetime && x.seq.checked_add(1) == Some(y.seq),
+        (Some(x), Some(y)) => x.lifetime == y.lifetime && x.epoch == y.epoch && x.seq.checked_add(1) == Some(y.seq),
         _ => false,
     }
 }
@@ -196,6 +201,18 @@ struct PartitionSyncs {
     /// A marked sync at or below it is a republished or reordered one: its successor was already
     /// handled, so it is ignored instead of read as the target going backwards.
     newest_seq: Vec<(u64, u64)>,
+    /// Highest ownership epoch among the marked syncs handled (see [`SyncMark`]): a marked sync of a
+    /// lower epoch comes from an owner that has since been replaced, and is ignored.
+    epoch: u64,
+}
+
+/// Why a sync was not taken into the history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stale {
+    /// Its writer already published this or a later sequence number (republished, reordered).
+    Republished,
+    /// Its writer's ownership of the partition ended: a newer owner already published.
+    OlderOwner,
 }
 
 /// Lifetimes remembered per partition for [`PartitionSyncs::newest_seq`]. Lifetimes succeed each
@@ -209,23 +226,32 @@ impl PartitionSyncs {
             slots: [sync.upstream; SLOTS],
             last_position: sync.position,
             newest_seq: sync.mark.map(|m| vec![(m.lifetime, m.seq)]).unwrap_or_default(),
+            epoch: sync.mark.map_or(0, |m| m.epoch),
         }
     }
 
-    /// Records `mark` as seen; false if its lifetime already had this or a later sequence number.
-    fn is_newer(&mut self, mark: Option<SyncMark>) -> bool {
-        let Some(m) = mark else { return true };
+    /// Records `mark` as seen, or says why the sync it marks is stale. A higher epoch starts a new
+    /// owner's sequences (a node that gets a partition back starts its sequence over).
+    fn admit(&mut self, mark: Option<SyncMark>) -> Result<(), Stale> {
+        let Some(m) = mark else { return Ok(()) };
+        if m.epoch < self.epoch {
+            return Err(Stale::OlderOwner);
+        }
+        if m.epoch > self.epoch {
+            self.epoch = m.epoch;
+            self.newest_seq.clear();
+        }
         match self.newest_seq.iter().position(|(lifetime, _)| *lifetime == m.lifetime) {
-            Some(i) if self.newest_seq[i].1 >= m.seq => false,
+            Some(i) if self.newest_seq[i].1 >= m.seq => Err(Stale::Republished),
             Some(i) => {
                 self.newest_seq.remove(i);
                 self.newest_seq.insert(0, (m.lifetime, m.seq));
-                true
+                Ok(())
             }
             None => {
                 self.newest_seq.insert(0, (m.lifetime, m.seq));
                 self.newest_seq.truncate(LIFETIMES_KEPT);
-                true
+                Ok(())
             }
         }
     }
@@ -247,12 +273,13 @@ impl PartitionSyncs {
             return;
         }
         self.last_position = n.position;
-        if !self.is_newer(n.mark) {
+        if let Err(stale) = self.admit(n.mark) {
             tracing::debug!(
                 upstream = n.upstream,
                 downstream = n.downstream,
                 position = n.position,
-                "offset sync older than one already handled from the same writer (republished), ignored"
+                ?stale,
+                "offset sync older than one already handled (republished, or from an earlier owner), ignored"
             );
             return;
         }
@@ -634,7 +661,11 @@ mod tests {
         }
 
         fn marked(&mut self, upstream: i64, downstream: i64, lifetime: u64, seq: u64) {
-            self.sync_on(TP, upstream, downstream, Some(SyncMark { lifetime, seq }));
+            self.sync_on(TP, upstream, downstream, Some(SyncMark { lifetime, seq, epoch: 0 }));
+        }
+
+        fn owned(&mut self, upstream: i64, downstream: i64, lifetime: u64, seq: u64, epoch: u64) {
+            self.sync_on(TP, upstream, downstream, Some(SyncMark { lifetime, seq, epoch }));
         }
 
         fn sync_on(&mut self, tp: (&str, i32), upstream: i64, downstream: i64, mark: Option<SyncMark>) {
@@ -789,7 +820,7 @@ mod tests {
             for p in 0..10_000 {
                 position += 1;
                 let topic = if p % 2 == 0 { "orders" } else { "payments" };
-                let mark = Some(SyncMark { lifetime: 1, seq: round as u64 });
+                let mark = Some(SyncMark { lifetime: 1, seq: round as u64, epoch: 0 });
                 store.handle(topic, p, StoredSync { upstream: round * 100, downstream: round * 100, mark, position });
             }
         }
@@ -1292,6 +1323,34 @@ mod tests {
     }
 
     #[test]
+    fn late_syncs_of_an_earlier_owner_never_drop_the_new_owners_history() {
+        // Node 1 (epoch 5) copied 0..=149 to 0..=149 and froze with 150..=160 queued. Node 2 (epoch 6)
+        // took over at 100 and copied 100..=300 to 1000..=1200. Node 1 woke up: its queued records
+        // landed at 1201..=1211 and it published (150 -> 1201) for them.
+        let mut f = Fake::started(DEFAULT_PER_PARTITION_BUDGET);
+        f.owned(0, 0, 11, 0, 5);
+        f.owned(100, 1000, 22, 0, 6);
+        f.owned(300, 1200, 22, 1, 6);
+        f.owned(150, 1201, 11, 1, 5);
+        // Read as news, the late sync is an upstream rewind: it drops (300 -> 1200) and translates 290
+        // to 1202, past the new owner's copies of 290..=300 at 1190..=1200 (skipped after failover).
+        assert_eq!(f.tr(290), Translation::Exact(1190), "the new owner's run stands");
+        assert_eq!(f.store.len(), 3, "the earlier owner's late sync is ignored");
+        // The new owner goes on; the earlier owner's next late sync is ignored too.
+        f.owned(400, 1311, 22, 2, 6);
+        f.owned(160, 1211, 11, 2, 5);
+        assert_eq!(f.tr(350), Translation::Exact(1250), "(300 -> 1200) and (400 -> 1311) chain");
+        assert_eq!(f.tr(400), Translation::Exact(1311));
+        // The earlier owner gets the partition back later (epoch 7): its new sequence starts at 0 and
+        // is taken, although its lifetime already published higher sequence numbers.
+        f.owned(450, 1400, 11, 0, 7);
+        assert_eq!(f.tr(450), Translation::Exact(1400));
+        // Unmarked syncs (MM2's) know nothing of owners and are taken as before.
+        f.sync(500, 1500);
+        assert_eq!(f.tr(500), Translation::Exact(1500));
+    }
+
+    #[test]
     fn downstream_truncation_clears_everything() {
         // Upstream moves on, downstream goes back: MM2 keeps history (and would translate 150 to a
         // downstream offset that now holds other records); ferry clears.
@@ -1330,7 +1389,7 @@ mod tests {
             .map(|i| StoredSync {
                 upstream: i * 100,
                 downstream: i * 100 + 3,
-                mark: Some(SyncMark { lifetime: 9, seq: i as u64 }),
+                mark: Some(SyncMark { lifetime: 9, seq: i as u64, epoch: 0 }),
                 position: 1000 + i,
             })
             .collect();
@@ -1383,12 +1442,12 @@ mod tests {
         let mut f = Fake::started(budget);
         for i in 0..20_000i64 {
             let tp = ("t", (i % 3) as i32);
-            f.sync_on(tp, i * 7, i * 7 + 1, Some(SyncMark { lifetime: 1, seq: i as u64 }));
+            f.sync_on(tp, i * 7, i * 7 + 1, Some(SyncMark { lifetime: 1, seq: i as u64, epoch: 0 }));
         }
         assert_eq!(f.store.partitions(), 3);
         assert!(f.store.len() <= 3 * budget);
         assert!(!f.store.is_empty());
-        assert_eq!(ENTRY_BYTES, 56);
+        assert_eq!(ENTRY_BYTES, 64);
     }
 
     #[test]

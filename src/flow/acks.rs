@@ -10,7 +10,7 @@
 //! partition on the per-record path.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 /// A source topic-partition.
@@ -62,6 +62,18 @@ pub struct PartitionAck {
     skip_to: AtomicI64,
     /// The source topic id the position belongs to, when known.
     topic_id: Mutex<Option<TopicId>>,
+    /// This node's ownership epoch of the partition (see [`next_epoch`]), stamped on its offset syncs
+    /// and progress records; 0 until the copier group gives the partition to this node.
+    epoch: AtomicU64,
+}
+
+/// The epoch under which a node owns a partition it was just given: above the epoch of every earlier
+/// owner that this node can know of (`previous`: the highest of the epoch in the stored progress record
+/// and its own last one), and at least the wall clock in milliseconds, so that an owner that never got
+/// to persist anything is still outranked by the next one (whose takeover comes a session timeout
+/// later, far more than the clock skew between nodes).
+pub fn next_epoch(previous: u64, now_ms: u64) -> u64 {
+    now_ms.max(previous.saturating_add(1))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -81,6 +93,7 @@ impl PartitionAck {
             dirty: AtomicBool::new(false),
             skip_to: AtomicI64::new(UNKNOWN),
             topic_id: Mutex::new(None),
+            epoch: AtomicU64::new(0),
         }
     }
 
@@ -97,6 +110,10 @@ impl PartitionAck {
         *lock(&self.topic_id) = id;
     }
 
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
     pub fn in_flight(&self) -> i64 {
         self.in_flight.load(Ordering::Acquire)
     }
@@ -104,6 +121,12 @@ impl PartitionAck {
     /// A record of this partition was handed to the producer.
     pub fn sent(&self) {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A record sent under an ownership that ended was settled (acknowledged or failed): it no longer
+    /// counts in flight, and moves nothing (the next owner copies from its own position).
+    pub fn settled_unowned(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// The record counted by [`PartitionAck::sent`] was not handed over after all.
@@ -214,6 +237,8 @@ pub struct AckTable {
 pub struct StoredPosition {
     pub next: i64,
     pub topic_id: Option<TopicId>,
+    /// The ownership epoch of the node that wrote it (0: unknown, e.g. written by MM2).
+    pub epoch: u64,
 }
 
 impl AckTable {
@@ -248,12 +273,17 @@ impl AckTable {
         }
     }
 
-    /// This node was given the partition (by its copier group): adopt the persisted position unless the
+    /// This node was given the partition (by its copier group): take a new ownership epoch, and adopt
+    /// the persisted position unless the
     /// one in memory is newer (acknowledged here, not yet persisted). Another node that copied it
     /// meanwhile started from this node's last persisted position and only moved forward, unless the
     /// source topic was re-created: a different topic id makes the persisted position win.
     pub fn adopt(&self, topic: &str, partition: i32, stored: Option<StoredPosition>) {
         let slot = self.slot(topic, partition);
+        let previous = slot.epoch().max(stored.as_ref().map_or(0, |s| s.epoch));
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        slot.epoch.store(next_epoch(previous, now_ms), Ordering::Release);
         let Some(stored) = stored else { return };
         let other_topic = matches!((&stored.topic_id, slot.topic_id()), (Some(a), Some(b)) if *a != b);
         let next = match slot.next() {
@@ -329,7 +359,7 @@ mod tests {
     #[test]
     fn positions_advance_only_on_acks_and_freeze_on_failure() {
         let t = AckTable::default();
-        t.seed([(("orders".to_string(), 0), StoredPosition { next: 10, topic_id: None })]);
+        t.seed([(("orders".to_string(), 0), StoredPosition { next: 10, topic_id: None, epoch: 0 })]);
         let s = t.slot("orders", 0);
         assert_eq!(s.next(), Some(10));
         for _ in 0..4 {
@@ -353,6 +383,22 @@ mod tests {
     }
 
     #[test]
+    fn each_adoption_outranks_every_earlier_owner() {
+        assert_eq!(next_epoch(0, 1_000), 1_000, "the clock when nothing is known");
+        assert_eq!(next_epoch(5_000, 1_000), 5_001, "above the stored owner's, whatever the clock");
+        let t = AckTable::default();
+        let stored = |epoch| Some(StoredPosition { next: 3, topic_id: None, epoch });
+        t.adopt("a", 0, stored(0));
+        let first = t.slot("a", 0).epoch();
+        assert!(first > 0);
+        let far_ahead = first + 1_000_000;
+        t.adopt("a", 0, stored(far_ahead));
+        assert_eq!(t.slot("a", 0).epoch(), far_ahead + 1, "a later owner's stored epoch is outranked");
+        t.adopt("a", 0, None);
+        assert_eq!(t.slot("a", 0).epoch(), far_ahead + 2, "and so is this node's own last one");
+    }
+
+    #[test]
     fn seeding_never_overrides_newer_memory() {
         let t = AckTable::default();
         let s = t.slot("a", 1);
@@ -360,8 +406,8 @@ mod tests {
         s.acked(&t, 99);
         let id: TopicId = Arc::from("id");
         t.seed([
-            (("a".to_string(), 1), StoredPosition { next: 50, topic_id: None }),
-            (("a".to_string(), 2), StoredPosition { next: 7, topic_id: Some(id.clone()) }),
+            (("a".to_string(), 1), StoredPosition { next: 50, topic_id: None, epoch: 0 }),
+            (("a".to_string(), 2), StoredPosition { next: 7, topic_id: Some(id.clone()), epoch: 0 }),
         ]);
         assert_eq!(t.next("a", 1), Some(100));
         assert_eq!(t.next("a", 2), Some(7));

@@ -7,6 +7,7 @@ pub mod heartbeats;
 pub mod lease;
 pub mod members;
 pub mod offset_syncs;
+pub mod pause;
 pub mod progress;
 pub mod supervisor;
 pub mod topics;

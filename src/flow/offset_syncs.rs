@@ -248,7 +248,7 @@ mod tests {
     fn sync(seq: u64) -> MarkedSync {
         MarkedSync {
             sync: OffsetSync { topic: "t".into(), partition: 0, upstream_offset: seq as i64, downstream_offset: 0 },
-            mark: SyncMark { lifetime: 1, seq },
+            mark: SyncMark { lifetime: 1, seq, epoch: 0 },
         }
     }
 

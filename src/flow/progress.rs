@@ -23,6 +23,10 @@ use crate::mm2::connect_offsets::{self, SOURCE_CONNECTOR};
 /// Header of a progress record naming the source topic id the position belongs to. MM2 reads only the
 /// key and value of Connect's offsets topic, so the record stays MM2's.
 pub const TOPIC_ID_HEADER: &str = "ferry.topic.id";
+/// Header of a progress record with the writer's ownership epoch of the partition (decimal), so that
+/// the next owner takes a higher one (`acks::next_epoch`) and a record written late by an owner that
+/// was already replaced does not win over its successor's.
+pub const EPOCH_HEADER: &str = "ferry.epoch";
 
 /// Read every stored position of this flow's source cluster. Records of other connectors or clusters,
 /// tombstones and undecodable values are skipped (the latter with a warning naming the record).
@@ -66,13 +70,22 @@ fn load_from(
         }
         match connect_offsets::decode_source_value(msg.payload()) {
             Ok(Some(last)) if last >= 0 => {
-                let topic_id = msg
-                    .headers()
-                    .and_then(|h| h.iter().find(|h| h.key == TOPIC_ID_HEADER))
-                    .and_then(|h| h.value)
-                    .and_then(|v| std::str::from_utf8(v).ok())
-                    .map(TopicId::from);
-                positions.insert((key.topic, key.partition), StoredPosition { next: last + 1, topic_id });
+                let header = |name: &str| {
+                    msg.headers()
+                        .and_then(|h| h.iter().find(|h| h.key == name))
+                        .and_then(|h| h.value)
+                        .and_then(|v| std::str::from_utf8(v).ok())
+                };
+                let topic_id = header(TOPIC_ID_HEADER).map(TopicId::from);
+                let epoch = header(EPOCH_HEADER).and_then(|e| e.parse::<u64>().ok()).unwrap_or(0);
+                let tp = (key.topic, key.partition);
+                // A ferry record of a lower epoch than the one before it was written late by a replaced
+                // owner. A record without an epoch (MM2's) always counts: MM2 took over after ferry.
+                if epoch > 0 && positions.get(&tp).is_some_and(|p: &StoredPosition| p.epoch > epoch) {
+                    tracing::info!(flow = %plan.id, topic = %tp.0, partition = tp.1, offset = msg.offset(), epoch, "ignoring a copy-progress record of an earlier owner written after its successor's");
+                    return;
+                }
+                positions.insert(tp, StoredPosition { next: last + 1, topic_id, epoch });
             }
             // A tombstone or a negative offset means "no position" (MM2 §4.3).
             Ok(_) => {
@@ -175,16 +188,19 @@ impl ProgressWriter {
             let value = connect_offsets::encode_source_value(next - 1);
             let part = connect_offsets::partition_for_key(&key, self.num_partitions);
             let id = slot.topic_id();
-            let headers = id.as_deref().map(|id| {
-                OwnedHeaders::new_with_capacity(1).insert(Header { key: TOPIC_ID_HEADER, value: Some(id.as_bytes()) })
-            });
-            let mut record = BaseRecord::with_opaque_to(&self.topic, Box::new((slot.clone(), next)))
+            let epoch = slot.epoch().to_string();
+            let mut headers = OwnedHeaders::new_with_capacity(2);
+            if let Some(id) = id.as_deref() {
+                headers = headers.insert(Header { key: TOPIC_ID_HEADER, value: Some(id.as_bytes()) });
+            }
+            if slot.epoch() > 0 {
+                headers = headers.insert(Header { key: EPOCH_HEADER, value: Some(epoch.as_bytes()) });
+            }
+            let record = BaseRecord::with_opaque_to(&self.topic, Box::new((slot.clone(), next)))
                 .partition(part)
                 .key(&key)
-                .payload(&value);
-            if let Some(h) = headers {
-                record = record.headers(h);
-            }
+                .payload(&value)
+                .headers(headers);
             match self.producer.send(record) {
                 Ok(()) => queued += 1,
                 Err((e, _)) => {

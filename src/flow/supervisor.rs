@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
@@ -19,6 +19,7 @@ use super::copier::{self, Assignment};
 use super::heartbeats;
 use super::lease;
 use super::offset_syncs::{self, SyncQueue};
+use super::pause::PauseSwitch;
 use super::topics::{SetLeading, StopTopics, TopicSync};
 use super::worker::{Deliver, StopWorker, Worker};
 use crate::config::FlowPlan;
@@ -78,15 +79,29 @@ pub struct ActorStatusChanged {
     pub error: Option<String>,
 }
 
-/// Pause or resume the flow's copying.
+/// Pause or resume the flow's copying. Answers `true` once the copier applied it (see
+/// [`PauseSwitch`]), `false` if it did not within [`PAUSE_APPLY_TIMEOUT`]; the status board shows the
+/// new state from then on.
 #[derive(Message, Debug)]
-#[rtype(result = "()")]
+#[rtype(result = "bool")]
 pub struct SetPaused(pub bool);
 
+/// How long a pause or resume waits for the copier to apply it before answering that it has not yet.
+pub const PAUSE_APPLY_TIMEOUT: Duration = Duration::from_secs(15);
+
 impl Handler<SetPaused> for FlowSupervisor {
-    type Result = ();
-    fn handle(&mut self, msg: SetPaused, _: &mut Context<Self>) {
-        self.paused.store(msg.0, std::sync::atomic::Ordering::Release);
+    type Result = ResponseFuture<bool>;
+    fn handle(&mut self, msg: SetPaused, _: &mut Context<Self>) -> Self::Result {
+        let applied = self.paused.set(msg.0);
+        if self.copier.is_none() {
+            self.paused.settle(msg.0); // no copy loop: nothing is fetched; the next one starts as asked
+        }
+        let (status, flow, paused) = (self.status.clone(), self.flow(), msg.0);
+        Box::pin(async move {
+            let done = tokio::time::timeout(PAUSE_APPLY_TIMEOUT, applied).await.is_ok_and(|r| r.is_ok());
+            status.set_paused(&flow, paused);
+            done
+        })
     }
 }
 
@@ -147,8 +162,8 @@ pub struct FlowSupervisor {
     generation: u64,
     /// Who this node is among the nodes sharing the flow.
     identity: Arc<Identity>,
-    /// Paused by an operator: the copier stops fetching (it reads the flag every pass).
-    paused: Arc<std::sync::atomic::AtomicBool>,
+    /// Paused by an operator: the copier stops fetching (it reads the switch every pass and record).
+    paused: Arc<PauseSwitch>,
     /// Survives copier restarts: where each source partition resumes.
     acks: Arc<AckTable>,
     /// Survives copier restarts: what the copier should be mirroring (None: not known yet).
@@ -194,7 +209,7 @@ impl FlowSupervisor {
             status,
             generation,
             identity,
-            paused: Arc::new(std::sync::atomic::AtomicBool::new(paused)),
+            paused: Arc::new(PauseSwitch::new(paused)),
             acks: Arc::new(AckTable::default()),
             ready: None,
             syncs,
@@ -305,7 +320,7 @@ impl Actor for FlowSupervisor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         tracing::info!(flow = %self.plan.id, file = %self.plan.file.display(), generation = self.generation, "starting flow");
         self.status.flow_started(&self.flow(), self.generation);
-        self.status.set_paused(&self.flow(), self.paused.load(std::sync::atomic::Ordering::Acquire));
+        self.status.set_paused(&self.flow(), self.paused.wanted());
         let actors: Vec<&str> = ActorKind::ALL.iter().map(|k| k.name()).collect();
         METRICS.init_flow(&self.flow(), &actors);
         for duty in ActorKind::LEADER_DUTIES {

@@ -3,6 +3,7 @@
 //! lookup by the remote topic's name (no allocation), a few atomics and one uncontended partition lock.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
@@ -29,6 +30,11 @@ pub struct Live {
     pub bytes: IntCounter,
     pub latency: Histogram,
     rule: Mutex<RuleState>,
+    /// The copier group took the partition away while records of it were still queued or in flight
+    /// (the handover flush gave up, or the assignment was lost): their reports move nothing and
+    /// publish no sync, because the next owner copies from its own position and its syncs must not be
+    /// contradicted by this node's late ones.
+    revoked: AtomicBool,
 }
 
 /// The rule's state and whether the partition is in the quiet list, under one lock: a sync is queued
@@ -48,14 +54,24 @@ impl Live {
         partition_records: Option<IntCounter>,
     ) -> Self {
         Self {
-            ack,
             heartbeats,
             records,
             partition_records,
             bytes,
             latency,
-            rule: Mutex::new(RuleState { rule: PartitionRule::default(), in_quiet_list: false }),
+            rule: Mutex::new(RuleState { rule: PartitionRule::with_epoch(ack.epoch()), in_quiet_list: false }),
+            ack,
+            revoked: AtomicBool::new(false),
         }
+    }
+
+    /// Stop counting this partition's deliveries (see [`Live::revoked`]).
+    pub fn revoke(&self) {
+        self.revoked.store(true, Ordering::Release);
+    }
+
+    pub fn is_revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
     }
 
     fn rule(&self) -> MutexGuard<'_, RuleState> {
@@ -139,6 +155,9 @@ impl Shared {
         let candidates = std::mem::take(&mut *self.quiet.lock().unwrap_or_else(|p| p.into_inner()));
         let mut keep = Vec::new();
         for live in candidates {
+            if live.is_revoked() {
+                continue;
+            }
             let mut st = live.rule();
             if let Some(point) = st.rule.quiet(self.lifetime, now, force) {
                 self.syncs.push(point.named(&live.ack.topic, live.ack.partition), SyncReason::Quiet);
@@ -266,6 +285,10 @@ impl ProducerContext for DeliveryContext {
             );
             return;
         };
+        if live.is_revoked() {
+            live.ack.settled_unowned();
+            return;
+        }
         match result {
             Ok(m) => {
                 let heartbeat = live.heartbeats.then(|| (m.key().unwrap_or_default(), m.payload()));

@@ -32,6 +32,7 @@ use self::partitions::Book;
 use self::probe::Probe;
 use super::acks::{AckTable, DeliveryFailure, SourcePartition};
 use super::offset_syncs::SyncQueue;
+use super::pause::PauseSwitch;
 use super::progress::{self, ProgressWriter};
 use super::supervisor::{ActorKind, ActorStatusChanged, FlowSupervisor, PartitionProblems};
 use super::worker::{Control, Signal, Worker, panic_message};
@@ -76,7 +77,7 @@ pub fn worker(
     supervisor: Addr<FlowSupervisor>,
     initial: Option<Assignment>,
     identity: Arc<Identity>,
-    paused: Arc<std::sync::atomic::AtomicBool>,
+    paused: Arc<PauseSwitch>,
 ) -> Worker<Assignment> {
     let name = format!("copier {}", plan.id);
     let sup = supervisor.clone();
@@ -110,6 +111,9 @@ struct CopierContext {
     /// `copier group <name> on `<source>``, for that refusal's text.
     group: (String, String),
     rebalances: Mutex<Vec<Rebalanced>>,
+    /// A rebalance arrived during a poll: the copy loop applies it before it sends another record (a
+    /// revoked partition's buffered records must not be sent after the group moved it on).
+    rebalance_pending: std::sync::atomic::AtomicBool,
     /// The copy loop ended: the consumer is closing and rebalances are applied at once (closing waits
     /// for its final revocation to be acknowledged).
     closing: std::sync::atomic::AtomicBool,
@@ -167,8 +171,12 @@ impl rdkafka::consumer::ConsumerContext for CopierContext {
             }
         };
         self.rebalances.lock().unwrap_or_else(|p| p.into_inner()).push(event);
+        self.rebalance_pending.store(true, std::sync::atomic::Ordering::Release);
     }
 }
+
+/// How long a pause waits for the records in flight when it was applied before it is confirmed anyway.
+const PAUSE_SETTLE_MAX: Duration = Duration::from_secs(10);
 
 /// How long a revoked partition's handover (in-flight records, final syncs, persist) may take.
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(15);
@@ -199,8 +207,11 @@ struct CopyLoop {
     /// Every copying partition is paused while the offset-sync queue is backlogged or an operator paused
     /// the flow.
     held: bool,
-    /// Set by an operator's `POST /flows/{id}/pause`.
-    operator_paused: Arc<std::sync::atomic::AtomicBool>,
+    /// Set by an operator's `POST /flows/{id}/pause`; answered once applied (see [`PauseSwitch`]).
+    operator_paused: Arc<PauseSwitch>,
+    /// Since when the consumer has been held for an operator's pause (for the bound on waiting for
+    /// in-flight records before the pause is confirmed).
+    held_since: Option<Instant>,
     producer: Option<ThreadedProducer<DeliveryContext>>,
     /// The producer's current `message.max.bytes`.
     producer_limit: i64,
@@ -257,7 +268,8 @@ impl CopyLoop {
             subscribed: BTreeSet::new(),
             offsets_partitions,
             held: false,
-            operator_paused: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            operator_paused: Arc::default(),
+            held_since: None,
             producer: Some(producer),
             producer_limit: MIN_MESSAGE_BYTES,
             progress,
@@ -324,14 +336,20 @@ impl CopyLoop {
             // The offset-sync emitter is behind (its cluster may be away): stop copying rather than drop
             // syncs; the queue drains when it comes back. Same when an operator paused the flow. The
             // consumer is polled on regardless: it serves the copier group (rebalances, liveness).
-            let hold =
-                self.shared.syncs.is_backlogged() || self.operator_paused.load(std::sync::atomic::Ordering::Acquire);
+            let hold = self.shared.syncs.is_backlogged() || self.operator_paused.wanted();
             if hold != self.held {
                 let tpl = self.book.copying_partitions();
                 let paused = if hold { self.consumer.pause(&tpl) } else { self.consumer.resume(&tpl) };
                 paused.map_err(|e| format!("pause/resume copying: {e}"))?;
                 self.held = hold;
+                self.held_since = hold.then(Instant::now);
+                if !hold {
+                    // Records polled while held were not sent: fetch them again.
+                    self.book.release_held();
+                    self.book.apply(&self.consumer, false)?;
+                }
             }
+            self.confirm_pause();
             if self.book.any_copying() {
                 failpoints::check(failpoints::COPIER_POLL)?;
             }
@@ -348,6 +366,26 @@ impl CopyLoop {
                 self.report_problems();
                 last_persist = now;
             }
+        }
+    }
+
+    /// Answer an operator who waits for a pause or resume once it is applied: a pause when the consumer
+    /// is held and what was in flight is settled (at most [`PAUSE_SETTLE_MAX`] after the hold, so a
+    /// target that is away does not keep the answer back forever), a resume when fetching restarted.
+    fn confirm_pause(&mut self) {
+        if !self.operator_paused.awaited() {
+            return;
+        }
+        let wanted = self.operator_paused.wanted();
+        let applied = if wanted {
+            let settled = self.producer.as_ref().is_none_or(|p| p.in_flight_count() == 0)
+                || self.held_since.is_some_and(|t| t.elapsed() >= PAUSE_SETTLE_MAX);
+            self.held && settled
+        } else {
+            true
+        };
+        if applied {
+            self.operator_paused.settle(wanted);
         }
     }
 
@@ -419,6 +457,7 @@ impl CopyLoop {
 
     /// Apply the copier group's rebalances that arrived during the last poll.
     fn rebalance(&mut self) -> Result<(), String> {
+        self.consumer.context().rebalance_pending.store(false, std::sync::atomic::Ordering::Release);
         let events = std::mem::take(&mut *self.consumer.context().rebalances.lock().unwrap_or_else(|p| p.into_inner()));
         for event in events {
             match event {
@@ -456,6 +495,12 @@ impl CopyLoop {
     /// The group takes `tps` away: stop fetching them, let the target acknowledge what is in flight,
     /// publish their final offset syncs and persist their positions, then let them go (at-least-once
     /// across the handover, and no duplicate when it goes well).
+    ///
+    /// When the handover cannot be clean (the assignment was lost: this node was presumed dead, e.g.
+    /// frozen past its session timeout, and another node copies the partitions already; or the target
+    /// did not acknowledge within [`HANDOVER_TIMEOUT`]), the partitions' deliveries stop counting at once
+    /// (no position, no offset sync from them: the next owner's must not be contradicted) and records
+    /// not yet sent are purged from the producer's queue rather than written behind the next owner's.
     fn revoke(&mut self, tps: Vec<SourcePartition>) -> Result<(), String> {
         let lost = self.consumer.assignment_lost();
         let mut tpl = rdkafka::TopicPartitionList::new();
@@ -464,10 +509,25 @@ impl CopyLoop {
             self.assigned.remove(&(t.clone(), *p));
         }
         let _ = self.consumer.pause(&tpl);
-        if let Some(producer) = &self.producer
-            && let Err(e) = producer.flush(HANDOVER_TIMEOUT)
-        {
-            tracing::warn!(flow = %self.flow, error = %e, "records of revoked partitions still in flight; the next owner copies them again");
+        let clean = !lost
+            && match &self.producer {
+                Some(producer) => match producer.flush(HANDOVER_TIMEOUT) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!(flow = %self.flow, error = %e, in_flight = producer.in_flight_count(), "records of revoked partitions not acknowledged within the handover time; they are dropped here and the next owner copies them again");
+                        false
+                    }
+                },
+                None => true,
+            };
+        if !clean {
+            self.book.revoke_deliveries(&tps);
+            if let Some(producer) = &self.producer {
+                // Queued records of every partition go (librdkafka purges per producer): those of
+                // partitions this node keeps fail and are copied again from their positions.
+                producer.purge(PurgeConfig::default().queue());
+            }
+            METRICS.unclean_handovers.with_label_values(&[&self.flow]).inc_by(tps.len() as u64);
         }
         self.update_book();
         self.book.advance(&self.shared, &self.probe, Instant::now());
@@ -535,9 +595,33 @@ impl CopyLoop {
                     return Ok(());
                 }
             };
+            if self.consumer.context().rebalance_pending.load(std::sync::atomic::Ordering::Acquire) {
+                // The group moved partitions during this poll: apply that first. The record is not sent
+                // now: if its partition is still this node's, it is fetched again from this offset.
+                let (topic, partition, offset) = (msg.topic().to_string(), msg.partition(), msg.offset());
+                drop(msg);
+                self.rebalance()?;
+                self.book.hold_back(&topic, partition, offset);
+                if !self.held {
+                    self.book.release_held();
+                    self.book.apply(&self.consumer, false)?;
+                }
+                return Ok(());
+            }
             // Records of a partition that is not copying (failed, being reset) are dropped: it is
             // assigned again at its own position later.
             let Some((remote, part)) = self.book.copying(msg.topic(), msg.partition()) else { continue };
+            // Held (an operator's pause, checked per record so a pass in progress stops at once, or a
+            // sync backlog): the record is not sent; the partition is sought back to it when the hold ends.
+            if self.held || self.operator_paused.wanted() {
+                let (topic, partition, offset) = (msg.topic().to_string(), msg.partition(), msg.offset());
+                drop(msg);
+                self.book.hold_back(&topic, partition, offset);
+                if !self.held {
+                    return Ok(()); // the loop applies the pause now
+                }
+                continue;
+            }
             let pause = part.fetched(msg.offset());
             if let Some(ts) = msg.timestamp().to_millis() {
                 part.age.observe(delivery::seconds_since(ts, now_ms));
@@ -883,6 +967,7 @@ fn source_consumer(
         group_refused: Arc::default(),
         group,
         rebalances: Mutex::new(Vec::new()),
+        rebalance_pending: std::sync::atomic::AtomicBool::new(false),
         closing: std::sync::atomic::AtomicBool::new(false),
     })
     .map_err(|e| KafkaOpError::kafka(&plan.source.alias, "create replication consumer", e))

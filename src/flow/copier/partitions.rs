@@ -73,6 +73,9 @@ enum After {
     Recheck,
     /// Not wanted any more.
     Remove,
+    /// Given back to this node while it was draining for removal: copied again, as a new ownership
+    /// (probed from the position the copier group's handover left, under the new epoch).
+    Reown,
     /// `on_source_gap = "fail"`.
     Stop,
 }
@@ -91,6 +94,9 @@ pub struct Part {
     /// acknowledged before the next is fetched, so that the one record the target refuses is known
     /// exactly and every record before it is copied.
     one_by_one_until: Option<i64>,
+    /// Records from this offset on were polled while the flow was held (an operator's pause, a sync
+    /// backlog) and not sent: the partition is sought back here when the hold ends.
+    held_from: Option<i64>,
     pub age: Histogram,
     /// Failures since the partition last copied successfully.
     failures: u32,
@@ -199,7 +205,13 @@ impl Book {
                     age: METRICS.record_age.with_label_values(&labels),
                 }
             });
-            if entry.parts.contains_key(&partition) {
+            if let Some(part) = entry.parts.get_mut(&partition) {
+                // Revoked and given back before its drain ended: copy it again once drained, instead of
+                // dropping it from the book while the consumer has it assigned.
+                if matches!(part.state, State::Draining(After::Remove)) {
+                    part.state = State::Draining(After::Reown);
+                    self.attention.insert((topic, partition));
+                }
                 continue;
             }
             if !entry.parts.is_empty() {
@@ -212,6 +224,7 @@ impl Book {
                 next_fetch: 0,
                 started_at: 0,
                 one_by_one_until: None,
+                held_from: None,
                 age: entry.age.clone(),
                 failures: 0,
                 problem: None,
@@ -334,6 +347,7 @@ impl Book {
         part.state = State::Copying;
         part.next_fetch = at;
         part.started_at = at;
+        part.held_from = None;
         self.copying += 1;
         self.to_assign.push((tp.clone(), at));
         self.attention.remove(tp);
@@ -377,6 +391,39 @@ impl Book {
         self.set_problem(&tp, Some(failure.offset), size, reason, false);
         self.stop_copying(&tp, After::Retry);
         stale
+    }
+
+    /// The copier group took these partitions while records of them may still be queued or in flight
+    /// (the handover flush gave up, or the assignment was lost): their deliveries stop counting at once.
+    pub fn revoke_deliveries(&mut self, tps: &[SourcePartition]) {
+        for tp in tps {
+            if let Some(live) = self.part(tp).and_then(|p| p.live.as_ref()) {
+                live.revoke();
+            }
+        }
+    }
+
+    /// A record at `offset` was polled while the flow is held: it is not sent now, and the partition
+    /// is sought back to the first such record when the hold ends.
+    pub fn hold_back(&mut self, topic: &str, partition: i32, offset: i64) {
+        if let Some((_, part)) = self.copying(topic, partition) {
+            part.held_from = Some(part.held_from.map_or(offset, |o| o.min(offset)));
+        }
+    }
+
+    /// The hold ended: seek every partition that had records held back to the first of them (applied
+    /// with the next [`Book::apply`]).
+    pub fn release_held(&mut self) {
+        for (topic, entry) in &mut self.topics {
+            for (partition, part) in &mut entry.parts {
+                if let Some(at) = part.held_from.take()
+                    && matches!(part.state, State::Copying)
+                {
+                    part.next_fetch = at;
+                    self.to_assign.push(((topic.clone(), *partition), at));
+                }
+            }
+        }
     }
 
     /// The partition sends one record at a time: stop fetching until the record just sent is settled,
@@ -488,6 +535,19 @@ impl Book {
             After::Stop => {
                 part.ack.clear_failure();
                 part.state = State::Stopped;
+            }
+            After::Reown => {
+                // A new ownership gets a new registration (its offset-sync rule carries the new epoch);
+                // nothing of the old one is in flight any more.
+                if part.live.take().is_some() {
+                    shared.remove(&entry.remote, tp.1);
+                }
+                part.ack.clear_failure();
+                part.state = State::Probing { asked: false, at: now };
+                self.attention.insert(tp.clone());
+                self.watch_changed = true;
+                tracing::info!(flow = %self.flow, topic = %tp.0, partition = tp.1, "partition given back while it drained; copying it again");
+                return;
             }
             After::Remove => {
                 if part.live.is_some() {
