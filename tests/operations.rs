@@ -103,6 +103,59 @@ fn a_paused_flow_copies_nothing_keeps_its_place_across_a_reload_and_resumes_with
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }
 
+/// The answer to a pause is the pause: from the 200 on nothing more reaches the target, even while a copy
+/// pass is in progress (`copier-deliver=sleep(1)` makes every record of a pass take a millisecond, so a
+/// pass of a few hundred records outlasts the request). Five rounds of producing and pausing at once.
+#[test]
+fn a_pause_holds_from_its_answer_on_even_in_the_middle_of_a_copy_pass() {
+    let (east, west) = shared_pair();
+    let topic = unique("ops-pause-pass");
+    let remote = format!("east.{topic}");
+    create_topic(&east.bootstrap, &topic, 2, &[]);
+    produce(&east.bootstrap, &topic, &records("w", 0..10, 2));
+    let dir = pair_dir(east, west, &flow("east", "west", &[&topic], "refresh_topics_interval_seconds = 2\n"));
+    let mut ferry = Ferry::start_env(dir.path(), &[], &[("FAILPOINTS", "copier-deliver=sleep(1)")]);
+    wait_for(ARRIVAL, "the first records", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote) == 10
+    });
+    let mut expected = values("w", 0..10);
+    let mut grew_after_answer = Vec::new();
+    for round in 0..5 {
+        let prefix = format!("r{round}-");
+        let recs = records(&prefix, 0..600, 2);
+        let bootstrap = east.bootstrap.clone();
+        let t = topic.clone();
+        let producer = std::thread::spawn(move || produce(&bootstrap, &t, &recs));
+        // Let the copier get into the middle of the round's records, then pause.
+        let before = total(&west.bootstrap, &remote);
+        wait_for(Duration::from_secs(30), "the copier busy with the round", || {
+            total(&west.bootstrap, &remote) > before
+        });
+        let (code, body) = http_post(ferry.listen_addr(), &format!("{PATH}/pause"));
+        assert_eq!(code, 200, "round {round}: {body}");
+        let at_answer = total(&west.bootstrap, &remote);
+        assert_eq!(flow_json(&ferry)["paused"], true, "round {round}: /flows says paused with the answer");
+        producer.join().expect("producer");
+        // The observation window of a negative check: 2 s is 20 poll rounds of the copier.
+        let answered = Instant::now();
+        let mut most = at_answer;
+        while answered.elapsed() < Duration::from_secs(2) {
+            most = most.max(total(&west.bootstrap, &remote));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        grew_after_answer.push(most - at_answer);
+        let (code, body) = http_post(ferry.listen_addr(), &format!("{PATH}/resume"));
+        assert_eq!(code, 200, "round {round}: {body}");
+        expected.extend(values(&prefix, 0..600));
+        let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &expected);
+        assert_eq!(duplicates(&counts), 0, "round {round}: pausing and resuming copies nothing twice");
+    }
+    println!("records that reached the target after each pause was answered: {grew_after_answer:?}");
+    assert!(grew_after_answer.iter().all(|n| *n == 0), "a pause holds from its answer on: {grew_after_answer:?}");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
 #[test]
 fn ready_names_the_flow_that_cannot_run_until_it_is_removed() {
     let (east, west) = shared_pair();
