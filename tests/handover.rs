@@ -1,0 +1,294 @@
+//! Partitions that change hands between ferry nodes, the hard ways: a node frozen past its session
+//! timeout (SIGSTOP, as a VM pause or a long GC would) whose queued records land after the new owner's,
+//! and a partition taken away and given back while the target is too slow to drain it. What an operator
+//! would see go wrong is asserted: checkpoints that point past records, records that never arrive.
+//! Real brokers (the binary's shared pair), real `ferry` processes.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ferry::mm2::records::Checkpoint;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use support::observe::{self, metric_sum};
+use support::process::signal;
+use support::scenario::*;
+use support::{
+    Cluster, Ferry, client_config, commit_group_offsets, consume_all, create_topic, end_offsets, produce, run_tool,
+    shared_pair, topic_partitions, unique, wait_for,
+};
+
+/// The copier group's session timeout in these tests (on the source cluster's client properties).
+const SESSION: Duration = Duration::from_secs(10);
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A flows directory for `source->target` between the shared pair, with the copier group's session
+/// timeout set to [`SESSION`].
+fn dir_for(source: &str, target: &str, east: &Cluster, west: &Cluster, flow_toml: &str) -> tempfile::TempDir {
+    let dir = flows_dir(&[(source, east.bootstrap.as_str()), (target, west.bootstrap.as_str())], flow_toml);
+    let path = dir.path().join("clusters.toml");
+    let text = std::fs::read_to_string(&path).expect("clusters.toml")
+        + &format!("[clusters.{source}.client]\n\"session.timeout.ms\" = {}\n", SESSION.as_millis());
+    std::fs::write(&path, text).expect("write clusters.toml");
+    dir
+}
+
+fn start_node(dir: &std::path::Path, node: &str, deployment: &str) -> Ferry {
+    let env = [("FERRY_NODE_ID", node), ("FERRY_DEPLOYMENT", deployment)];
+    let mut ferry = Ferry::start_env(dir, &[], &env);
+    ferry.wait_log("node started", Duration::from_secs(30));
+    ferry
+}
+
+fn assigned(ferry: &Ferry, flow: &str) -> i64 {
+    metric_sum(&observe::metrics(ferry.listen_addr()), "ferry_partitions_assigned", &[("flow", flow)]) as i64
+}
+
+/// Commits `group` on the source, every half second, at the end offsets the topic had `lag` ago: a
+/// consumer that keeps up, some seconds behind.
+struct LaggingGroup {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LaggingGroup {
+    fn start(bootstrap: &str, group: &str, topic: &str, lag: Duration) -> LaggingGroup {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (b, g, t, s) = (bootstrap.to_string(), group.to_string(), topic.to_string(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut history: VecDeque<(Instant, Vec<i64>)> = VecDeque::new();
+            while !s.load(Ordering::SeqCst) {
+                history.push_back((Instant::now(), end_offsets(&b, &t)));
+                let mut due = None;
+                while history.front().is_some_and(|(at, _)| at.elapsed() >= lag) {
+                    due = history.pop_front();
+                }
+                if let Some((_, ends)) = due {
+                    let offsets: Vec<(&str, i32, i64)> =
+                        ends.iter().enumerate().map(|(p, e)| (t.as_str(), p as i32, *e)).collect();
+                    commit_group_offsets(&b, &g, &offsets);
+                }
+                std::thread::sleep(Duration::from_millis(500)); // pacing, not synchronisation
+            }
+        });
+        LaggingGroup { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for LaggingGroup {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Checkpoints of `group` on `remote` written after `since_ms` (record time), from `<source>.checkpoints.internal`.
+fn checkpoints_since(west: &Cluster, source: &str, group: &str, remote: &str, since_ms: i64) -> Vec<Checkpoint> {
+    let topic = format!("{source}.checkpoints.internal");
+    if topic_partitions(&west.bootstrap, &topic).is_none() {
+        return Vec::new();
+    }
+    consume_all(&west.bootstrap, &topic, READ)
+        .into_iter()
+        .filter(|r| r.timestamp >= since_ms)
+        .filter_map(|r| Checkpoint::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref()).ok())
+        .filter(|c| c.group == group && c.topic == remote)
+        .collect()
+}
+
+/// For every checkpoint (p, u -> d): the checkpoints whose consumer, starting at `d` on the target,
+/// would miss a source record of `p` at or after `u` (no copy of it at or after `d`). Empty when
+/// failover skips nothing.
+fn checkpoints_past_the_truth(
+    east: &Cluster,
+    west: &Cluster,
+    topic: &str,
+    remote: &str,
+    cps: &[Checkpoint],
+) -> Vec<String> {
+    // Where each value's last copy sits, per target partition.
+    let mut last_copy: HashMap<(i32, Vec<u8>), i64> = HashMap::new();
+    for r in consume_all(&west.bootstrap, remote, READ) {
+        let at = last_copy.entry((r.partition, r.value.unwrap_or_default())).or_insert(r.offset);
+        *at = (*at).max(r.offset);
+    }
+    // Per source partition, from the end back: the lowest "last copy" of any record at or after offset o.
+    let mut source: BTreeMap<i32, Vec<(i64, Vec<u8>)>> = BTreeMap::new();
+    for r in consume_all(&east.bootstrap, topic, READ) {
+        source.entry(r.partition).or_default().push((r.offset, r.value.unwrap_or_default()));
+    }
+    let mut bad = Vec::new();
+    for cp in cps {
+        let Some(records) = source.get(&cp.partition) else { continue };
+        let worst = records
+            .iter()
+            .filter(|(o, _)| *o >= cp.upstream_offset)
+            .map(|(o, v)| (*o, last_copy.get(&(cp.partition, v.clone())).copied().unwrap_or(-1)))
+            .min_by_key(|(_, copy)| *copy);
+        if let Some((o, copy)) = worst
+            && copy < cp.downstream_offset
+        {
+            bad.push(format!(
+                "checkpoint p{} {} -> {}: source record at {o} has its last copy at {copy}",
+                cp.partition, cp.upstream_offset, cp.downstream_offset
+            ));
+        }
+    }
+    bad
+}
+
+/// Two nodes share a flow under load; one is frozen (SIGSTOP) past the copier group's session timeout
+/// while its producer holds a queue of records, then thawed: its queued records land after the new
+/// owner's, and its offset syncs for them carry upstream offsets the new owner has long passed. No
+/// checkpoint published afterwards may point past a record: a group failed over from any of them
+/// reads a copy of every source record at or after its position.
+#[test]
+fn a_frozen_ex_owner_never_pushes_a_checkpoint_past_the_truth() {
+    let (east, west) = shared_pair();
+    let topic = unique("frozen");
+    let remote = format!("east.{topic}");
+    let group = format!("{topic}-g");
+    let partitions = 6;
+    create_topic(&east.bootstrap, &topic, partitions, &[]);
+    // A long linger keeps a few hundred records queued in each node's producer at any moment.
+    let extra = format!(
+        "groups = [\"{group}\"]\nemit_checkpoints_interval_seconds = 1\nrefresh_groups_interval_seconds = 1\n\
+         refresh_topics_interval_seconds = 2\nlinger_ms = 300\n"
+    );
+    let dir = dir_for("east", "west", east, west, &flow("east", "west", &[&topic], &extra));
+    let deployment = unique("frozen-deploy");
+    let stream = Stream::start(&east.bootstrap, &topic, partitions, "f", 60, Duration::from_millis(20));
+    let mut n1 = start_node(dir.path(), "n1", &deployment);
+    let mut n2 = start_node(dir.path(), "n2", &deployment);
+    wait_for(ARRIVAL, "both nodes copying", || {
+        assert_alive(&mut n1);
+        assert_alive(&mut n2);
+        let (a, b) = (assigned(&n1, FLOW), assigned(&n2, FLOW));
+        a > 0 && b > 0 && total(&west.bootstrap, &remote) > 2_000
+    });
+    let lagging = LaggingGroup::start(&east.bootstrap, &group, &topic, Duration::from_secs(8));
+    wait_for(ARRIVAL, "checkpoints of the lagging group", || {
+        !checkpoints_since(west, "east", &group, &remote, 0).is_empty()
+    });
+
+    let pid = n1.pid().expect("n1 runs");
+    signal(pid, "STOP");
+    let frozen = Instant::now();
+    // n2 takes n1's partitions after the session timeout and copies on.
+    wait_for(Duration::from_secs(60), "n2 owns every partition", || {
+        assigned(&n2, FLOW) == i64::from(partitions) + 1 // + the source's heartbeats partition
+    });
+    while frozen.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(200)); // the freeze itself, not synchronisation
+    }
+    let thawed_ms = now_ms();
+    signal(pid, "CONT");
+    // n1 rejoins; both copy again.
+    wait_for(Duration::from_secs(90), "n1 copying again", || {
+        assert_alive(&mut n1);
+        assigned(&n1, FLOW) > 0
+    });
+    // Checkpoints keep coming for a while after the thaw: the group passes the records n1 had queued.
+    let after = Instant::now();
+    wait_for(Duration::from_secs(90), "checkpoints 20 s after the thaw", || {
+        after.elapsed() >= Duration::from_secs(20)
+            && !checkpoints_since(west, "east", &group, &remote, thawed_ms + 15_000).is_empty()
+    });
+    drop(lagging);
+    let produced = stream.finish();
+    let expected = values("f", 0..produced);
+    let counts = wait_all_arrived(&mut n2, &west.bootstrap, &remote, &expected);
+    let unclean = metric_sum(&observe::metrics(n1.listen_addr()), "ferry_unclean_handovers_total", &[("flow", FLOW)]);
+    let cps = checkpoints_since(west, "east", &group, &remote, thawed_ms);
+    let bad = checkpoints_past_the_truth(east, west, &topic, &remote, &cps);
+    println!(
+        "{produced} records, {} duplicates; {} checkpoints after the thaw, {} past the truth; n1 let go of {unclean} partitions uncleanly",
+        duplicates(&counts),
+        cps.len(),
+        bad.len()
+    );
+    assert!(bad.is_empty(), "checkpoints published after the thaw that skip records on failover:\n{}", bad.join("\n"));
+    assert!(cps.len() >= partitions as usize, "checkpoints were published after the thaw: {}", cps.len());
+    assert!(unclean >= 1.0, "the thawed node counted its lost partitions: {unclean}");
+    for f in [&mut n1, &mut n2] {
+        assert!(f.terminate(Duration::from_secs(30)).success());
+    }
+}
+
+/// Sets (or with `None` removes) a produce quota for a client id on a cluster, as an operator would.
+fn produce_quota(bootstrap: &str, client_id: &str, bytes_per_second: Option<u64>) {
+    let config = bytes_per_second.map(|b| format!("producer_byte_rate={b}"));
+    let mut args = vec!["--bootstrap-server", bootstrap, "--alter", "--entity-type", "clients", "--entity-name", client_id];
+    match &config {
+        Some(c) => args.extend(["--add-config", c.as_str()]),
+        None => args.extend(["--delete-config", "producer_byte_rate"]),
+    }
+    let out = run_tool("kafka.admin.ConfigCommand", &args, Duration::from_secs(60));
+    assert!(out.status.success(), "kafka-configs {args:?}: {}\n{}", out.stdout, out.stderr);
+}
+
+/// A partition the copier group takes from the node and gives back while the target is so slow (a
+/// produce quota on the copier's client id) that its records are still queued: the node copies it
+/// again, and every record arrives.
+#[test]
+fn a_partition_given_back_while_it_drains_is_copied_again() {
+    let (east, west) = shared_pair();
+    // Own aliases: the quota names the copier's client id, `<flow>|ferry|replication-producer`, and must
+    // not slow the other tests' `east->west` flows.
+    let (source, target) = ("slowsrc", "slowdst");
+    let flow_id = format!("{source}->{target}");
+    let topic = unique("given-back");
+    let remote = format!("{source}.{topic}");
+    let partitions = 4;
+    create_topic(&east.bootstrap, &topic, partitions, &[]);
+    let payload = "x".repeat(1_000);
+    let recs: Vec<_> = (0..3_000)
+        .map(|i| support::Rec::new(i % partitions, format!("g{i}-{payload}").as_bytes(), 1_000 + i64::from(i)))
+        .collect();
+    produce(&east.bootstrap, &topic, &recs);
+    let client_id = format!("{flow_id}|ferry|replication-producer");
+    produce_quota(&west.bootstrap, &client_id, Some(40_000));
+    let dir = dir_for(source, target, east, west, &flow(source, target, &[&topic], "refresh_topics_interval_seconds = 2\n"));
+    let deployment = unique("given-back-deploy");
+    let mut node = start_node(dir.path(), "n1", &deployment);
+    wait_for(ARRIVAL, "the first records on the slow target", || {
+        assert_alive(&mut node);
+        total(&west.bootstrap, &remote) > 0
+    });
+
+    // Another member joins the copier group, takes its share, and leaves again at once.
+    let mut cfg = client_config(&east.bootstrap, &[]);
+    cfg.set("group.id", format!("{deployment}.{flow_id}"))
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("session.timeout.ms", SESSION.as_millis().to_string())
+        .set("enable.auto.commit", "false");
+    let intruder: BaseConsumer = cfg.create().expect("intruder consumer");
+    intruder.subscribe(&[&topic]).expect("subscribe");
+    let mut taken = 0;
+    wait_for(Duration::from_secs(90), "the other member given a share", || {
+        let _ = intruder.poll(Duration::from_millis(100));
+        taken = intruder.assignment().map_or(0, |a| a.count());
+        taken > 0
+    });
+    intruder.unsubscribe();
+    let _ = intruder.poll(Duration::from_millis(100));
+    drop(intruder); // leaves the group: the partitions go back to the node
+    println!("the other member held {taken} partitions and left");
+    wait_for(Duration::from_secs(60), "the node owns every partition again", || {
+        assigned(&node, &flow_id) == i64::from(partitions) + 1
+    });
+    produce_quota(&west.bootstrap, &client_id, None);
+
+    let expected: Vec<Vec<u8>> = recs.iter().map(|r| r.value.clone().unwrap_or_default()).collect();
+    let counts = wait_all_arrived(&mut node, &west.bootstrap, &remote, &expected);
+    println!("{} records arrived, {} duplicates", expected.len(), duplicates(&counts));
+    assert!(node.terminate(Duration::from_secs(30)).success());
+}
