@@ -226,7 +226,8 @@ fn a_frozen_ex_owner_never_pushes_a_checkpoint_past_the_truth() {
 /// Sets (or with `None` removes) a produce quota for a client id on a cluster, as an operator would.
 fn produce_quota(bootstrap: &str, client_id: &str, bytes_per_second: Option<u64>) {
     let config = bytes_per_second.map(|b| format!("producer_byte_rate={b}"));
-    let mut args = vec!["--bootstrap-server", bootstrap, "--alter", "--entity-type", "clients", "--entity-name", client_id];
+    let mut args =
+        vec!["--bootstrap-server", bootstrap, "--alter", "--entity-type", "clients", "--entity-name", client_id];
     match &config {
         Some(c) => args.extend(["--add-config", c.as_str()]),
         None => args.extend(["--delete-config", "producer_byte_rate"]),
@@ -249,14 +250,26 @@ fn a_partition_given_back_while_it_drains_is_copied_again() {
     let remote = format!("{source}.{topic}");
     let partitions = 4;
     create_topic(&east.bootstrap, &topic, partitions, &[]);
-    let payload = "x".repeat(1_000);
+    // Incompressible values (the copier compresses): hex of a pseudo-random sequence, 1 KB each.
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut noise = || {
+        (0..64)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                format!("{seed:016x}")
+            })
+            .collect::<String>()
+    };
     let recs: Vec<_> = (0..3_000)
-        .map(|i| support::Rec::new(i % partitions, format!("g{i}-{payload}").as_bytes(), 1_000 + i64::from(i)))
+        .map(|i| support::Rec::new(i % partitions, format!("g{i}-{}", noise()).as_bytes(), 1_000 + i64::from(i)))
         .collect();
     produce(&east.bootstrap, &topic, &recs);
     let client_id = format!("{flow_id}|ferry|replication-producer");
-    produce_quota(&west.bootstrap, &client_id, Some(40_000));
-    let dir = dir_for(source, target, east, west, &flow(source, target, &[&topic], "refresh_topics_interval_seconds = 2\n"));
+    produce_quota(&west.bootstrap, &client_id, Some(20_000));
+    let dir =
+        dir_for(source, target, east, west, &flow(source, target, &[&topic], "refresh_topics_interval_seconds = 2\n"));
     let deployment = unique("given-back-deploy");
     let mut node = start_node(dir.path(), "n1", &deployment);
     wait_for(ARRIVAL, "the first records on the slow target", || {
@@ -286,8 +299,13 @@ fn a_partition_given_back_while_it_drains_is_copied_again() {
         assigned(&node, &flow_id) == i64::from(partitions) + 1
     });
     produce_quota(&west.bootstrap, &client_id, None);
+    // Records written after the partitions came back must arrive too (the ones queued before could
+    // arrive from the old queue even if a partition were never copied again).
+    let later: Vec<_> =
+        (0..400).map(|i| support::Rec::new(i % partitions, format!("later{i}").as_bytes(), 9_000)).collect();
+    produce(&east.bootstrap, &topic, &later);
 
-    let expected: Vec<Vec<u8>> = recs.iter().map(|r| r.value.clone().unwrap_or_default()).collect();
+    let expected: Vec<Vec<u8>> = recs.iter().chain(&later).map(|r| r.value.clone().unwrap_or_default()).collect();
     let counts = wait_all_arrived(&mut node, &west.bootstrap, &remote, &expected);
     println!("{} records arrived, {} duplicates", expected.len(), duplicates(&counts));
     assert!(node.terminate(Duration::from_secs(30)).success());

@@ -123,9 +123,19 @@ impl PartitionAck {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// A record sent under an ownership that ended was settled (acknowledged or failed): it no longer
-    /// counts in flight, and moves nothing (the next owner copies from its own position).
-    pub fn settled_unowned(&self) {
+    /// A record sent under an ownership that ended was acknowledged at `Some(upstream)`, or failed
+    /// (`None`): it no longer counts in flight. An acknowledgement still moves the position in memory
+    /// (the record is on the target: should the partition come back to this node, it is not copied
+    /// again), but the slot is not marked for persisting: nothing is persisted from an ownership that
+    /// ended. A failure freezes the position as usual, without reporting it (nobody retries it here).
+    pub fn settled_unowned(&self, acked: Option<i64>) {
+        match acked {
+            Some(upstream) if !self.failed.load(Ordering::Acquire) => {
+                self.next.fetch_max(upstream + 1, Ordering::AcqRel);
+            }
+            Some(_) => {}
+            None => self.failed.store(true, Ordering::Release),
+        }
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 
@@ -396,6 +406,23 @@ mod tests {
         assert_eq!(t.slot("a", 0).epoch(), far_ahead + 1, "a later owner's stored epoch is outranked");
         t.adopt("a", 0, None);
         assert_eq!(t.slot("a", 0).epoch(), far_ahead + 2, "and so is this node's own last one");
+    }
+
+    #[test]
+    fn deliveries_of_an_ended_ownership_move_memory_only_and_freeze_on_failure() {
+        let t = AckTable::default();
+        let s = t.slot("a", 0);
+        for _ in 0..3 {
+            s.sent();
+        }
+        s.settled_unowned(Some(10));
+        assert_eq!(s.next(), Some(11));
+        assert!(t.take_dirty().is_empty(), "nothing to persist from an ended ownership");
+        s.settled_unowned(None);
+        s.settled_unowned(Some(12));
+        assert_eq!(s.next(), Some(11), "a failure freezes the position");
+        assert_eq!(s.in_flight(), 0);
+        assert!(t.take_failed().is_empty(), "and is not retried here");
     }
 
     #[test]

@@ -286,7 +286,7 @@ impl ProducerContext for DeliveryContext {
             return;
         };
         if live.is_revoked() {
-            live.ack.settled_unowned();
+            live.ack.settled_unowned(result.as_ref().ok().map(|_| upstream));
             return;
         }
         match result {

@@ -246,6 +246,9 @@ impl Book {
                 self.copying -= 1;
                 self.to_unassign.push(tp.clone());
             }
+            // A removal is not undone by a failure or a restart of the partition meanwhile (the group
+            // gave it to another node), and a re-owned partition is probed afresh anyway.
+            State::Draining(After::Remove | After::Reown) if !matches!(then, After::Remove) => {}
             State::Draining(_) => part.state = State::Draining(then),
             State::Probing { .. } | State::Backoff { .. } | State::Stopped => {
                 // Nothing in flight: the outcome applies at the next advance.
