@@ -247,15 +247,27 @@ async fn set_paused(node: web::Data<Addr<Node>>, id: web::Path<String>, paused: 
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
     match node.send(Pause { flow: flow.clone(), paused }).await {
-        // Applied: the copier stopped fetching (pause) and what it had in flight is settled.
-        Ok(Ok(true)) => {
-            HttpResponse::Ok().json(serde_json::json!({ "flow": flow.to_string(), "paused": paused, "applied": true }))
+        // 200: recorded for the deployment, and this node's copier stopped fetching (pause) with what it
+        // had in flight settled. 202: one of the two is not done yet (the detail says which).
+        Ok(Ok(outcome)) => {
+            let mut body = serde_json::json!({
+                "flow": flow.to_string(), "paused": paused, "applied": outcome.applied,
+                "recorded": outcome.recorded.is_ok(),
+            });
+            let mut detail = Vec::new();
+            if let Err(e) = &outcome.recorded {
+                detail.push(format!("not recorded for the deployment (this node only, until it restarts): {e}"));
+            }
+            if !outcome.applied {
+                detail.push("this node's copier has not confirmed it yet (see /flows)".to_string());
+            }
+            if detail.is_empty() {
+                HttpResponse::Ok().json(body)
+            } else {
+                body["detail"] = serde_json::Value::String(detail.join("; "));
+                HttpResponse::Accepted().json(body)
+            }
         }
-        // Recorded, but the copier has not confirmed it yet (it is restarting, or the target is away).
-        Ok(Ok(false)) => HttpResponse::Accepted().json(serde_json::json!({
-            "flow": flow.to_string(), "paused": paused, "applied": false,
-            "detail": "recorded; the copier has not confirmed it yet (see /flows)"
-        })),
         Ok(Err(why)) => error(StatusCode::NOT_FOUND, why),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("the node did not answer: {e}")),
     }

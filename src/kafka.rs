@@ -5,6 +5,7 @@
 //! `SOURCE->TARGET|ferry|role` shape so broker-side quotas and logs read the same.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ use rdkafka::producer::{BaseProducer, DeliveryResult, ProducerContext};
 use rdkafka::types::RDKafkaConfRes;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::config::{ClusterSpec, FlowId, secrets};
+use crate::config::{ClusterSpec, secrets};
 use crate::topic_configs::ConfigEntry;
 
 /// How long one admin or metadata call may take before the caller treats the cluster as unreachable.
@@ -278,7 +279,7 @@ pub fn property_refusal(result: RDKafkaConfRes, key: &str, desc: &str, value: &s
 }
 
 /// Base client configuration for `cluster`, with `role` in the client id.
-pub fn client_config(cluster: &ClusterSpec, flow: &FlowId, role: &str) -> ClientConfig {
+pub fn client_config(cluster: &ClusterSpec, flow: &impl fmt::Display, role: &str) -> ClientConfig {
     {
         let mut causes = CAUSES.lock().unwrap_or_else(|p| p.into_inner());
         if causes.bootstraps.get(&cluster.alias) != Some(&cluster.bootstrap_servers) {
@@ -448,7 +449,7 @@ pub fn is_unused_group_refusal(e: &KafkaError) -> bool {
 /// A consumer that never joins a group: partitions are assigned explicitly, nothing is committed.
 pub fn assign_only_consumer(
     cluster: &ClusterSpec,
-    flow: &FlowId,
+    flow: &impl fmt::Display,
     role: &str,
 ) -> Result<AssignOnlyConsumer, KafkaOpError> {
     let mut cfg = client_config(cluster, flow, role);
@@ -551,7 +552,7 @@ fn connection_key(cluster: &ClusterSpec) -> u64 {
 }
 
 /// The node's admin client for `cluster` (created on first use; `flow` only names it in errors).
-pub fn admin_client(cluster: &ClusterSpec, flow: &FlowId) -> Result<Admin, KafkaOpError> {
+pub fn admin_client(cluster: &ClusterSpec, flow: &impl fmt::Display) -> Result<Admin, KafkaOpError> {
     let key = connection_key(cluster);
     let mut admins = ADMINS.lock().unwrap_or_else(|p| p.into_inner());
     admins.retain(|_, w| w.strong_count() > 0);
@@ -784,7 +785,7 @@ pub fn block_on<F: std::future::Future>(cluster: &str, fut: F) -> Result<F::Outp
 
 /// Create `spec` on `cluster` unless it exists, and wait until it shows in metadata. Returns the topic's
 /// actual partition count. Blocking: for worker threads.
-pub fn ensure_topic(cluster: &ClusterSpec, flow: &FlowId, spec: &TopicSpec) -> Result<i32, KafkaOpError> {
+pub fn ensure_topic(cluster: &ClusterSpec, flow: &impl fmt::Display, spec: &TopicSpec) -> Result<i32, KafkaOpError> {
     let admin = admin_client(cluster, flow)?;
     // A principal without CREATE can use a topic an operator created beforehand: the refusal counts
     // only if the topic does not show up below.

@@ -6,6 +6,7 @@
 
 pub mod checkpoint_store;
 pub mod config;
+pub mod control;
 pub mod failpoints;
 pub mod filter;
 pub mod flow;

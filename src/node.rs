@@ -15,6 +15,8 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use crate::config::{self, FlowId, FlowPlan, FlowSet};
+use crate::control::{self, ControlWatch, PauseRecord, PauseSeen};
+use crate::flow::supervisor::SetPaused;
 use crate::flow::{FlowSupervisor, Identity, StopFlow};
 use crate::kafka;
 use crate::metrics::METRICS;
@@ -44,8 +46,13 @@ pub struct Node {
     stopping: bool,
     /// Who this node is among the nodes that share its flows.
     identity: Arc<Identity>,
-    /// Flows an operator paused: they stay paused across reloads and restarts until resumed.
+    /// Flows an operator paused, as this node last knew (the control topic says it for the whole
+    /// deployment; this is what a flow starts with while its target's control topic cannot be read).
     paused: std::collections::BTreeSet<FlowId>,
+    /// The deployment-wide pause of each flow, from the control topics (see `control`).
+    pauses: BTreeMap<FlowId, PauseRecord>,
+    /// One control-topic reader and writer per target cluster connection of the running flows.
+    controls: BTreeMap<String, ControlWatch>,
     /// Records copied per flow at the last figures refresh, for rates.
     copied: BTreeMap<String, (f64, Instant)>,
     _watch: Option<reload::DirWatch>,
@@ -81,6 +88,8 @@ impl Node {
             initial: Some(initial),
             stopping: false,
             paused: std::collections::BTreeSet::new(),
+            pauses: BTreeMap::new(),
+            controls: BTreeMap::new(),
             copied: BTreeMap::new(),
             identity: Arc::new(Identity {
                 node_id: default_node_id(),
@@ -105,7 +114,50 @@ impl Node {
         self
     }
 
-    fn start_flow(&mut self, plan: Arc<FlowPlan>) {
+    /// The control topic of `plan`'s target, read (started if this node has no reader for that
+    /// connection yet: it reads the recorded pauses first, so a restarted node starts a paused flow
+    /// paused).
+    fn control_for(&mut self, plan: &FlowPlan, ctx: &mut Context<Self>) -> &ControlWatch {
+        let key = control::connection_key(&plan.target);
+        if !self.controls.contains_key(&key) {
+            let (watch, initial) = ControlWatch::start(
+                &plan.target,
+                &self.identity.deployment,
+                plan.settings.replication_factor,
+                ctx.address().recipient(),
+            );
+            for (flow, record) in initial.unwrap_or_default() {
+                self.note_pause(&flow, Some(record));
+            }
+            self.controls.insert(key.clone(), watch);
+        }
+        &self.controls[&key]
+    }
+
+    /// Readers of clusters that no running flow targets any more are closed.
+    fn prune_controls(&mut self) {
+        let used: std::collections::BTreeSet<String> =
+            self.running.values().map(|r| control::connection_key(&r.plan.target)).collect();
+        self.controls.retain(|key, _| used.contains(key));
+    }
+
+    /// A pause record of `flow` (from the control topic, or written here): remember it, show it.
+    fn note_pause(&mut self, flow: &FlowId, record: Option<PauseRecord>) {
+        let paused = record.as_ref().is_some_and(|r| r.paused);
+        if paused {
+            self.paused.insert(flow.clone());
+        } else {
+            self.paused.remove(flow);
+        }
+        self.status.set_pause_record(&flow.to_string(), record.clone());
+        match record {
+            Some(r) => self.pauses.insert(flow.clone(), r),
+            None => self.pauses.remove(flow),
+        };
+    }
+
+    fn start_flow(&mut self, plan: Arc<FlowPlan>, ctx: &mut Context<Self>) {
+        self.control_for(&plan, ctx);
         let id = plan.id.clone();
         let generation = {
             let g = self.generations.entry(id.clone()).or_default();
@@ -312,7 +364,7 @@ impl Handler<Apply> for Node {
                     }
                     .into_actor(node)
                 })
-                .map(move |(failed, restart), node, _| {
+                .map(move |(failed, restart), node, ctx| {
                     for id in &removed {
                         // Its series go with it; a disabled flow stays listed as stopped.
                         METRICS.remove_flow(&id.to_string());
@@ -323,7 +375,7 @@ impl Handler<Apply> for Node {
                         }
                     }
                     for id in added.iter().chain(&restart) {
-                        node.start_flow(new_plans[id].clone());
+                        node.start_flow(new_plans[id].clone(), ctx);
                     }
                     o.started = added.iter().map(ToString::to_string).collect();
                     o.stopped = removed.iter().map(ToString::to_string).collect();
@@ -334,6 +386,7 @@ impl Handler<Apply> for Node {
                         let reasons: Vec<String> = failed.iter().map(|(id, e)| format!("{id}: {e}")).collect();
                         o.error = Some(reasons.join("; "));
                     }
+                    node.prune_controls();
                     node.report(&o);
                     o
                 }),
@@ -369,33 +422,90 @@ async fn preflight(plans: Vec<(FlowId, Arc<FlowPlan>)>) -> BTreeMap<FlowId, Stri
 
 /// Pause (stop fetching, keep positions) or resume a flow. `Err` names why not (unknown flow).
 #[derive(Message, Debug)]
-#[rtype(result = "Result<bool, String>")]
+#[rtype(result = "Result<PauseOutcome, String>")]
 pub struct Pause {
     pub flow: FlowId,
     pub paused: bool,
 }
 
-impl Handler<Pause> for Node {
-    /// `Ok(true)` once the flow's copier applied it, `Ok(false)` if it has not yet (see `SetPaused`).
-    type Result = ResponseFuture<Result<bool, String>>;
+/// What became of a pause or resume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PauseOutcome {
+    /// This node's copier applied it (see `SetPaused`).
+    pub applied: bool,
+    /// Recorded in the control topic for the whole deployment, or why not (then it holds on this node
+    /// only, until it restarts).
+    pub recorded: Result<(), String>,
+}
 
-    fn handle(&mut self, msg: Pause, _: &mut Context<Self>) -> Self::Result {
-        let Some(running) = self.running.get(&msg.flow) else {
+impl Handler<Pause> for Node {
+    type Result = ResponseFuture<Result<PauseOutcome, String>>;
+
+    /// Records the decision in the flow's target control topic (so that every node of the deployment
+    /// follows it, now and after restarts), then applies it here and answers once the copier did.
+    fn handle(&mut self, msg: Pause, ctx: &mut Context<Self>) -> Self::Result {
+        let Some(plan) = self.running.get(&msg.flow).map(|r| r.plan.clone()) else {
             let why = format!("no running flow {}", msg.flow);
             return Box::pin(async move { Err(why) });
         };
-        if msg.paused {
-            self.paused.insert(msg.flow.clone());
-        } else {
-            self.paused.remove(&msg.flow);
-        }
+        let record = PauseRecord::now(msg.paused, &self.identity.node_id);
+        let identity = self.identity.clone();
+        let written = self.control_for(&plan, ctx).write(&identity.deployment, &msg.flow, &record);
         tracing::info!(flow = %msg.flow, paused = msg.paused, "flow {} by an operator", if msg.paused { "pausing" } else { "resuming" });
-        let applied = running.addr.send(crate::flow::supervisor::SetPaused(msg.paused));
+        let me = ctx.address();
         Box::pin(async move {
-            let applied = applied.await.map_err(|e| format!("flow {} did not answer: {e}", msg.flow))?;
-            tracing::info!(flow = %msg.flow, paused = msg.paused, applied, "flow {} by an operator", if msg.paused { "paused" } else { "resumed" });
-            Ok(applied)
+            let recorded = written.await;
+            if let Err(e) = &recorded {
+                // Applied here all the same: during an incident a pause of this node beats none.
+                tracing::warn!(flow = %msg.flow, error = %e, "cannot record the pause for the deployment; applied on this node only");
+            }
+            let applied = me
+                .send(ApplyPause { flow: msg.flow.clone(), record: record.clone() })
+                .await
+                .map_err(|e| format!("node gone: {e}"))??;
+            tracing::info!(flow = %msg.flow, paused = msg.paused, applied, recorded = recorded.is_ok(), "flow {} by an operator", if msg.paused { "paused" } else { "resumed" });
+            Ok(PauseOutcome { applied, recorded })
         })
+    }
+}
+
+/// Apply a pause record to a flow on this node; answers once its copier did (`true`), or did not
+/// within the supervisor's bound (`false`).
+#[derive(Message)]
+#[rtype(result = "Result<bool, String>")]
+struct ApplyPause {
+    flow: FlowId,
+    record: PauseRecord,
+}
+
+impl Handler<ApplyPause> for Node {
+    type Result = ResponseFuture<Result<bool, String>>;
+
+    fn handle(&mut self, msg: ApplyPause, _: &mut Context<Self>) -> Self::Result {
+        self.note_pause(&msg.flow, Some(msg.record.clone()));
+        let Some(addr) = self.running.get(&msg.flow).map(|r| r.addr.clone()) else {
+            return Box::pin(async { Ok(true) }); // stopped meanwhile: it copies nothing
+        };
+        let applied = addr.send(SetPaused(msg.record.paused));
+        let flow = msg.flow;
+        Box::pin(async move { applied.await.map_err(|e| format!("flow {flow} did not answer: {e}")) })
+    }
+}
+
+/// A pause record read from the control topic: written by this node or another of the deployment.
+impl Handler<PauseSeen> for Node {
+    type Result = ();
+
+    fn handle(&mut self, msg: PauseSeen, _: &mut Context<Self>) {
+        let before = self.paused.contains(&msg.flow);
+        self.note_pause(&msg.flow, msg.record);
+        let after = self.paused.contains(&msg.flow);
+        if before != after
+            && let Some(r) = self.running.get(&msg.flow)
+        {
+            tracing::info!(flow = %msg.flow, paused = after, "flow {} for the deployment (control topic)", if after { "paused" } else { "resumed" });
+            r.addr.do_send(SetPaused(after));
+        }
     }
 }
 

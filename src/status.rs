@@ -117,8 +117,11 @@ pub struct FlowStatus {
     pub partition_problems: Vec<PartitionProblem>,
     pub topic_errors: BTreeMap<String, ItemError>,
     pub group_errors: BTreeMap<String, ItemError>,
-    /// Paused by an operator (`POST /flows/{id}/pause`): not fetching; survives reloads until resumed.
+    /// Paused by an operator (`POST /flows/{id}/pause`) and applied on this node: not fetching.
     pub paused: bool,
+    /// The last pause or resume recorded for the flow in its target's control topic, for every node of
+    /// the deployment: who took it (`by`, a node id) and when (`at`, seconds since the epoch).
+    pub pause: Option<crate::control::PauseRecord>,
     /// This node holds the flow's lease (runs topic sync, checkpoints, heartbeats).
     pub leading: bool,
     /// Source partitions this node copies (its share of the copier group).
@@ -158,6 +161,7 @@ impl FlowStatus {
             topic_errors: BTreeMap::new(),
             group_errors: BTreeMap::new(),
             paused: false,
+            pause: None,
             leading: false,
             partitions: 0,
             lag_records: None,
@@ -221,11 +225,17 @@ impl StatusBoard {
         let mut status = FlowStatus::new(flow);
         status.generation = generation;
         status.paused = board.get(flow).is_some_and(|f| f.paused);
+        status.pause = board.get(flow).and_then(|f| f.pause.clone());
         board.insert(flow.to_string(), status);
     }
 
     pub fn set_paused(&self, flow: &str, paused: bool) {
         self.with_flow(flow, |f| f.paused = paused);
+    }
+
+    /// The deployment-wide pause record of `flow` (who paused or resumed it, and when).
+    pub fn set_pause_record(&self, flow: &str, record: Option<crate::control::PauseRecord>) {
+        self.with_flow(flow, |f| f.pause = record);
     }
 
     /// The flow's figures from its metrics (only for flows on the board).

@@ -310,3 +310,88 @@ fn a_partition_given_back_while_it_drains_is_copied_again() {
     println!("{} records arrived, {} duplicates", expected.len(), duplicates(&counts));
     assert!(node.terminate(Duration::from_secs(30)).success());
 }
+
+fn flow_status(ferry: &Ferry) -> serde_json::Value {
+    observe::health(ferry.listen_addr())["flows"][FLOW].clone()
+}
+
+/// Nothing reaches `remote` for an observation window (a negative check needs one): 3 s is 30 polls.
+fn assert_still(west: &Cluster, remote: &str, expected: i64, what: &str) {
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_secs(3) {
+        assert_eq!(total(&west.bootstrap, remote), expected, "{what}");
+        std::thread::sleep(Duration::from_millis(100)); // the observation window, not synchronisation
+    }
+}
+
+/// A pause taken on one node holds on every node of the deployment (the other node's share too, and
+/// whichever node a rebalance gives the partitions to), survives restarts of every node, shows who took
+/// it on each node, and a resume on another node brings everything across once.
+#[test]
+fn a_pause_on_one_node_holds_on_every_node_and_across_restarts() {
+    let (east, west) = shared_pair();
+    let topic = unique("deploy-pause");
+    let remote = format!("east.{topic}");
+    create_topic(&east.bootstrap, &topic, 4, &[]);
+    produce(&east.bootstrap, &topic, &records("a", 0..1_000, 4));
+    let dir = dir_for("east", "west", east, west, &flow("east", "west", &[&topic], "refresh_topics_interval_seconds = 2\n"));
+    let deployment = unique("pause-deploy");
+    let mut nodes: BTreeMap<&str, Ferry> =
+        ["n1", "n2"].into_iter().map(|n| (n, start_node(dir.path(), n, &deployment))).collect();
+    wait_for(ARRIVAL, "the first 1,000 records, both nodes copying", || {
+        nodes.values_mut().for_each(assert_alive);
+        total(&west.bootstrap, &remote) == 1_000 && nodes.values().all(|f| assigned(f, FLOW) > 0)
+    });
+
+    let (code, body) = support::http_post(nodes["n1"].listen_addr(), "/flows/east-%3Ewest/pause");
+    assert_eq!(code, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("JSON answer");
+    assert_eq!((answer["applied"].clone(), answer["recorded"].clone()), (true.into(), true.into()), "{body}");
+    wait_for(Duration::from_secs(10), "both nodes paused, saying who paused", || {
+        nodes.values().all(|f| {
+            let s = flow_status(f);
+            s["state"] == "paused" && s["pause"]["by"] == "n1" && s["pause"]["paused"] == true
+        })
+    });
+    produce(&east.bootstrap, &topic, &records("b", 0..500, 4));
+    assert_still(west, &remote, 1_000, "no node copies while the deployment is paused");
+
+    // Every node restarts (one after the other, then both at once): the pause stands.
+    for n in ["n2", "n1"] {
+        let mut f = nodes.remove(n).expect("node");
+        assert!(f.terminate(Duration::from_secs(30)).success());
+        nodes.insert(n, start_node(dir.path(), n, &deployment));
+        wait_for(Duration::from_secs(30), "the restarted node paused", || flow_status(&nodes[n])["state"] == "paused");
+        assert_still(west, &remote, 1_000, "still paused after a node restarted");
+    }
+    let names: Vec<&str> = nodes.keys().copied().collect();
+    for n in &names {
+        let mut f = nodes.remove(n).expect("node");
+        assert!(f.terminate(Duration::from_secs(30)).success());
+    }
+    for n in &names {
+        nodes.insert(n, start_node(dir.path(), n, &deployment));
+    }
+    wait_for(Duration::from_secs(30), "both restarted nodes paused", || {
+        nodes.values().all(|f| flow_status(f)["state"] == "paused")
+    });
+    assert_still(west, &remote, 1_000, "still paused after the whole deployment restarted");
+
+    // A resume on the other node: everything arrives, once.
+    let (code, body) = support::http_post(nodes["n2"].listen_addr(), "/flows/east-%3Ewest/resume");
+    assert_eq!(code, 200, "{body}");
+    let mut expected = values("a", 0..1_000);
+    expected.extend(values("b", 0..500));
+    let n1 = nodes.get_mut("n1").expect("n1");
+    let counts = wait_all_arrived(n1, &west.bootstrap, &remote, &expected);
+    assert_eq!(duplicates(&counts), 0, "pausing and resuming the deployment copies nothing twice");
+    wait_for(Duration::from_secs(10), "both nodes running, resumed by n2", || {
+        nodes.values().all(|f| {
+            let s = flow_status(f);
+            s["state"] == "running" && s["pause"]["by"] == "n2" && s["pause"]["paused"] == false
+        })
+    });
+    for f in nodes.values_mut() {
+        assert!(f.terminate(Duration::from_secs(30)).success());
+    }
+}

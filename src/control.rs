@@ -1,0 +1,274 @@
+//! The deployment's control records: operator decisions that every node of a deployment must follow
+//! and that must outlive any one node, kept in Kafka like everything else ferry remembers.
+//!
+//! Today that is the pause of a flow. `POST /flows/{id}/pause` on any node writes a record to the
+//! compacted topic [`CONTROL_TOPIC`] on the flow's target cluster (where every node of the flow already
+//! connects), keyed `pause|<deployment>|<flow>`, with who paused it and when; every node of the
+//! deployment tails that topic ([`ControlWatch`], one per target cluster connection of the node) and
+//! pauses or resumes its share of the flow, and a node that starts reads the topic before it starts its
+//! flows, so a pause survives restarts of every node. The newest record of a key wins (topic order), so
+//! nodes that see the same log agree.
+//!
+//! What this does not do: it does not wait for the other nodes to apply a pause (each applies it
+//! within a poll, about a second; `/flows` on each node shows whether it did).
+
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use actix::{Message, Recipient};
+use rdkafka::consumer::Consumer;
+use rdkafka::message::Message as _;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ClusterSpec, FlowId};
+use crate::kafka::{self, TopicSpec};
+
+/// The control topic on each target cluster: one partition (its order is the order of decisions),
+/// compacted (only the newest decision per key matters).
+pub const CONTROL_TOPIC: &str = "ferry.control.internal";
+/// How long a node waits at a flow's start for the control topic to be read (the target away: the flow
+/// starts with the pause this node last knew, and follows the topic once it answers).
+const INITIAL_READ: Duration = Duration::from_secs(5);
+/// How long a poll of the tail waits.
+const POLL: Duration = Duration::from_millis(200);
+/// Retry setting up the tail (topic, consumer) this often while the cluster refuses or is away.
+const RETRY: Duration = Duration::from_secs(5);
+
+/// An operator's pause or resume of a flow, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PauseRecord {
+    pub paused: bool,
+    /// The node that took the request.
+    pub by: String,
+    /// Seconds since the epoch.
+    pub at: u64,
+}
+
+impl PauseRecord {
+    pub fn now(paused: bool, by: &str) -> Self {
+        let at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        Self { paused, by: by.to_string(), at }
+    }
+}
+
+pub fn pause_key(deployment: &str, flow: &FlowId) -> String {
+    format!("pause|{deployment}|{flow}")
+}
+
+/// The flow a pause key names, if the key is a pause of `deployment`.
+fn parse_pause_key(deployment: &str, key: &str) -> Option<FlowId> {
+    let rest = key.strip_prefix("pause|")?.strip_prefix(deployment)?.strip_prefix('|')?;
+    rest.parse().ok()
+}
+
+/// A flow's pause record changed (`None`: deleted), as read from the control topic.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct PauseSeen {
+    pub flow: FlowId,
+    pub record: Option<PauseRecord>,
+}
+
+/// Which connection a cluster definition is: the same bootstrap and client properties share one
+/// [`ControlWatch`].
+pub fn connection_key(cluster: &ClusterSpec) -> String {
+    let props: Vec<String> = cluster.client.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{}|{}", cluster.bootstrap_servers, props.join(","))
+}
+
+/// Tails the control topic of one target cluster for one deployment, and writes its records.
+/// Stops its thread when dropped.
+pub struct ControlWatch {
+    cluster: ClusterSpec,
+    producer: Option<FutureProducer>,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ControlWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlWatch").field("cluster", &self.cluster.alias).finish()
+    }
+}
+
+impl ControlWatch {
+    /// Starts tailing `cluster`'s control topic; returns with the pauses recorded so far (waiting at
+    /// most [`INITIAL_READ`]: `None` when the topic could not be read by then). Changes after that
+    /// go to `seen`.
+    pub fn start(
+        cluster: &ClusterSpec,
+        deployment: &str,
+        replication_factor: Option<i32>,
+        seen: Recipient<PauseSeen>,
+    ) -> (Self, Option<BTreeMap<FlowId, PauseRecord>>) {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let (initial_tx, initial_rx) = mpsc::channel();
+        let (c, d) = (cluster.clone(), deployment.to_string());
+        let thread = std::thread::Builder::new()
+            .name(format!("control {}", cluster.alias))
+            .spawn(move || tail(&c, &d, replication_factor, &seen, &stopped, initial_tx))
+            .map_err(|e| tracing::error!(cluster = %cluster.alias, error = %e, "cannot start the control topic's reader"))
+            .ok();
+        let mut cfg = kafka::client_config(cluster, &"node", "control-producer");
+        cfg.set("acks", "all").set("enable.idempotence", "true").set("linger.ms", "0");
+        let producer = cfg
+            .create::<FutureProducer>()
+            .map_err(|e| tracing::error!(cluster = %cluster.alias, error = %e, "cannot create the control topic's producer"))
+            .ok();
+        let initial = initial_rx.recv_timeout(INITIAL_READ).ok();
+        if initial.is_none() {
+            tracing::warn!(cluster = %cluster.alias, topic = CONTROL_TOPIC, "the control topic could not be read yet: flows start with the pauses this node knows, and follow the topic once it answers");
+        }
+        (Self { cluster: cluster.clone(), producer, stop: Some(stop), thread }, initial)
+    }
+
+    /// Records a pause or resume of `flow`; done when the cluster acknowledged it.
+    pub fn write(
+        &self,
+        deployment: &str,
+        flow: &FlowId,
+        record: &PauseRecord,
+    ) -> impl std::future::Future<Output = Result<(), String>> + 'static + use<> {
+        let producer = self.producer.clone();
+        let alias = self.cluster.alias.clone();
+        let key = pause_key(deployment, flow);
+        let value = serde_json::to_vec(record).unwrap_or_default();
+        async move {
+            let producer = producer.ok_or_else(|| format!("no producer for `{alias}`"))?;
+            producer
+                .send(FutureRecord::to(CONTROL_TOPIC).partition(0).key(&key).payload(&value), Duration::from_secs(10))
+                .await
+                .map(|_| ())
+                .map_err(|(e, _)| format!("record it in {CONTROL_TOPIC} on `{alias}`: {e}"))
+        }
+    }
+}
+
+impl Drop for ControlWatch {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The reader's thread: set up (retrying), read to the end once (the initial state), then follow.
+fn tail(
+    cluster: &ClusterSpec,
+    deployment: &str,
+    replication_factor: Option<i32>,
+    seen: &Recipient<PauseSeen>,
+    stopped: &mpsc::Receiver<()>,
+    initial: mpsc::Sender<BTreeMap<FlowId, PauseRecord>>,
+) {
+    let stopping = || !matches!(stopped.try_recv(), Err(mpsc::TryRecvError::Empty));
+    let mut last_error: Option<Instant> = None;
+    let consumer = loop {
+        let set_up = kafka::ensure_topic(cluster, &"node", &TopicSpec::compacted(CONTROL_TOPIC, 1, replication_factor))
+            .and_then(|_| kafka::assign_only_consumer(cluster, &"node", "control-reader"))
+            .map_err(|e| e.to_string())
+            .and_then(|c| {
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition_offset(CONTROL_TOPIC, 0, Offset::Beginning).map_err(|e| e.to_string())?;
+                c.assign(&tpl).map_err(|e| e.to_string())?;
+                Ok(c)
+            });
+        match set_up {
+            Ok(c) => break c,
+            Err(e) => {
+                if last_error.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+                    tracing::warn!(cluster = %cluster.alias, topic = CONTROL_TOPIC, error = %e, "cannot read the control topic yet; retrying");
+                    last_error = Some(Instant::now());
+                }
+                if !matches!(stopped.recv_timeout(RETRY), Err(mpsc::RecvTimeoutError::Timeout)) {
+                    return;
+                }
+            }
+        }
+    };
+    // The initial state: everything up to the end as of now, then handed over at once.
+    let mut state = BTreeMap::new();
+    let mut initial = Some(initial);
+    let mut end = None;
+    loop {
+        if stopping() {
+            return;
+        }
+        if initial.is_some() && end.is_none() {
+            end = consumer.fetch_watermarks(CONTROL_TOPIC, 0, kafka::ADMIN_TIMEOUT).ok().map(|(_, high)| high);
+        }
+        if let Some(msg) = consumer.poll(POLL) {
+            match msg {
+                Ok(m) => {
+                    let key = m.key().and_then(|k| std::str::from_utf8(k).ok());
+                    if let Some(flow) = key.and_then(|k| parse_pause_key(deployment, k)) {
+                        let record = m.payload().and_then(|v| match serde_json::from_slice::<PauseRecord>(v) {
+                            Ok(r) => Some(r),
+                            Err(e) => {
+                                tracing::warn!(cluster = %cluster.alias, topic = CONTROL_TOPIC, offset = m.offset(), error = %e, "ignoring an undecodable control record");
+                                None
+                            }
+                        });
+                        if initial.is_some() {
+                            match &record {
+                                Some(r) => state.insert(flow.clone(), r.clone()),
+                                None => state.remove(&flow),
+                            };
+                        } else {
+                            seen.do_send(PauseSeen { flow, record });
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!(cluster = %cluster.alias, error = %e, "control topic read error"),
+            }
+        }
+        if initial.is_some()
+            && let Some(end) = end
+        {
+            let position = consumer
+                .position()
+                .ok()
+                .and_then(|p| p.find_partition(CONTROL_TOPIC, 0).map(|e| e.offset()))
+                .and_then(|o| if let Offset::Offset(o) = o { Some(o) } else { None })
+                .unwrap_or(0);
+            if position >= end
+                && let Some(tx) = initial.take()
+            {
+                // The node may have given up waiting: then the state goes the usual way.
+                if let Err(mpsc::SendError(state)) = tx.send(std::mem::take(&mut state)) {
+                    for (flow, record) in state {
+                        seen.do_send(PauseSeen { flow, record: Some(record) });
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pause_keys_name_their_deployment_and_flow() {
+        let flow: FlowId = "east->west".parse().expect("flow id");
+        let key = pause_key("prod", &flow);
+        assert_eq!(key, "pause|prod|east->west");
+        assert_eq!(parse_pause_key("prod", &key), Some(flow));
+        assert_eq!(parse_pause_key("staging", &key), None, "another deployment's pause");
+        assert_eq!(parse_pause_key("pro", &key), None);
+        assert_eq!(parse_pause_key("prod", "pause|prod|nonsense"), None);
+    }
+
+    #[test]
+    fn a_record_reads_as_json_for_operators() {
+        let r = PauseRecord { paused: true, by: "n1".into(), at: 1_764_000_000 };
+        let text = serde_json::to_string(&r).expect("json");
+        assert_eq!(text, r#"{"paused":true,"by":"n1","at":1764000000}"#);
+        assert_eq!(serde_json::from_str::<PauseRecord>(&text).expect("back"), r);
+    }
+}
