@@ -5,8 +5,9 @@
 //! compacted topic [`CONTROL_TOPIC`] on the flow's target cluster (where every node of the flow already
 //! connects), keyed `pause|<deployment>|<flow>`, with who paused it and when; every node of the
 //! deployment tails that topic ([`ControlWatch`], one per target cluster connection of the node) and
-//! pauses or resumes its share of the flow, and a node that starts reads the topic before it starts its
-//! flows, so a pause survives restarts of every node. The newest record of a key wins (topic order), so
+//! pauses or resumes its share of the flow. A flow that starts before its target's control topic was
+//! read holds its copier until it is (at most 10 s, so a missing right or an away cluster does not stop
+//! it for good), so a pause survives restarts of every node. The newest record of a key wins (topic order), so
 //! nodes that see the same log agree.
 //!
 //! What this does not do: it does not wait for the other nodes to apply a pause (each applies it
@@ -29,9 +30,6 @@ use crate::kafka::{self, TopicSpec};
 /// The control topic on each target cluster: one partition (its order is the order of decisions),
 /// compacted (only the newest decision per key matters).
 pub const CONTROL_TOPIC: &str = "ferry.control.internal";
-/// How long a node waits at a flow's start for the control topic to be read (the target away: the flow
-/// starts with the pause this node last knew, and follows the topic once it answers).
-const INITIAL_READ: Duration = Duration::from_secs(5);
 /// How long a poll of the tail waits.
 const POLL: Duration = Duration::from_millis(200);
 /// Retry setting up the tail (topic, consumer) this often while the cluster refuses or is away.
@@ -62,6 +60,15 @@ pub fn pause_key(deployment: &str, flow: &FlowId) -> String {
 fn parse_pause_key(deployment: &str, key: &str) -> Option<FlowId> {
     let rest = key.strip_prefix("pause|")?.strip_prefix(deployment)?.strip_prefix('|')?;
     rest.parse().ok()
+}
+
+/// The control topic of a connection was read to its end: every pause recorded there.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct PausesRead {
+    /// The connection ([`connection_key`]).
+    pub connection: String,
+    pub records: BTreeMap<FlowId, PauseRecord>,
 }
 
 /// A flow's pause record changed (`None`: deleted), as read from the control topic.
@@ -95,34 +102,33 @@ impl std::fmt::Debug for ControlWatch {
 }
 
 impl ControlWatch {
-    /// Starts tailing `cluster`'s control topic; returns with the pauses recorded so far (waiting at
-    /// most [`INITIAL_READ`]: `None` when the topic could not be read by then). Changes after that
-    /// go to `seen`.
+    /// Starts tailing `cluster`'s control topic: `read` gets every pause recorded so far once the topic
+    /// was read to its end, `seen` every change after that.
     pub fn start(
         cluster: &ClusterSpec,
         deployment: &str,
         replication_factor: Option<i32>,
+        read: Recipient<PausesRead>,
         seen: Recipient<PauseSeen>,
-    ) -> (Self, Option<BTreeMap<FlowId, PauseRecord>>) {
+    ) -> Self {
         let (stop, stopped) = mpsc::channel::<()>();
-        let (initial_tx, initial_rx) = mpsc::channel();
         let (c, d) = (cluster.clone(), deployment.to_string());
         let thread = std::thread::Builder::new()
             .name(format!("control {}", cluster.alias))
-            .spawn(move || tail(&c, &d, replication_factor, &seen, &stopped, initial_tx))
-            .map_err(|e| tracing::error!(cluster = %cluster.alias, error = %e, "cannot start the control topic's reader"))
+            .spawn(move || tail(&c, &d, replication_factor, &read, &seen, &stopped))
+            .map_err(
+                |e| tracing::error!(cluster = %cluster.alias, error = %e, "cannot start the control topic's reader"),
+            )
             .ok();
         let mut cfg = kafka::client_config(cluster, &"node", "control-producer");
         cfg.set("acks", "all").set("enable.idempotence", "true").set("linger.ms", "0");
         let producer = cfg
             .create::<FutureProducer>()
-            .map_err(|e| tracing::error!(cluster = %cluster.alias, error = %e, "cannot create the control topic's producer"))
+            .map_err(
+                |e| tracing::error!(cluster = %cluster.alias, error = %e, "cannot create the control topic's producer"),
+            )
             .ok();
-        let initial = initial_rx.recv_timeout(INITIAL_READ).ok();
-        if initial.is_none() {
-            tracing::warn!(cluster = %cluster.alias, topic = CONTROL_TOPIC, "the control topic could not be read yet: flows start with the pauses this node knows, and follow the topic once it answers");
-        }
-        (Self { cluster: cluster.clone(), producer, stop: Some(stop), thread }, initial)
+        Self { cluster: cluster.clone(), producer, stop: Some(stop), thread }
     }
 
     /// Records a pause or resume of `flow`; done when the cluster acknowledged it.
@@ -161,9 +167,9 @@ fn tail(
     cluster: &ClusterSpec,
     deployment: &str,
     replication_factor: Option<i32>,
+    read: &Recipient<PausesRead>,
     seen: &Recipient<PauseSeen>,
     stopped: &mpsc::Receiver<()>,
-    initial: mpsc::Sender<BTreeMap<FlowId, PauseRecord>>,
 ) {
     let stopping = || !matches!(stopped.try_recv(), Err(mpsc::TryRecvError::Empty));
     let mut last_error: Option<Instant> = None;
@@ -192,7 +198,7 @@ fn tail(
     };
     // The initial state: everything up to the end as of now, then handed over at once.
     let mut state = BTreeMap::new();
-    let mut initial = Some(initial);
+    let mut initial = Some(read);
     let mut end = None;
     loop {
         if stopping() {
@@ -236,14 +242,10 @@ fn tail(
                 .and_then(|o| if let Offset::Offset(o) = o { Some(o) } else { None })
                 .unwrap_or(0);
             if position >= end
-                && let Some(tx) = initial.take()
+                && let Some(read) = initial.take()
             {
-                // The node may have given up waiting: then the state goes the usual way.
-                if let Err(mpsc::SendError(state)) = tx.send(std::mem::take(&mut state)) {
-                    for (flow, record) in state {
-                        seen.do_send(PauseSeen { flow, record: Some(record) });
-                    }
-                }
+                let records = std::mem::take(&mut state);
+                read.do_send(PausesRead { connection: connection_key(cluster), records });
             }
         }
     }

@@ -1030,7 +1030,7 @@ mod tests {
             secret_files: Vec::new(),
             file: "clusters.toml".into(),
         };
-        let flow = |s: &str, t: &str| FlowId { source: s.into(), target: t.into() };
+        let flow = |s: &str, t: &str| crate::config::FlowId { source: s.into(), target: t.into() };
         let a = admin_client(&spec("share-a", &[]), &flow("share-a", "x")).expect("admin");
         let b = admin_client(&spec("share-a", &[]), &flow("y", "share-a")).expect("admin");
         assert!(Arc::ptr_eq(&a, &b), "two flows of the same cluster share its admin client");

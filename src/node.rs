@@ -15,7 +15,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use crate::config::{self, FlowId, FlowPlan, FlowSet};
-use crate::control::{self, ControlWatch, PauseRecord, PauseSeen};
+use crate::control::{self, ControlWatch, PauseRecord, PauseSeen, PausesRead};
 use crate::flow::supervisor::SetPaused;
 use crate::flow::{FlowSupervisor, Identity, StopFlow};
 use crate::kafka;
@@ -51,8 +51,9 @@ pub struct Node {
     paused: std::collections::BTreeSet<FlowId>,
     /// The deployment-wide pause of each flow, from the control topics (see `control`).
     pauses: BTreeMap<FlowId, PauseRecord>,
-    /// One control-topic reader and writer per target cluster connection of the running flows.
-    controls: BTreeMap<String, ControlWatch>,
+    /// One control-topic reader and writer per target cluster connection of the running flows, and
+    /// whether it has read the topic to its end yet.
+    controls: BTreeMap<String, (ControlWatch, bool)>,
     /// Records copied per flow at the last figures refresh, for rates.
     copied: BTreeMap<String, (f64, Instant)>,
     _watch: Option<reload::DirWatch>,
@@ -114,24 +115,21 @@ impl Node {
         self
     }
 
-    /// The control topic of `plan`'s target, read (started if this node has no reader for that
-    /// connection yet: it reads the recorded pauses first, so a restarted node starts a paused flow
-    /// paused).
-    fn control_for(&mut self, plan: &FlowPlan, ctx: &mut Context<Self>) -> &ControlWatch {
+    /// The control topic of `plan`'s target (its reader started if this node has none for that
+    /// connection yet), and whether it has been read to its end.
+    fn control_for(&mut self, plan: &FlowPlan, ctx: &mut Context<Self>) -> (&ControlWatch, bool) {
         let key = control::connection_key(&plan.target);
-        if !self.controls.contains_key(&key) {
-            let (watch, initial) = ControlWatch::start(
+        let (watch, read) = self.controls.entry(key).or_insert_with(|| {
+            let watch = ControlWatch::start(
                 &plan.target,
                 &self.identity.deployment,
                 plan.settings.replication_factor,
                 ctx.address().recipient(),
+                ctx.address().recipient(),
             );
-            for (flow, record) in initial.unwrap_or_default() {
-                self.note_pause(&flow, Some(record));
-            }
-            self.controls.insert(key.clone(), watch);
-        }
-        &self.controls[&key]
+            (watch, false)
+        });
+        (watch, *read)
     }
 
     /// Readers of clusters that no running flow targets any more are closed.
@@ -157,7 +155,7 @@ impl Node {
     }
 
     fn start_flow(&mut self, plan: Arc<FlowPlan>, ctx: &mut Context<Self>) {
-        self.control_for(&plan, ctx);
+        let (_, pause_known) = self.control_for(&plan, ctx);
         let id = plan.id.clone();
         let generation = {
             let g = self.generations.entry(id.clone()).or_default();
@@ -165,8 +163,15 @@ impl Node {
             *g
         };
         let paused = self.paused.contains(&id);
-        let addr =
-            FlowSupervisor::new(plan.clone(), self.status.clone(), generation, self.identity.clone(), paused).start();
+        let addr = FlowSupervisor::new(
+            plan.clone(),
+            self.status.clone(),
+            generation,
+            self.identity.clone(),
+            paused,
+            pause_known,
+        )
+        .start();
         self.running.insert(id, Running { plan, addr });
     }
 
@@ -450,7 +455,7 @@ impl Handler<Pause> for Node {
         };
         let record = PauseRecord::now(msg.paused, &self.identity.node_id);
         let identity = self.identity.clone();
-        let written = self.control_for(&plan, ctx).write(&identity.deployment, &msg.flow, &record);
+        let written = self.control_for(&plan, ctx).0.write(&identity.deployment, &msg.flow, &record);
         tracing::info!(flow = %msg.flow, paused = msg.paused, "flow {} by an operator", if msg.paused { "pausing" } else { "resuming" });
         let me = ctx.address();
         Box::pin(async move {
@@ -489,6 +494,35 @@ impl Handler<ApplyPause> for Node {
         let applied = addr.send(SetPaused(msg.record.paused));
         let flow = msg.flow;
         Box::pin(async move { applied.await.map_err(|e| format!("flow {flow} did not answer: {e}")) })
+    }
+}
+
+/// A control topic was read to its end: every flow that targets it learns its recorded pause (and its
+/// copier stops holding for it).
+impl Handler<PausesRead> for Node {
+    type Result = ();
+
+    fn handle(&mut self, msg: PausesRead, _: &mut Context<Self>) {
+        let Some((_, read)) = self.controls.get_mut(&msg.connection) else { return };
+        *read = true;
+        let flows: Vec<FlowId> = self
+            .running
+            .iter()
+            .filter(|(_, r)| control::connection_key(&r.plan.target) == msg.connection)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for (flow, record) in &msg.records {
+            self.note_pause(flow, Some(record.clone()));
+        }
+        for flow in flows {
+            let paused = self.paused.contains(&flow);
+            if paused {
+                tracing::info!(flow = %flow, "flow paused for the deployment (recorded in the control topic)");
+            }
+            if let Some(r) = self.running.get(&flow) {
+                r.addr.do_send(SetPaused(paused));
+            }
+        }
     }
 }
 

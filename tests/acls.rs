@@ -162,7 +162,12 @@ fn refused_topics_are_reported_per_topic_and_copied_once_granted() {
             );
             dst.allow_all(
                 "alice",
-                &[("topic", "heartbeats"), ("topic", "mm2-offsets.east.internal"), ("topic", "ferry.leases.internal")],
+                &[
+                    ("topic", "heartbeats"),
+                    ("topic", "mm2-offsets.east.internal"),
+                    ("topic", "ferry.leases.internal"),
+                    ("topic", "ferry.control.internal"),
+                ],
                 "literal",
                 &["All"],
             );
@@ -284,6 +289,7 @@ fn missing_rights_on_groups_and_internal_topics_are_named_and_recovered() {
                     ("topic", "heartbeats"),
                     ("topic", "mm2-offsets.south.internal"),
                     ("topic", "ferry.leases.internal"),
+                    ("topic", "ferry.control.internal"),
                 ],
                 "literal",
                 &["All"],

@@ -334,7 +334,8 @@ fn a_pause_on_one_node_holds_on_every_node_and_across_restarts() {
     let remote = format!("east.{topic}");
     create_topic(&east.bootstrap, &topic, 4, &[]);
     produce(&east.bootstrap, &topic, &records("a", 0..1_000, 4));
-    let dir = dir_for("east", "west", east, west, &flow("east", "west", &[&topic], "refresh_topics_interval_seconds = 2\n"));
+    let dir =
+        dir_for("east", "west", east, west, &flow("east", "west", &[&topic], "refresh_topics_interval_seconds = 2\n"));
     let deployment = unique("pause-deploy");
     let mut nodes: BTreeMap<&str, Ferry> =
         ["n1", "n2"].into_iter().map(|n| (n, start_node(dir.path(), n, &deployment))).collect();

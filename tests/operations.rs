@@ -217,6 +217,7 @@ fn flows_show_members_and_leader_and_every_series_exists_from_the_start_with_jso
     }
     for name in [
         "ferry_progress_commits_total",
+        "ferry_unclean_handovers_total",
         "ferry_topics_created_total",
         "ferry_checkpoints_total",
         "ferry_heartbeats_total",

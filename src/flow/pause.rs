@@ -16,17 +16,25 @@ use tokio::sync::oneshot;
 pub struct PauseSwitch {
     /// The state the operator asked for.
     wanted: AtomicBool,
+    /// Whether `wanted` is known: false while the deployment's recorded pause (the control topic) has
+    /// not been read yet; the copier holds meanwhile, for a bounded time.
+    known: AtomicBool,
     /// Askers waiting for the copier to apply the state they asked for.
     waiters: Mutex<Vec<(bool, oneshot::Sender<()>)>>,
 }
 
 impl PauseSwitch {
-    pub fn new(paused: bool) -> Self {
-        Self { wanted: AtomicBool::new(paused), waiters: Mutex::default() }
+    /// `known`: whether `paused` is the deployment's recorded state (see [`PauseSwitch::known`]).
+    pub fn new(paused: bool, known: bool) -> Self {
+        Self { wanted: AtomicBool::new(paused), known: AtomicBool::new(known), waiters: Mutex::default() }
     }
 
     pub fn wanted(&self) -> bool {
         self.wanted.load(Ordering::Acquire)
+    }
+
+    pub fn known(&self) -> bool {
+        self.known.load(Ordering::Acquire)
     }
 
     /// Ask for `paused`; the receiver resolves once the copier has applied it (or the state was asked
@@ -35,6 +43,7 @@ impl PauseSwitch {
         let (tx, rx) = oneshot::channel();
         let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
         self.wanted.store(paused, Ordering::Release);
+        self.known.store(true, Ordering::Release);
         waiters.push((paused, tx));
         rx
     }
@@ -63,9 +72,10 @@ mod tests {
 
     #[test]
     fn an_ask_is_answered_only_once_the_copier_applied_it() {
-        let switch = PauseSwitch::new(false);
+        let switch = PauseSwitch::new(false, false);
+        assert!(!switch.known());
         let mut pause = switch.set(true);
-        assert!(switch.wanted());
+        assert!(switch.wanted() && switch.known());
         switch.settle(false);
         assert!(pause.try_recv().is_err(), "a resumed copier does not answer a pause");
         switch.settle(true);
@@ -75,7 +85,7 @@ mod tests {
 
     #[test]
     fn a_later_ask_answers_an_overtaken_one_when_it_is_applied() {
-        let switch = PauseSwitch::new(false);
+        let switch = PauseSwitch::new(false, true);
         let mut pause = switch.set(true);
         let mut resume = switch.set(false);
         switch.settle(true);

@@ -201,6 +201,7 @@ impl FlowSupervisor {
         generation: u64,
         identity: Arc<Identity>,
         paused: bool,
+        pause_known: bool,
     ) -> Self {
         let syncs = Arc::new(SyncQueue::new(&plan.id.to_string()));
         let history = plan.settings.offset_sync_history_per_partition;
@@ -209,7 +210,7 @@ impl FlowSupervisor {
             status,
             generation,
             identity,
-            paused: Arc::new(PauseSwitch::new(paused)),
+            paused: Arc::new(PauseSwitch::new(paused, pause_known)),
             acks: Arc::new(AckTable::default()),
             ready: None,
             syncs,

@@ -175,6 +175,10 @@ impl rdkafka::consumer::ConsumerContext for CopierContext {
     }
 }
 
+/// How long a new copier holds while the deployment's recorded pause is not known yet (its control
+/// topic cannot be read: then it copies, and follows the topic once it answers).
+const PAUSE_UNKNOWN_HOLD: Duration = Duration::from_secs(10);
+
 /// How long a pause waits for the records in flight when it was applied before it is confirmed anyway.
 const PAUSE_SETTLE_MAX: Duration = Duration::from_secs(10);
 
@@ -212,6 +216,8 @@ struct CopyLoop {
     /// Since when the consumer has been held for an operator's pause (for the bound on waiting for
     /// in-flight records before the pause is confirmed).
     held_since: Option<Instant>,
+    /// When this copy loop was created (for [`PAUSE_UNKNOWN_HOLD`]).
+    created: Instant,
     producer: Option<ThreadedProducer<DeliveryContext>>,
     /// The producer's current `message.max.bytes`.
     producer_limit: i64,
@@ -270,6 +276,7 @@ impl CopyLoop {
             held: false,
             operator_paused: Arc::default(),
             held_since: None,
+            created: Instant::now(),
             producer: Some(producer),
             producer_limit: MIN_MESSAGE_BYTES,
             progress,
@@ -336,7 +343,10 @@ impl CopyLoop {
             // The offset-sync emitter is behind (its cluster may be away): stop copying rather than drop
             // syncs; the queue drains when it comes back. Same when an operator paused the flow. The
             // consumer is polled on regardless: it serves the copier group (rebalances, liveness).
-            let hold = self.shared.syncs.is_backlogged() || self.operator_paused.wanted();
+            // Until the deployment's recorded pause is known (its control topic is being read, at most
+            // PAUSE_UNKNOWN_HOLD), nothing is copied: a paused flow must not copy while it restarts.
+            let unknown = !self.operator_paused.known() && self.created.elapsed() < PAUSE_UNKNOWN_HOLD;
+            let hold = self.shared.syncs.is_backlogged() || self.operator_paused.wanted() || unknown;
             if hold != self.held {
                 let tpl = self.book.copying_partitions();
                 let paused = if hold { self.consumer.pause(&tpl) } else { self.consumer.resume(&tpl) };
