@@ -356,3 +356,69 @@ fn translate_prints_and_applies_offsets_but_refuses_active_groups() {
     });
     assert_eq!(group_offsets(&west.bootstrap, "cp-cli-g", &[("east.cp-cli", 0)])[0], Some(expected));
 }
+
+/// A sync record as ferry's emitter writes it: MM2's key and value, with ferry's mark.
+fn marked_sync(topic: &str, upstream: i64, downstream: i64, mark: SyncMark) -> Rec {
+    let sync =
+        OffsetSync { topic: topic.to_string(), partition: 0, upstream_offset: upstream, downstream_offset: downstream };
+    let (key, value) = sync.encode().expect("encode sync");
+    Rec::new(0, &value, -1).key(&key).header(SYNC_MARK_HEADER, Some(&mark.encode()))
+}
+
+/// The offset-syncs topic as the brokers hold it after the awkward cases of a real emitter: a batch
+/// republished after a partial flush (a, b, c, then b, c again), a quiet sync landing after a newer one,
+/// and late syncs of an owner that was replaced (a lower ownership epoch, for records that landed after
+/// the new owner's). ferry reads them from the real topic and keeps the history: a group inside a proven
+/// run is translated exactly, before and after the late records. (The source topic is empty, so ferry
+/// writes no syncs of its own for it; the group's committed offsets only have to be translated.)
+#[test]
+fn republished_late_and_replaced_owners_syncs_on_the_topic_keep_the_history() {
+    let (east, west) = shared_pair();
+    let topic = "cp-history";
+    create_topic(&east.bootstrap, topic, 1, &[]);
+    let dir = flows_dir(east, west, &flow("\"cp-history\"", "\"cp-history-.*\"", ""));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let syncs_topic = "mm2-offset-syncs.west.internal";
+    wait_for(Duration::from_secs(60), "the offset-syncs topic", || {
+        topic_partitions(&east.bootstrap, syncs_topic).is_some()
+    });
+    let (old, new) = (1_000, 2_000); // ownership epochs
+    let m = |lifetime, seq, epoch| SyncMark { lifetime, seq, epoch };
+    produce(
+        &east.bootstrap,
+        syncs_topic,
+        &[
+            marked_sync(topic, 0, 10, m(7, 0, old)),
+            marked_sync(topic, 100, 110, m(7, 1, old)),
+            marked_sync(topic, 200, 210, m(7, 2, old)),
+            // The batch b, c again after a partial flush, and a quiet sync of 150 overtaken by c.
+            marked_sync(topic, 100, 110, m(7, 1, old)),
+            marked_sync(topic, 200, 210, m(7, 2, old)),
+            marked_sync(topic, 150, 160, m(7, 1, old)),
+            // A new owner took over at 300; the old owner's queued 250.. landed after the new owner's
+            // records, and its sync for them is late.
+            marked_sync(topic, 300, 400, m(9, 0, new)),
+            marked_sync(topic, 500, 600, m(9, 1, new)),
+            marked_sync(topic, 250, 700, m(7, 3, old)),
+        ],
+    );
+    let group = "cp-history-g";
+    // 50: inside the run 0 -> 100, exact although b and c came twice and 150 came late. 250: past the
+    // old owner's last proven sync, MM2's rule (211, never past a record); the late (250 -> 700), read as
+    // news, would drop the new owner's syncs and send 450 to 701, past its copies at 550..600. 450: inside
+    // the new owner's run 300 -> 500, exact.
+    let cases = [(50, 60), (250, 211), (450, 550)];
+    for (upstream, downstream) in cases {
+        commit_group_offsets(&east.bootstrap, group, &[(topic, 0, upstream)]);
+        wait_for(Duration::from_secs(60), &format!("the checkpoint of {upstream}"), || {
+            assert!(ferry.try_status().is_none(), "ferry exited");
+            latest(&checkpoints(west, group))
+                .get(&("east.cp-history".to_string(), 0))
+                .is_some_and(|c| c.upstream_offset == upstream)
+        });
+        let cp = latest(&checkpoints(west, group))[&("east.cp-history".to_string(), 0)].clone();
+        println!("group at {upstream}: checkpoint downstream {}", cp.downstream_offset);
+        assert_eq!(cp.downstream_offset, downstream, "group at {upstream}");
+    }
+    ferry.terminate(Duration::from_secs(30));
+}
