@@ -102,6 +102,9 @@ pub struct ItemError {
     pub count: u64,
 }
 
+/// How many of a node's assigned partitions `/flows` lists (a wide flow's list would dwarf the rest).
+pub const ASSIGNED_SHOWN: usize = 1_000;
+
 #[derive(Clone, Debug, Serialize)]
 pub struct FlowStatus {
     /// `source->target`.
@@ -126,6 +129,11 @@ pub struct FlowStatus {
     pub leading: bool,
     /// Source partitions this node copies (its share of the copier group).
     pub partitions: i64,
+    /// Which ones (`topic-partition`, sorted; the first [`ASSIGNED_SHOWN`] of `assigned_total`), as the
+    /// copier applied the group's assignment: observing them on every node shows each partition
+    /// copied by one node at a time.
+    pub assigned: Vec<String>,
+    pub assigned_total: usize,
     /// Source records not copied yet (summed over the flow's topics), when measured.
     pub lag_records: Option<i64>,
     /// Records copied per second over the last few seconds.
@@ -164,6 +172,8 @@ impl FlowStatus {
             pause: None,
             leading: false,
             partitions: 0,
+            assigned: Vec::new(),
+            assigned_total: 0,
             lag_records: None,
             records_per_second: None,
             last_checkpoint_at: None,
@@ -289,6 +299,15 @@ impl StatusBoard {
             if let Some(a) = f.actors.get_mut(actor) {
                 a.restarts += 1;
             }
+        });
+    }
+
+    /// The partitions the copier group gives this node (shown up to [`ASSIGNED_SHOWN`]).
+    pub fn set_assigned(&self, flow: &str, mut assigned: Vec<String>) {
+        self.with_flow(flow, |f| {
+            f.assigned_total = assigned.len();
+            assigned.truncate(ASSIGNED_SHOWN);
+            f.assigned = assigned;
         });
     }
 

@@ -383,6 +383,18 @@ impl Handler<TopicsReady> for FlowSupervisor {
     }
 }
 
+/// The source partitions the copier group gives this node now (`topic-partition`, sorted).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct AssignedPartitions(pub Vec<String>);
+
+impl Handler<AssignedPartitions> for FlowSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: AssignedPartitions, _: &mut Context<Self>) {
+        self.status.set_assigned(&self.flow(), msg.0);
+    }
+}
+
 impl Handler<PartitionProblems> for FlowSupervisor {
     type Result = ();
     fn handle(&mut self, msg: PartitionProblems, _: &mut Context<Self>) {

@@ -34,7 +34,7 @@ use super::acks::{AckTable, DeliveryFailure, SourcePartition};
 use super::offset_syncs::SyncQueue;
 use super::pause::PauseSwitch;
 use super::progress::{self, ProgressWriter};
-use super::supervisor::{ActorKind, ActorStatusChanged, FlowSupervisor, PartitionProblems};
+use super::supervisor::{ActorKind, ActorStatusChanged, AssignedPartitions, FlowSupervisor, PartitionProblems};
 use super::worker::{Control, Signal, Worker, panic_message};
 use crate::config::{FlowPlan, GroupProtocol};
 use crate::failpoints;
@@ -463,6 +463,9 @@ impl CopyLoop {
             self.refresh_producer_metadata(&remote);
         }
         METRICS.partitions_assigned.with_label_values(&[&self.flow]).set(self.assigned.len() as i64);
+        let mut assigned: Vec<String> = self.assigned.iter().map(|(t, p)| format!("{t}-{p}")).collect();
+        assigned.sort_unstable();
+        self.supervisor.do_send(AssignedPartitions(assigned));
     }
 
     /// Apply the copier group's rebalances that arrived during the last poll.
