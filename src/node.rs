@@ -2,7 +2,9 @@
 //! flow-set diff ([`crate::config::diff`]): startup is the diff from an empty set, a reload the diff
 //! from the running set. Unchanged flows are never touched (same actors, same clients, no pause);
 //! removed flows stop gracefully; a changed flow's new plan is checked first (its clusters must answer),
-//! and if it cannot start the flow keeps its old plan and the reload reports `rolled_back`.
+//! and if it cannot start the flow keeps its old plan and the reload reports `rolled_back`. A rolled-back
+//! change is not taken as loaded: the next rescan (or any other trigger) tries it again, until it applies
+//! or the files change.
 //!
 //! Reloads are serialised: while one runs (stopping and starting flows takes seconds), the next waits.
 
@@ -39,8 +41,12 @@ pub struct Node {
     running: BTreeMap<FlowId, Running>,
     /// Starts per flow id over the node's life: each (re)start is a new generation.
     generations: BTreeMap<FlowId, u64>,
-    /// Content hash of the directory as last loaded (valid or not).
+    /// Content hash of the directory as last loaded (valid or not); `None` after a rollback, so that the
+    /// next watch event or rescan tries the change again instead of finding it "unchanged".
     loaded_hash: Option<u64>,
+    /// The content hash of a change that was rolled back, and how many reloads in a row tried it: the
+    /// `attempt` of the next outcome for the same content.
+    retrying: Option<(u64, u32)>,
     /// The set to apply at start (validated by the caller).
     initial: Option<FlowSet>,
     stopping: bool,
@@ -81,6 +87,7 @@ impl Node {
     pub fn new(flows_dir: PathBuf, initial: FlowSet, status: StatusBoard, stop_timeout: Duration) -> Self {
         Self {
             loaded_hash: Some(reload::content_hash(&flows_dir)),
+            retrying: None,
             flows_dir,
             status,
             stop_timeout,
@@ -208,8 +215,9 @@ impl Node {
                 tracing::error!(trigger = ?outcome.trigger, "flows not reloaded, the running flows are untouched: {e}")
             }
             (ReloadResult::RolledBack, Some(e)) => tracing::error!(
-                trigger = ?outcome.trigger, rolled_back = ?outcome.rolled_back,
-                "flows reloaded, but changed flows kept their old plan: {e}"
+                trigger = ?outcome.trigger, rolled_back = ?outcome.rolled_back, attempt = outcome.attempt,
+                "flows reloaded, but changed flows kept their old plan: {e}; the change is tried again {}",
+                outcome.retry.as_deref().unwrap_or("at the next reload")
             ),
             _ => tracing::info!(trigger = ?outcome.trigger, "flows reloaded: {outcome}"),
         }
@@ -234,10 +242,10 @@ impl Actor for Node {
         match reload::watch(&self.flows_dir, ctx.address()) {
             Ok(w) => self._watch = Some(w),
             Err(e) => {
-                tracing::warn!(error = %e, "flow files are not watched; reload with SIGHUP or POST /reload (the directory is also rescanned every {:?})", reload::RESCAN_INTERVAL)
+                tracing::warn!(error = %e, "flow files are not watched; reload with SIGHUP or POST /reload (the directory is also rescanned every {:?})", reload::rescan_interval())
             }
         }
-        ctx.run_interval(reload::RESCAN_INTERVAL, |_, ctx| ctx.notify(Reload { trigger: Trigger::Rescan }));
+        ctx.run_interval(reload::rescan_interval(), |_, ctx| ctx.notify(Reload { trigger: Trigger::Rescan }));
         // Metrics that depend on the time or on the status board (heartbeat ages, flow states), and the
         // flows' figures in /flows (lag, rate, last checkpoint).
         ctx.run_interval(Duration::from_secs(1), |node, _| {
@@ -288,6 +296,8 @@ fn outcome(trigger: Trigger, result: ReloadResult, error: Option<String>) -> Rel
         stopped: Vec::new(),
         restarted: Vec::new(),
         rolled_back: Vec::new(),
+        attempt: 1,
+        retry: None,
     }
 }
 
@@ -333,9 +343,14 @@ impl Handler<Apply> for Node {
         if let Some(h) = hash {
             self.loaded_hash = Some(h);
         }
+        let attempt = match (self.retrying.take(), hash) {
+            (Some((retried, n)), Some(h)) if retried == h => n + 1,
+            _ => 1,
+        };
         let d = config::diff(&self.running_plans(), &set);
         self.show_disabled(&set);
         let mut o = outcome(trigger, ReloadResult::Applied, None);
+        o.attempt = attempt;
         if d.is_empty() {
             self.report(&o);
             return AtomicResponse::new(Box::pin(fut::ready(o)));
@@ -390,6 +405,14 @@ impl Handler<Apply> for Node {
                         o.rolled_back = failed.keys().map(ToString::to_string).collect();
                         let reasons: Vec<String> = failed.iter().map(|(id, e)| format!("{id}: {e}")).collect();
                         o.error = Some(reasons.join("; "));
+                        // Not loaded: the old plans run, not what the files say. A cluster that did not
+                        // answer may answer at the next try (a secret rotated during a brief outage).
+                        node.loaded_hash = None;
+                        node.retrying = hash.map(|h| (h, attempt));
+                        o.retry = Some(format!(
+                            "at the next rescan (every {:?}), or at once by SIGHUP or POST /reload",
+                            reload::rescan_interval()
+                        ));
                     }
                     node.prune_controls();
                     node.report(&o);

@@ -2,8 +2,11 @@
 //!
 //! Triggers: a change in the directory (watched with `notify`, debounced so that a burst of editor writes
 //! or a Kubernetes ConfigMap symlink swap is one reload), SIGHUP, `POST /reload`, and a periodic rescan
-//! that compares the directory's content hash, for filesystems without change events. Watch events and
-//! rescans reload only when the content changed; SIGHUP and `POST /reload` always do.
+//! that compares the directory's content hash, for filesystems without change events (and for the secret
+//! files flow files reference, which may live outside the watched directory). Watch events and rescans
+//! reload only when the content changed, or when the last reload of this content was rolled back (a
+//! changed flow's clusters did not answer): such a change is tried again at every rescan until it
+//! applies. SIGHUP and `POST /reload` always reload.
 
 use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -11,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use actix::Addr;
-use notify_debouncer_full::notify::{RecommendedWatcher, RecursiveMode};
+use notify_debouncer_full::notify::event::{AccessKind, AccessMode};
+use notify_debouncer_full::notify::{EventKind, RecommendedWatcher, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
 use serde::Serialize;
 
@@ -21,6 +25,17 @@ use crate::node::{Node, Reload};
 pub const DEBOUNCE: Duration = Duration::from_secs(1);
 /// How often the directory's content hash is compared, whatever the watcher saw.
 pub const RESCAN_INTERVAL: Duration = Duration::from_secs(30);
+/// Test knob, not a setting: milliseconds between rescans instead of [`RESCAN_INTERVAL`], so that
+/// ferry's own tests of the rescan and of retried reloads take seconds, not minutes.
+pub const RESCAN_INTERVAL_TEST_KNOB: &str = "FERRY_TEST_RESCAN_INTERVAL_MS";
+
+/// [`RESCAN_INTERVAL`], or what [`RESCAN_INTERVAL_TEST_KNOB`] says (at least 100 ms).
+pub fn rescan_interval() -> Duration {
+    std::env::var(RESCAN_INTERVAL_TEST_KNOB)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(RESCAN_INTERVAL, |ms| Duration::from_millis(ms.max(100)))
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -76,6 +91,11 @@ pub struct ReloadOutcome {
     pub stopped: Vec<String>,
     pub restarted: Vec<String>,
     pub rolled_back: Vec<String>,
+    /// How many reloads in a row have tried to apply this content: 1, or more when a rolled-back change
+    /// is tried again.
+    pub attempt: u32,
+    /// For a rolled-back reload: when the change is tried again.
+    pub retry: Option<String>,
 }
 
 impl fmt::Display for ReloadOutcome {
@@ -89,7 +109,11 @@ impl fmt::Display for ReloadOutcome {
             self.stopped,
             self.restarted,
             self.rolled_back
-        )
+        )?;
+        if self.attempt > 1 {
+            write!(f, ", attempt {}", self.attempt)?;
+        }
+        Ok(())
     }
 }
 
@@ -123,11 +147,26 @@ pub struct DirWatch {
     _debouncer: Debouncer<RecommendedWatcher, RecommendedCache>,
 }
 
+/// Whether an event of this kind can mean changed content. `notify` also reports files being opened
+/// and read (inotify `IN_OPEN`): every reload and rescan reads the flow files, so those would make each
+/// read look like a change a second later (a watch-triggered reload that finds nothing, or that takes the
+/// credit for a change only the rescan could see, such as a secret file outside the directory). A
+/// file closed after writing is a change.
+pub fn changes_content(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
 /// Watch `dir` (not recursively: flow files live at its top, and a ConfigMap swap renames `..data`
 /// there) and ask `node` to reload after each debounced burst of changes.
 pub fn watch(dir: &Path, node: Addr<Node>) -> Result<DirWatch, String> {
     let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| match result {
-        Ok(events) if !events.is_empty() => node.do_send(Reload { trigger: Trigger::Watch }),
+        Ok(events) if events.iter().any(|e| changes_content(&e.kind)) => {
+            node.do_send(Reload { trigger: Trigger::Watch })
+        }
         Ok(_) => {}
         Err(errors) => {
             for e in errors {
@@ -143,6 +182,29 @@ pub fn watch(dir: &Path, node: Addr<Node>) -> Result<DirWatch, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reading_a_file_is_not_a_change_writing_one_is() {
+        use notify_debouncer_full::notify::event::{CreateKind, ModifyKind, RemoveKind, RenameMode};
+        for read in [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Access(AccessKind::Any),
+        ] {
+            assert!(!changes_content(&read), "{read:?}");
+        }
+        for change in [
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+            EventKind::Modify(ModifyKind::Any),
+            EventKind::Remove(RemoveKind::File),
+            EventKind::Any,
+        ] {
+            assert!(changes_content(&change), "{change:?}");
+        }
+    }
 
     #[test]
     fn the_hash_follows_flow_files_only() {

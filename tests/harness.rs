@@ -1,5 +1,6 @@
 //! Smoke tests of the test bed itself (tests/support): real brokers start, keep data across a
-//! crash, and the client helpers round-trip records exactly.
+//! crash, and the client helpers round-trip records exactly; ports stay outside the kernel's ephemeral
+//! range, so that a broker restarted while clients keep reconnecting gets its ports back.
 
 mod support;
 
@@ -86,4 +87,80 @@ fn dedicated_cluster_survives_kill_and_restart() {
     let dir = c.dir().to_path_buf();
     drop(c);
     assert!(!dir.exists(), "drop removes the cluster dir");
+}
+
+#[test]
+fn every_port_the_harness_hands_out_is_outside_the_ephemeral_range_and_reserved() {
+    let (low, high) = support::ports::ephemeral_range();
+    let ports: Vec<u16> = (0..50).map(|_| support::free_port()).collect();
+    let inside: Vec<&u16> = ports.iter().filter(|p| support::ports::is_ephemeral(**p)).collect();
+    assert!(inside.is_empty(), "ports inside the ephemeral range {low}-{high}: {inside:?}");
+    let distinct: std::collections::BTreeSet<&u16> = ports.iter().collect();
+    assert_eq!(distinct.len(), ports.len(), "no port handed out twice: {ports:?}");
+    // Reserved: the lock cannot be taken again, not even through another open file of this process
+    // (what another test process would try).
+    for p in &ports[..5] {
+        let f = std::fs::File::open(support::ports::lock_path(*p)).expect("lock file exists");
+        assert!(f.try_lock().is_err(), "port {p} is locked while this process lives");
+    }
+    // And every port handed out in this process so far (brokers of the other tests included).
+    let all = support::ports::handed_out();
+    assert!(all.iter().all(|p| !support::ports::is_ephemeral(*p)), "{all:?} vs {low}-{high}");
+}
+
+/// Connects to `port` again and again until `stop` (as a client with no backoff would while its broker
+/// is down); returns (attempts, self-connects: connections whose source port was `port` itself).
+fn hammer(port: u16, stop: &std::sync::atomic::AtomicBool) -> (u64, u64) {
+    use std::net::{SocketAddr, TcpStream};
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let (mut attempts, mut selfs) = (0, 0);
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        attempts += 1;
+        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            if s.local_addr().is_ok_and(|l| l.port() == port) {
+                // Held for a moment, as a client does while it waits for an answer to its first request.
+                selfs += 1;
+                std::thread::sleep(Duration::from_secs(1));
+            } else {
+                // The broker answers: no need to load it with a connection storm.
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    (attempts, selfs)
+}
+
+#[test]
+fn a_restarted_broker_gets_its_ports_back_while_clients_keep_reconnecting() {
+    let mut c = Cluster::start("rebind");
+    for p in [c.port, c.controller_port] {
+        assert!(
+            !support::ports::is_ephemeral(p),
+            "port {p} inside the ephemeral range {:?}",
+            support::ports::ephemeral_range()
+        );
+    }
+    let topic = unique("rebind");
+    create_topic(&c.bootstrap, &topic, 1, &[]);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (port, controller) = (c.port, c.controller_port);
+    let (attempts, selfs) = std::thread::scope(|s| {
+        let clients = [s.spawn(|| hammer(port, &stop)), s.spawn(|| hammer(controller, &stop))];
+        for round in 0..3 {
+            if round == 1 {
+                c.kill()
+            } else {
+                c.stop()
+            }
+            // A moment down, clients hammering the free ports.
+            std::thread::sleep(Duration::from_millis(500));
+            c.restart(); // panics with the broker log if a port was taken ("Address already in use")
+            produce(&c.bootstrap, &topic, &[Rec::new(0, format!("r{round}").as_bytes(), 1_700_000_000_000)]);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        clients.map(|h| h.join().expect("client thread")).into_iter().fold((0, 0), |(a, s), (x, y)| (a + x, s + y))
+    });
+    println!("3 restarts; {attempts} connection attempts meanwhile, {selfs} self-connects");
+    assert_eq!(selfs, 0, "no client connected to itself on a broker's port");
+    assert_eq!(consume_all(&c.bootstrap, &topic, Duration::from_secs(30)).len(), 3, "a record per round");
 }

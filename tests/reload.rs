@@ -1,7 +1,9 @@
 //! Hot reload of the flows directory, end to end: flows added, removed, changed and left alone while the
 //! node runs; invalid sets refused whole; every trigger (the directory watch, a Kubernetes ConfigMap
 //! symlink swap, SIGHUP, `POST /reload`) counted once; a changed flow whose new plan cannot start keeps
-//! its old plan. What is asserted is what an operator sees: records on the target, `/flows`, `/metrics`.
+//! its old plan, and a rolled-back change is tried again by the periodic rescan (which also finds changed
+//! secret files the watcher does not see). What is asserted is what an operator sees: records on the target,
+//! `/flows`, `/metrics`.
 
 mod support;
 
@@ -384,4 +386,100 @@ fn a_changed_flow_that_cannot_start_keeps_its_old_plan() {
     assert_eq!(reloads(&ferry, "rolled_back"), 1.0);
     assert_eq!(flow_info(&ferry, "east->west"), running, "the old plan runs on");
     finish(stream, ferry, &remote);
+}
+
+/// `n` records `{prefix}{i}` for `range` on partition 0, timestamped now (a test that outlives a broker's
+/// first retention check must not write records older than the retention).
+fn fresh(prefix: &str, range: std::ops::Range<usize>) -> Vec<support::Rec> {
+    range.map(|i| support::Rec::new(0, format!("{prefix}{i}").as_bytes(), -1)).collect()
+}
+
+/// Polls `/flows` until `last_reload` satisfies `f`; returns it.
+fn wait_last_reload(
+    ferry: &mut Ferry,
+    deadline: Duration,
+    what: &str,
+    f: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    wait_for(deadline, what, || {
+        assert_alive(ferry);
+        f(&last_reload(ferry))
+    });
+    last_reload(ferry)
+}
+
+/// A secret rotated during a brief outage of the cluster it is for. The secret file lies outside the
+/// flows directory, so the watcher never reports it: the periodic rescan finds the change. The changed
+/// flow's cluster does not answer, so the flow keeps its old plan (`rolled_back`); once the cluster
+/// answers again, a later rescan tries the same content again and applies it. The rescan runs every 2 s
+/// here (the test knob `FERRY_TEST_RESCAN_INTERVAL_MS`; 30 s in production).
+#[test]
+fn a_change_rolled_back_during_an_outage_is_applied_by_a_later_rescan() {
+    let (east, _) = shared_pair();
+    let mut north = Cluster::start("north-retry");
+    let a = unique("reload-retry");
+    create_topic(&east.bootstrap, &a, 1, &[]);
+    produce(&east.bootstrap, &a, &fresh("a", 0..50));
+    let secrets = tempfile::tempdir().expect("secrets dir");
+    let secret = secrets.path().join("north-password");
+    write(secrets.path(), "north-password", "first-password");
+    let dir = tempfile::tempdir().expect("flows dir");
+    write(
+        dir.path(),
+        "clusters.toml",
+        &format!(
+            "{}[clusters.north.client]\n\"sasl.password\" = \"${{file:{}}}\"\n",
+            clusters_toml(&[("east", &east.bootstrap), ("north", &north.bootstrap)]),
+            secret.display()
+        ),
+    );
+    write(dir.path(), "flow.toml", &flow("east", "north", &[&a], ""));
+    let mut ferry = Ferry::start_env(dir.path(), &[], &[("FERRY_TEST_RESCAN_INTERVAL_MS", "2000")]);
+    let remote = format!("east.{a}");
+    wait_for(ARRIVAL, "copying to north", || {
+        assert_alive(&mut ferry);
+        total(&north.bootstrap, &remote) == 50
+    });
+    let before = running_info(&ferry, "east->north");
+
+    // The outage, and the rotation during it.
+    north.stop();
+    write(secrets.path(), "north-password", "second-password");
+    let r = wait_last_reload(&mut ferry, Duration::from_secs(60), "a rescan rolling the change back", |r| {
+        r["result"] == "rolled_back"
+    });
+    println!("during the outage: {r}");
+    assert_eq!(r["trigger"], "rescan", "the watcher does not see the secret file; the rescan does: {r}");
+    assert_eq!(r["rolled_back"], serde_json::json!(["east->north"]), "{r}");
+    assert!(r["error"].as_str().is_some_and(|e| e.contains("does not answer")), "{r}");
+    assert!(r["retry"].as_str().is_some_and(|m| m.contains("next rescan")), "last_reload says it retries: {r}");
+    assert_eq!(flow_info(&ferry, "east->north").0, before.0, "the old plan runs on");
+    assert!(!r.to_string().contains("-password"), "no secret in the outcome: {r}");
+
+    // The cluster answers again: the same content, tried again by a rescan, applies.
+    north.restart();
+    let r = wait_last_reload(&mut ferry, Duration::from_secs(90), "the change applied by a later rescan", |r| {
+        r["result"] == "applied" && r["restarted"] == serde_json::json!(["east->north"])
+    });
+    println!("after the outage: {r}");
+    assert_eq!(r["trigger"], "rescan", "{r}");
+    assert!(r["attempt"].as_u64().is_some_and(|n| n >= 2), "the outcome counts the attempts: {r}");
+    assert!(r["retry"].is_null(), "{r}");
+    assert_eq!(flow_info(&ferry, "east->north").0, before.0 + 1, "the flow runs its new plan");
+    assert!(reloads(&ferry, "rolled_back") >= 1.0);
+    produce(&east.bootstrap, &a, &fresh("a", 50..60));
+    wait_for(ARRIVAL, "the new plan copying", || {
+        assert_alive(&mut ferry);
+        total(&north.bootstrap, &remote) >= 60
+    });
+    let copied: Vec<Vec<u8>> = support::consume_all(&north.bootstrap, &remote, Duration::from_secs(30))
+        .into_iter()
+        .map(|r| r.value.unwrap_or_default())
+        .collect();
+    assert_eq!(copied, values("a", 0..60), "every record once, in order");
+    // Applied: later rescans find nothing to do.
+    let applied = reloads(&ferry, "applied");
+    std::thread::sleep(Duration::from_secs(5)); // observation window: two rescans
+    assert_eq!(reloads(&ferry, "applied"), applied, "an applied change is not reloaded again");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
 }

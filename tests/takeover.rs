@@ -4,8 +4,14 @@
 //! twice) and continue MM2's checkpoints without moving any partition backwards: neither for a group that
 //! committed further meanwhile (its newest checkpoint must be the new commit) nor for one that stayed put.
 //!
-//! Runs on its own east/west pair: MM2 creates and uses many internal topics (Connect's offsets, configs
-//! and status topics, checkpoints, offset syncs, heartbeats) that would disturb the shared pair's tests.
+//! A second takeover happens while a source transaction is open: MM2 (which reads uncommitted records)
+//! stored a position past the last stable offset; ferry must wait there for the transaction to end and
+//! copy nothing twice, not take the position for a re-created topic and copy the partition again.
+//!
+//! Both tests share one east/west pair that no other test binary uses: MM2 creates and uses many internal
+//! topics (Connect's offsets, configs and status topics, checkpoints, offset syncs, heartbeats). Each test
+//! names the clusters with its own aliases (`east`/`west`, `txeast`/`txwest`), and MM2's herder, Connect
+//! group and internal topics, and ferry's flow, all follow the alias: the two never share any of them.
 
 mod support;
 
@@ -18,9 +24,10 @@ use ferry::mm2::connect_offsets::{
     SOURCE_CONNECTOR, decode_source_key, decode_source_value, encode_source_key, encode_source_value, partition_for_key,
 };
 use ferry::mm2::records::Checkpoint;
+use support::observe::{self, metric_sum};
 use support::{
     Cluster, Ferry, Mm2, Rec, commit_group_offsets, consume_all, create_topic, dedicated_properties, list_topics,
-    produce, topic_partitions, wait_for,
+    produce, shared_pair, topic_partitions, unique, wait_for,
 };
 
 const TOPIC: &str = "orders";
@@ -57,14 +64,6 @@ fn records(range: std::ops::Range<usize>) -> Vec<Rec> {
                 .key(format!("k{}", i % 97).as_bytes())
         })
         .collect()
-}
-
-fn start_pair() -> (Cluster, Cluster) {
-    std::thread::scope(|s| {
-        let east = s.spawn(|| Cluster::start("east"));
-        let west = s.spawn(|| Cluster::start("west"));
-        (east.join().expect("start east"), west.join().expect("start west"))
-    })
 }
 
 fn flows_dir(east: &Cluster, west: &Cluster) -> tempfile::TempDir {
@@ -105,12 +104,17 @@ struct Stored {
 /// offset) order of the offsets topic; the second value lists every distinct key of other shapes (the
 /// checkpoint and heartbeat connectors' meaningless offsets).
 fn stored_progress(west: &Cluster) -> (Vec<Stored>, BTreeSet<String>) {
+    stored_progress_of(west, "east", TOPIC)
+}
+
+/// [`stored_progress`] of `topic` on a source cluster aliased `source`.
+fn stored_progress_of(west: &Cluster, source: &str, topic: &str) -> (Vec<Stored>, BTreeSet<String>) {
     let mut ours = Vec::new();
     let mut others = BTreeSet::new();
-    for r in read_all(&west.bootstrap, OFFSETS_TOPIC) {
+    for r in read_all(&west.bootstrap, &format!("mm2-offsets.{source}.internal")) {
         let key = r.key.clone().unwrap_or_default();
         match decode_source_key(&key) {
-            Some(k) if k.connector == SOURCE_CONNECTOR && k.cluster == "east" && k.topic == TOPIC => {
+            Some(k) if k.connector == SOURCE_CONNECTOR && k.cluster == source && k.topic == topic => {
                 let last = decode_source_value(r.value.as_deref())
                     .unwrap_or_else(|e| panic!("undecodable value at {}-{}: {e}", r.partition, r.offset));
                 ours.push(Stored {
@@ -199,8 +203,8 @@ impl Drop for BrokerLogsOnPanic<'_> {
 #[test]
 fn ferry_continues_a_stopped_mm2_without_recopying_or_regressing_checkpoints() {
     let t0 = Instant::now();
-    let (east, west) = start_pair();
-    let _logs = BrokerLogsOnPanic(&east, &west);
+    let (east, west) = shared_pair();
+    let _logs = BrokerLogsOnPanic(east, west);
     println!("clusters up after {:.1?}: east {}, west {}", t0.elapsed(), east.bootstrap, west.bootstrap);
     create_topic(&east.bootstrap, TOPIC, PARTITIONS, &[]);
     produce(&east.bootstrap, TOPIC, &records(0..N1));
@@ -213,7 +217,7 @@ fn ferry_continues_a_stopped_mm2_without_recopying_or_regressing_checkpoints() {
     let per_partition_1 = N1 as i64 / i64::from(PARTITIONS);
 
     // ---- MM2 mirrors and checkpoints.
-    let mut mm2 = Mm2::start(&dedicated_properties(&east, &west, TOPIC, GROUPS));
+    let mut mm2 = Mm2::start(&dedicated_properties(east, west, TOPIC, GROUPS));
     wait_for(Duration::from_secs(90), "MM2 to copy the first records", || {
         mm2.assert_running();
         read_all(&west.bootstrap, REMOTE).len() == N1
@@ -221,12 +225,12 @@ fn ferry_continues_a_stopped_mm2_without_recopying_or_regressing_checkpoints() {
     let copied_at = mm2.uptime();
     wait_for(Duration::from_secs(60), "MM2's checkpoints of both groups for every partition", || {
         mm2.assert_running();
-        [GROUP, IDLE_GROUP].iter().all(|g| latest(&checkpoints(&west, g)).len() == PARTITIONS as usize)
+        [GROUP, IDLE_GROUP].iter().all(|g| latest(&checkpoints(west, g)).len() == PARTITIONS as usize)
     });
     let checkpointed_at = mm2.uptime();
     wait_for(Duration::from_secs(60), "MM2 to flush source offsets covering every copied record", || {
         mm2.assert_running();
-        let last = last_positions(&stored_progress(&west).0);
+        let last = last_positions(&stored_progress(west).0);
         (0..PARTITIONS).all(|p| last.get(&p) == Some(&Some(per_partition_1 - 1)))
     });
     let flushed_at = mm2.uptime();
@@ -251,7 +255,7 @@ fn ferry_continues_a_stopped_mm2_without_recopying_or_regressing_checkpoints() {
 
     // What MM2 stored, byte for byte, against what ferry computes for the same position.
     let offsets_partitions = topic_partitions(&west.bootstrap, OFFSETS_TOPIC).expect("MM2 created the offsets topic");
-    let (mm2_stored, other_keys) = stored_progress(&west);
+    let (mm2_stored, other_keys) = stored_progress(west);
     println!("{OFFSETS_TOPIC}: {offsets_partitions} partitions; other connectors' keys: {other_keys:?}");
     let mm2_positions = last_positions(&mm2_stored);
     for s in &mm2_stored {
@@ -292,7 +296,7 @@ fn ferry_continues_a_stopped_mm2_without_recopying_or_regressing_checkpoints() {
     let mm2_end = read_all(&west.bootstrap, CHECKPOINTS_TOPIC).last().map_or(0, |r| r.offset + 1);
     let mut mm2_last = BTreeMap::new();
     for (group, commit) in [(GROUP, COMMIT_1), (IDLE_GROUP, IDLE_COMMIT)] {
-        let cps = checkpoints(&west, group);
+        let cps = checkpoints(west, group);
         let last = latest(&cps);
         println!("MM2's {} checkpoints of {group}; the last ones:", cps.len());
         for (p, cp) in &last {
@@ -305,7 +309,7 @@ fn ferry_continues_a_stopped_mm2_without_recopying_or_regressing_checkpoints() {
     // ---- More data and a further commit of G while nothing mirrors; then ferry takes over.
     produce(&east.bootstrap, TOPIC, &records(N1..N1 + N2));
     commit(GROUP, COMMIT_2);
-    let dir = flows_dir(&east, &west);
+    let dir = flows_dir(east, west);
     let ferry_start = Instant::now();
     let mut ferry = Ferry::start(dir.path(), &[]);
     ferry.wait_log("recovered copy progress", Duration::from_secs(60));
@@ -316,7 +320,7 @@ fn ferry_continues_a_stopped_mm2_without_recopying_or_regressing_checkpoints() {
     let ferry_copied_at = ferry_start.elapsed();
     wait_for(Duration::from_secs(60), "ferry's checkpoints of G's new commit", || {
         assert!(ferry.try_status().is_none(), "ferry exited");
-        let cps = checkpoints(&west, GROUP);
+        let cps = checkpoints(west, GROUP);
         let newest = latest(cps.iter().filter(|(offset, _)| *offset >= mm2_end));
         (0..PARTITIONS).all(|p| newest.get(&p).is_some_and(|c| c.upstream_offset == COMMIT_2[p as usize]))
     });
@@ -352,7 +356,7 @@ fn ferry_continues_a_stopped_mm2_without_recopying_or_regressing_checkpoints() {
     // ---- Checkpoints continue from MM2's: per partition, never below MM2's last downstream offset (no
     // group went back upstream here), never past the group's position, and G's newest is its new commit.
     for (group, commit) in [(GROUP, COMMIT_2), (IDLE_GROUP, IDLE_COMMIT)] {
-        let all = checkpoints(&west, group);
+        let all = checkpoints(west, group);
         let ferry_cps: Vec<&(i64, Checkpoint)> = all.iter().filter(|(offset, _)| *offset >= mm2_end).collect();
         let mut previous = mm2_last[group].clone();
         for (offset, cp) in &ferry_cps {
@@ -384,16 +388,162 @@ fn ferry_continues_a_stopped_mm2_without_recopying_or_regressing_checkpoints() {
         }
     }
     assert!(
-        checkpoints(&west, GROUP).iter().any(|(offset, _)| *offset >= mm2_end),
+        checkpoints(west, GROUP).iter().any(|(offset, _)| *offset >= mm2_end),
         "ferry checkpointed G after the takeover"
     );
 
     // ---- And ferry's own positions sit where MM2 (or a restarted MM2) looks for them.
-    let (stored, _) = stored_progress(&west);
+    let (stored, _) = stored_progress(west);
     let positions = last_positions(&stored);
     let per_partition = (N1 + N2) as i64 / i64::from(PARTITIONS);
     println!("stored positions after ferry's graceful stop: {positions:?} ({} records)", stored.len());
     for p in 0..PARTITIONS {
         assert_eq!(positions.get(&p), Some(&Some(per_partition - 1)), "partition {p}: last copied offset");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Takeover during an open source transaction.
+
+const TX_SOURCE: &str = "txeast";
+const TX_TARGET: &str = "txwest";
+const TX_TOPIC: &str = "payments";
+const TX_REMOTE: &str = "txeast.payments";
+/// Committed records on partition 0 before the transaction, the transaction's records written while MM2
+/// copies and after it stopped, committed records after the commit; and partition 1's records.
+const TX_BEFORE: usize = 100;
+const TX_OPEN_MM2: usize = 50;
+const TX_OPEN_LATER: usize = 10;
+const TX_AFTER: usize = 20;
+const TX_P1: usize = 20;
+
+/// `{prefix}-{i}` on `partition`, timestamped now, keyed.
+fn tx_records(prefix: &str, partition: i32, range: std::ops::Range<usize>) -> Vec<Rec> {
+    range.map(|i| Rec::new(partition, format!("{prefix}-{i:04}").as_bytes(), -1).key(b"k")).collect()
+}
+
+/// A transaction a producer keeps open (as Flink's exactly-once sink does for a checkpoint interval)
+/// until [`OpenTransaction::commit`].
+struct OpenTransaction {
+    producer: rdkafka::producer::BaseProducer,
+}
+
+impl OpenTransaction {
+    const TIMEOUT: Duration = Duration::from_secs(30);
+
+    fn begin(bootstrap: &str) -> OpenTransaction {
+        use rdkafka::producer::Producer;
+        let producer: rdkafka::producer::BaseProducer = support::client_config(bootstrap, &[])
+            .set("transactional.id", unique("takeover-open-txn"))
+            // Open for the whole test: well past the minutes MM2 and ferry take, below the brokers'
+            // transaction.max.timeout.ms (15 min).
+            .set("transaction.timeout.ms", "600000")
+            .set("acks", "all")
+            .create()
+            .expect("transactional producer");
+        producer.init_transactions(Self::TIMEOUT).expect("init transactions");
+        producer.begin_transaction().expect("begin transaction");
+        OpenTransaction { producer }
+    }
+
+    /// Writes `recs` inside the transaction and waits until the broker has them (uncommitted).
+    fn send(&self, topic: &str, recs: &[Rec]) {
+        use rdkafka::producer::Producer;
+        for r in recs {
+            let value = r.value.clone().unwrap_or_default();
+            let key = r.key.clone().unwrap_or_default();
+            let record = rdkafka::producer::BaseRecord::to(topic).partition(r.partition).payload(&value).key(&key);
+            self.producer.send(record).unwrap_or_else(|(e, _)| panic!("send in the transaction: {e}"));
+        }
+        self.producer.flush(Self::TIMEOUT).expect("flush the transaction's records");
+    }
+
+    fn commit(self) {
+        use rdkafka::producer::Producer;
+        self.producer.commit_transaction(Self::TIMEOUT).expect("commit the transaction");
+    }
+}
+
+#[test]
+fn ferry_takes_over_from_mm2_during_an_open_transaction_without_recopying() {
+    let (east, west) = shared_pair();
+    let _logs = BrokerLogsOnPanic(east, west);
+    create_topic(&east.bootstrap, TX_TOPIC, 2, &[]);
+    produce(&east.bootstrap, TX_TOPIC, &tx_records("pay", 0, 0..TX_BEFORE));
+    produce(&east.bootstrap, TX_TOPIC, &tx_records("one", 1, 0..TX_P1));
+    let txn = OpenTransaction::begin(&east.bootstrap);
+    txn.send(TX_TOPIC, &tx_records("tx", 0, 0..TX_OPEN_MM2));
+    let hw = support::end_offsets(&east.bootstrap, TX_TOPIC);
+    println!(
+        "partition 0: {TX_BEFORE} committed records, then an open transaction; end offsets (read_committed) {hw:?}"
+    );
+
+    // ---- MM2 (reading uncommitted, its default) copies the open transaction's records too.
+    let props = support::mm2::dedicated_properties_as(TX_SOURCE, east, TX_TARGET, west, TX_TOPIC, "no-such-group");
+    let mut mm2 = Mm2::start(&props);
+    let copied_by_mm2 = TX_BEFORE + TX_OPEN_MM2 + TX_P1;
+    wait_for(Duration::from_secs(120), "MM2 to copy every record, the open transaction's too", || {
+        mm2.assert_running();
+        read_all(&west.bootstrap, TX_REMOTE).len() == copied_by_mm2
+    });
+    let mm2_last = ((TX_BEFORE + TX_OPEN_MM2) as i64 - 1, TX_P1 as i64 - 1);
+    wait_for(Duration::from_secs(60), "MM2 to flush its positions", || {
+        mm2.assert_running();
+        let last = last_positions(&stored_progress_of(west, TX_SOURCE, TX_TOPIC).0);
+        last.get(&0) == Some(&Some(mm2_last.0)) && last.get(&1) == Some(&Some(mm2_last.1))
+    });
+    let (_, killed) = mm2.stop(Duration::from_secs(60));
+    assert!(!killed, "MM2 ignored SIGTERM");
+    println!(
+        "MM2 stored positions (last copied offset) {mm2_last:?}: partition 0's is past the last stable offset {}",
+        TX_BEFORE
+    );
+    // The transaction goes on while nothing copies.
+    txn.send(TX_TOPIC, &tx_records("tx", 0, TX_OPEN_MM2..TX_OPEN_MM2 + TX_OPEN_LATER));
+
+    // ---- ferry takes over while the transaction is still open.
+    let dir = tempfile::tempdir().expect("flows dir");
+    let flows = format!(
+        "[clusters.{TX_SOURCE}]\nbootstrap_servers = \"{}\"\n[clusters.{TX_TARGET}]\nbootstrap_servers = \"{}\"\n\n\
+         [[flows]]\nsource = \"{TX_SOURCE}\"\ntarget = \"{TX_TARGET}\"\ntopics = [\"{TX_TOPIC}\"]\n",
+        east.bootstrap, west.bootstrap
+    );
+    std::fs::write(dir.path().join("flows.toml"), flows).expect("write flows");
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    ferry.wait_log("recovered copy progress", Duration::from_secs(60));
+    // Both partitions are probed together: once partition 1 copies, partition 0 has its verdict too.
+    produce(&east.bootstrap, TX_TOPIC, &tx_records("one", 1, TX_P1..TX_P1 + 1));
+    wait_for(Duration::from_secs(60), "ferry to copy partition 1's new record", || {
+        assert!(ferry.try_status().is_none(), "ferry exited");
+        read_all(&west.bootstrap, TX_REMOTE).iter().filter(|r| r.partition == 1).count() == TX_P1 + 1
+    });
+    let addr = ferry.listen_addr();
+    let resets = || metric_sum(&observe::metrics(addr), "ferry_source_resets_total", &[("topic", TX_TOPIC)]);
+    let on_p0 = read_all(&west.bootstrap, TX_REMOTE).iter().filter(|r| r.partition == 0).count();
+    println!("transaction open, ferry copying: partition 0 has {on_p0} records on the target, resets {}", resets());
+
+    // ---- The transaction commits; more committed records follow.
+    let committed = Instant::now();
+    txn.commit();
+    produce(&east.bootstrap, TX_TOPIC, &tx_records("after", 0, 0..TX_AFTER));
+    let all = copied_by_mm2 + TX_OPEN_LATER + TX_AFTER + 1;
+    wait_for(Duration::from_secs(60), "ferry to copy the rest", || {
+        assert!(ferry.try_status().is_none(), "ferry exited");
+        read_all(&west.bootstrap, TX_REMOTE).len() >= all
+    });
+    println!("everything on the target {:.1?} after the commit", committed.elapsed());
+    let resets = resets();
+    ferry.terminate(Duration::from_secs(30));
+
+    let source = consume_all(&east.bootstrap, TX_TOPIC, READ);
+    let target = consume_all(&west.bootstrap, TX_REMOTE, READ);
+    let distinct: BTreeSet<&[u8]> = target.iter().map(|r| r.value.as_deref().unwrap_or_default()).collect();
+    let recopied = target.len() - distinct.len();
+    println!("target: {} records, {} distinct: {recopied} copied twice; resets {resets}", target.len(), distinct.len());
+    assert_eq!(recopied, 0, "records copied twice");
+    assert_eq!(resets, 0.0, "ferry_source_resets_total");
+    assert_eq!(source.len(), all, "committed records on the source");
+    for p in 0..2 {
+        assert_eq!(values(&target, p), values(&source, p), "partition {p}: every committed record once, in order");
     }
 }

@@ -5,6 +5,10 @@
 //! and formats a node's directory (`prepare`). This module only picks ports, runs the JVM, waits
 //! until it is usable and makes sure it dies with the test process (see [`super::process`]).
 //!
+//! Every port a node listens on comes from [`super::ports`]: outside the kernel's ephemeral range and
+//! reserved for the test process, so that [`Cluster::restart`] finds its ports free again even when
+//! clients kept reconnecting to them while the node was down.
+//!
 //! Readiness means: the broker logged "Kafka Server started" (which KRaft brokers log only after
 //! the controller unfenced them), serves metadata with one broker in it, and the controller
 //! accepts a validate-only CreateTopics (nothing is created, so `list_topics` stays clean).
@@ -462,18 +466,11 @@ impl Drop for Cluster {
     }
 }
 
-/// `N` different ports that were free a moment ago.
+/// `N` ports for one node's listeners (client, controller, inter-broker), all outside the kernel's
+/// ephemeral range and reserved for this process while it lives (see [`super::ports`]): distinct by
+/// construction, and still the node's when it is restarted.
 fn distinct_free_ports<const N: usize>() -> [u16; N] {
-    let mut ports = [0u16; N];
-    for i in 0..N {
-        ports[i] = loop {
-            let p = free_port();
-            if !ports[..i].contains(&p) {
-                break p;
-            }
-        };
-    }
-    ports
+    std::array::from_fn(|_| free_port())
 }
 
 fn cluster_dir(name: &str) -> tempfile::TempDir {

@@ -53,7 +53,21 @@ Configuration:
 /// every second, no group offset sync, no ACL sync, and no herder for the reverse direction at all
 /// (`target->source` is disabled and emits no heartbeats).
 pub fn dedicated_properties(source: &Cluster, target: &Cluster, topics: &str, groups: &str) -> String {
-    let (s, t) = (&source.name, &target.name);
+    dedicated_properties_as(&source.name, source, &target.name, target, topics, groups)
+}
+
+/// [`dedicated_properties`] with the clusters under other aliases than their names, so that two MM2s can
+/// share one pair of test clusters: the herder, its Connect group (`<source>-mm2`), its internal topics
+/// (`mm2-offsets.<source>.internal`, ...) and the remote topics' prefix all follow the alias.
+pub fn dedicated_properties_as(
+    source_alias: &str,
+    source: &Cluster,
+    target_alias: &str,
+    target: &Cluster,
+    topics: &str,
+    groups: &str,
+) -> String {
+    let (s, t) = (source_alias, target_alias);
     format!(
         "clusters = {s}, {t}
 {s}.bootstrap.servers = {sb}

@@ -17,6 +17,8 @@
 //!   run from the fetched jars, with a deadline.
 //! - [`observe`]: what an operator reads: ferry's `/health` and `/metrics`, and checks over checkpoints.
 //! - [`tls`]: throwaway CAs and certificates for secured clusters ([`Cluster::start_secured`]).
+//! - [`ports`]: every port the harness hands out ([`free_port`]) lies outside the kernel's ephemeral
+//!   range and is reserved for the test process (lock files), so a restarted broker gets its port back.
 //! - [`process`]: the watchdog that kills a child (JVM or ferry) when the test process dies, even
 //!   by SIGKILL, so that no broker outlives its test binary.
 //!
@@ -32,6 +34,7 @@ pub mod group;
 pub mod mm2;
 pub mod mm2_client;
 pub mod observe;
+pub mod ports;
 pub mod process;
 pub mod prometheus;
 pub mod scenario;
@@ -40,7 +43,6 @@ pub mod tools;
 pub mod turn;
 pub mod web;
 
-use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -77,10 +79,11 @@ pub fn wait_for(deadline: Duration, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// A loopback port that was free a moment ago (bound to 127.0.0.1:0 and released). Another
-/// process can take it before the caller binds it; good enough for tests.
+/// A loopback port that was free a moment ago, outside the kernel's ephemeral range (so that no
+/// client's source port can take it while its broker is down) and reserved for this process: see
+/// [`ports`].
 pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).and_then(|l| l.local_addr()).expect("bind 127.0.0.1:0").port()
+    ports::free_port()
 }
 
 /// `prefix-<pid>-<n>-<millis>`: unique across the tests of a binary and across runs against the

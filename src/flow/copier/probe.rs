@@ -16,6 +16,14 @@
 //!   copied topics kept their ids? A topic re-created under the same name is copied again from its
 //!   start, even when it already holds more records than the old one did.
 //!
+//! "The end of the log" is the **high watermark**, not the last stable offset: the probe's clients read
+//! `read_uncommitted` (the copier itself reads `read_committed`). A position between the two is inside
+//! the log: MM2 reads uncommitted records, so the position it stored sits past the last stable offset
+//! while a source transaction is open (Flink's exactly-once sinks hold one open for a checkpoint
+//! interval). Copying continues from there once the transaction ends: the copier's `read_committed`
+//! fetch at such a position is valid and returns nothing until then; records of a transaction that
+//! commits are copied from the position on (MM2 already copied those below it); an abort loses nothing.
+//!
 //! Why gaps in the offsets never need a query: a fetch at an offset below the log start fails with
 //! OFFSET_OUT_OF_RANGE, so records deleted before they were copied always surface as that error. A gap
 //! inside a fetched range is compaction, a transaction marker or an aborted transaction: not a loss.
@@ -95,7 +103,8 @@ pub enum Verdict {
 /// A verdict, for one partition.
 pub type Report = (SourcePartition, Verdict);
 
-/// What to do with a partition, from its position and stored topic id and what the source says now.
+/// What to do with a partition, from its position and stored topic id and what the source says now:
+/// its log start `low` and its high watermark `high` (not the last stable offset: see the module doc).
 pub fn decide(
     position: Option<i64>,
     stored_id: Option<&str>,
@@ -118,7 +127,9 @@ pub fn decide(
         Some(p) if p > high => Verdict::Reset {
             to: low,
             topic_id,
-            why: format!("position {p} is past the end of the log ({high}): the topic was re-created or truncated"),
+            why: format!(
+                "position {p} is past the end of the log (high watermark {high}): the topic was re-created or truncated"
+            ),
         },
         Some(p) if p < low => Verdict::Lost { from: p, to: low, topic_id },
         Some(p) => Verdict::Start { at: p, topic_id },
@@ -134,7 +145,8 @@ pub struct Probe {
 
 impl Probe {
     pub fn start(plan: &Arc<FlowPlan>) -> Result<Probe, String> {
-        let consumer = kafka::assign_only_consumer(&plan.source, &plan.id, "probe").map_err(|e| e.to_string())?;
+        let consumer =
+            kafka::assign_only_consumer(&uncommitted(&plan.source), &plan.id, "probe").map_err(|e| e.to_string())?;
         let admin = kafka::admin_client(&plan.source, &plan.id).map_err(|e| e.to_string())?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -192,6 +204,14 @@ impl Drop for Probe {
     }
 }
 
+/// The source as the probe's consumer sees it: `read_uncommitted`, so that the end offsets it lists
+/// are high watermarks (librdkafka's ListOffsets asks with the client's isolation level).
+fn uncommitted(source: &crate::config::ClusterSpec) -> crate::config::ClusterSpec {
+    let mut source = source.clone();
+    source.client.insert("isolation.level".into(), "read_uncommitted".into());
+    source
+}
+
 struct ProbeLoop {
     flow: String,
     cluster: String,
@@ -245,7 +265,8 @@ impl ProbeLoop {
         }
     }
 
-    /// Source lag per topic: the partitions' end offsets minus the next offset to copy.
+    /// Source lag per topic: the partitions' high watermarks minus the next offset to copy (records of an
+    /// open transaction count: they are not copied yet).
     fn measure_lag(&mut self) {
         let tps: Vec<SourcePartition> =
             self.watched.iter().flat_map(|(t, w)| w.partitions.iter().map(move |p| (t.clone(), p.partition))).collect();
@@ -320,12 +341,12 @@ impl ProbeLoop {
         })
     }
 
-    /// End offsets (last stable offsets) of `tps`.
+    /// End offsets (high watermarks, the consumer reads uncommitted) of `tps`.
     fn ends(&self, tps: &[SourcePartition]) -> Result<HashMap<SourcePartition, i64>, String> {
         self.list_offsets(tps, rdkafka::Offset::End)
     }
 
-    /// Log start and end (last stable offset) of each partition.
+    /// Log start and end (high watermark) of each partition.
     fn bounds(&self, tps: &[SourcePartition]) -> Result<HashMap<SourcePartition, (i64, i64)>, String> {
         let low = self.list_offsets(tps, rdkafka::Offset::Beginning)?;
         let high = self.ends(tps)?;
@@ -438,6 +459,35 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_position_stored_inside_an_open_transaction_continues_there() {
+        // Committed records up to 100, an open transaction 100..150 (last stable offset 100, high
+        // watermark 150), MM2 copied it all and stored 150.
+        assert_eq!(
+            decide(Some(150), Some("A"), Some("A"), 0, 150),
+            Verdict::Start { at: 150, topic_id: Some("A".into()) }
+        );
+        assert_eq!(decide(Some(120), None, None, 0, 150), Verdict::Start { at: 120, topic_id: None });
+        assert!(matches!(decide(Some(151), None, None, 0, 150), Verdict::Reset { to: 0, .. }));
+    }
+
+    #[test]
+    fn the_probe_reads_uncommitted_whatever_the_source_says() {
+        let mut source = crate::config::ClusterSpec {
+            alias: "east".into(),
+            bootstrap_servers: "e:1".into(),
+            client: Default::default(),
+            file_keys: Default::default(),
+            secret_files: Vec::new(),
+            file: "flows.toml".into(),
+        };
+        source.client.insert("isolation.level".into(), "read_committed".into());
+        source.client.insert("client.rack".into(), "r1".into());
+        let probe = uncommitted(&source);
+        assert_eq!(probe.client.get("isolation.level").map(String::as_str), Some("read_uncommitted"));
+        assert_eq!(probe.client.get("client.rack").map(String::as_str), Some("r1"), "everything else kept");
     }
 
     #[test]
