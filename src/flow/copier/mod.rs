@@ -973,6 +973,15 @@ fn source_consumer(
         // assign/revoke events, as with cooperative-sticky.
         GroupProtocol::Consumer => {
             cfg.set("group.protocol", "consumer");
+            // librdkafka refuses to create a consumer-protocol client with the classic protocol's
+            // timeouts and assignor set; the source cluster's client properties may hold them for the
+            // classic flows and other clients of the cluster.
+            for key in ["session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"] {
+                if cfg.get(key).is_some() {
+                    tracing::info!(flow = %plan.id, key, "ignored for the copier group on the consumer protocol (the broker owns it: group.consumer.*)");
+                    cfg.remove(key);
+                }
+            }
         }
     }
     cfg.create_with_context(CopierContext {
