@@ -55,7 +55,7 @@ fn every_record_once_everywhere(flows: &str, topic: &str, reaching: [&[&str]; 3]
     let streams: Vec<Stream> = clusters
         .iter()
         .zip(prefixes)
-        .map(|(c, p)| Stream::start(&c.bootstrap, topic, 2, p, 25, Duration::from_millis(50)))
+        .map(|(c, p)| Stream::start(&c.bootstrap, topic, 2, p, 50, Duration::from_millis(50)))
         .collect();
     std::thread::sleep(LOAD); // the load's duration: the scenario itself
     let produced: Vec<usize> = streams.into_iter().map(Stream::finish).collect();

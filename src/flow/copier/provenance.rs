@@ -158,15 +158,17 @@ pub struct Stamper {
     topology: Arc<Topology>,
     /// Per topic: each known origin's last hop into the target (computed once per topic).
     routes: HashMap<String, BTreeMap<String, String>>,
-    /// The hops of the copy being decided.
+    /// The hops of the copy being decided...
     hops: Vec<u8>,
+    /// ...and where each hop's id and alias are in them: `(start, colon, end)`.
+    index: Vec<(usize, usize, usize)>,
     /// The header value of the last [`Verdict::Copy`].
     out: Vec<u8>,
 }
 
 impl Stamper {
     pub fn new(source: Hop, target: Hop, topology: Arc<Topology>) -> Self {
-        Self { source, target, topology, routes: HashMap::new(), hops: Vec::new(), out: Vec::new() }
+        Self { source, target, topology, routes: HashMap::new(), hops: Vec::new(), index: Vec::new(), out: Vec::new() }
     }
 
     /// The `ferry.path` value for the copy the last [`Verdict::Copy`] was about.
@@ -186,13 +188,18 @@ impl Stamper {
             found.path().and_then(parse).filter(|(bound, hops)| *bound == binding(kv, rec.topic, rec.partition, hops));
         match trusted {
             Some((_, hops)) => {
-                if split_hops(hops).any(|(id, _)| id == self.target.id.as_bytes()) {
+                index_hops(hops, &mut self.index);
+                let has = |id: &str| self.index.iter().any(|&(from, colon, _)| &hops[from..colon] == id.as_bytes());
+                if has(&self.target.id) {
                     return Verdict::Skip(SkipReason::BeenOnTarget);
                 }
+                let source_missing = !has(&self.source.id);
                 self.hops.extend_from_slice(hops);
-                if !split_hops(hops).any(|(id, _)| id == self.source.id.as_bytes()) {
+                if source_missing {
                     self.hops.push(b',');
+                    let from = self.hops.len();
                     push_hop(&mut self.hops, &self.source);
+                    self.index.push((from, from + self.source.id.len(), self.hops.len()));
                 }
                 if rec.topic == rec.remote && !self.routed_here(rec.topic) {
                     return Verdict::Skip(SkipReason::OtherRoute);
@@ -210,7 +217,8 @@ impl Stamper {
         let bound = binding(kv, rec.remote, rec.partition, &self.hops);
         self.out.clear();
         self.out.extend_from_slice(VERSION);
-        self.out.extend_from_slice(format!("{bound:016x};").as_bytes());
+        push_hex(&mut self.out, bound);
+        self.out.push(b';');
         self.out.extend_from_slice(&self.hops);
         Verdict::Copy
     }
@@ -224,7 +232,8 @@ impl Stamper {
             self.routes.insert(topic.to_string(), parents);
         }
         let parents = &self.routes[topic];
-        for (id, alias) in split_hops(&self.hops) {
+        for &(from, colon, to) in &self.index {
+            let (id, alias) = (&self.hops[from..colon], &self.hops[(colon + 1).min(to)..to]);
             // Another deployment's cluster that happens to share one of this flow's aliases is unknown.
             let same_name_other_cluster = |c: &Hop| alias == c.alias.as_bytes() && id != c.id.as_bytes();
             if same_name_other_cluster(&self.source) || same_name_other_cluster(&self.target) {
@@ -239,6 +248,12 @@ impl Stamper {
     }
 }
 
+/// 16 lowercase hex digits.
+fn push_hex(out: &mut Vec<u8>, v: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    out.extend((0..16).rev().map(|i| DIGITS[((v >> (i * 4)) & 0xf) as usize]));
+}
+
 /// `<id>:<alias>`.
 fn push_hop(out: &mut Vec<u8>, hop: &Hop) {
     out.extend_from_slice(hop.id.as_bytes());
@@ -246,33 +261,46 @@ fn push_hop(out: &mut Vec<u8>, hop: &Hop) {
     out.extend_from_slice(hop.alias.as_bytes());
 }
 
-/// `(binding, hops)` of a well-formed header value.
+/// `(binding, hops)` of a header value in ferry's format. The hops are not checked byte by byte: a
+/// header is trusted only when its binding, which covers the hops, matches, and nothing but ferry writes
+/// matching ones.
 fn parse(value: &[u8]) -> Option<(u64, &[u8])> {
     let rest = value.strip_prefix(VERSION)?;
     let (hex, hops) = (rest.get(..16)?, rest.get(16..)?.strip_prefix(b";")?);
-    let hex = std::str::from_utf8(hex).ok()?;
-    if !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-        return None;
+    let mut bound = 0u64;
+    for b in hex {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => return None,
+        };
+        bound = (bound << 4) | u64::from(digit);
     }
-    let bound = u64::from_str_radix(hex, 16).ok()?;
-    let well_formed = |hop: &[u8]| {
-        let mut parts = hop.split(|b| *b == b':');
-        matches!((parts.next(), parts.next(), parts.next()), (Some(id), Some(alias), None) if is_name(id) && is_name(alias))
-    };
-    (!hops.is_empty() && hops.split(|b| *b == b',').all(well_formed)).then_some((bound, hops))
+    (!hops.is_empty()).then_some((bound, hops))
 }
 
-/// Cluster ids (base64url) and aliases: letters, digits, `-` and `_`, not empty.
+/// Cluster ids (base64url) and aliases: letters, digits, `-` and `_`, not empty (the header's
+/// separators never occur in them).
 fn is_name(s: &[u8]) -> bool {
     !s.is_empty() && s.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
 }
 
-/// The `(id, alias)` of each hop of well-formed hops.
-fn split_hops(hops: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    hops.split(|b| *b == b',').filter_map(|hop| {
-        let at = hop.iter().position(|b| *b == b':')?;
-        Some((&hop[..at], &hop[at + 1..]))
-    })
+/// Where each hop of `hops` is, `(start, colon, end)`, in one pass (the colon is `end` in a hop
+/// without one).
+fn index_hops(hops: &[u8], out: &mut Vec<(usize, usize, usize)>) {
+    out.clear();
+    let (mut from, mut colon) = (0, None);
+    for (i, b) in hops.iter().enumerate() {
+        match b {
+            b':' if colon.is_none() => colon = Some(i),
+            b',' => {
+                out.push((from, colon.unwrap_or(i), i));
+                (from, colon) = (i + 1, None);
+            }
+            _ => {}
+        }
+    }
+    out.push((from, colon.unwrap_or(hops.len()), hops.len()));
 }
 
 /// The hash of a record's key and value (an absent key or value differs from an empty one).
@@ -452,6 +480,15 @@ mod tests {
     fn copy(s: &mut Stamper, r: &Rec<'_>, found: &Found<'_>) -> Vec<u8> {
         assert_eq!(s.decide(r, found), Verdict::Copy);
         s.header().to_vec()
+    }
+
+    #[test]
+    fn hops_are_indexed_in_one_pass() {
+        let mut index = Vec::new();
+        index_hops(b"ab:x,c:y", &mut index);
+        assert_eq!(index, vec![(0, 2, 4), (5, 6, 8)]);
+        index_hops(b"odd,", &mut index);
+        assert_eq!(index, vec![(0, 3, 3), (4, 4, 4)]);
     }
 
     fn hops_of(header: &[u8]) -> String {
