@@ -32,8 +32,9 @@
 //!    header: ferry's headers are replaced, never piled up.
 //!
 //! Flows without the header (the default policy, or `provenance_header = false`) neither read nor write
-//! it and pay nothing. The cost for the others is one hash of key and value per record (about 0.1 µs
-//! for 1 KiB) and a header of about 40 bytes per hop.
+//! it and pay nothing. The cost for the others is one hash of key and value per record and the header
+//! (measured in isolation: about 0.1 µs per record of 100 B, 0.2 µs of 512 B, 0.9 µs of 4 KiB, 0.2 µs more
+//! for a record that already carries a header), and about 30 bytes of header per hop plus 30.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -68,8 +69,6 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
-    pub const ALL: [SkipReason; 3] = [SkipReason::BeenOnTarget, SkipReason::OtherRoute, SkipReason::LegacyOrigin];
-
     /// The `reason` label of `ferry_records_skipped_total`.
     pub fn name(self) -> &'static str {
         match self {
