@@ -44,6 +44,9 @@ pub struct Metrics {
     /// Source partitions found re-created or truncated below the copy position, and copied again
     /// from their start.
     pub source_resets: IntCounterVec,
+    /// Source records the provenance rule did not copy, by reason (been_on_target, other_route,
+    /// legacy_origin; see `flow/copier/provenance.rs`).
+    pub records_skipped: IntCounterVec,
     /// Records the target refused or that could not be delivered; each stops its partition for a
     /// retry.
     pub partition_failures: IntCounterVec,
@@ -205,6 +208,12 @@ impl Metrics {
                 "ferry_source_resets_total",
                 "Source partitions found re-created or truncated below the copy position, copied again from their start.",
                 &["flow", "topic"],
+            ),
+            records_skipped: counter(
+                &registry,
+                "ferry_records_skipped_total",
+                "Source records not copied by the provenance rule (identity replication), by reason.",
+                &["flow", "topic", "reason"],
             ),
             partition_failures: counter(
                 &registry,
@@ -412,12 +421,23 @@ impl Metrics {
             .max()
             .filter(|t| *t > 0)
             .map(|t| crate::status::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t)));
+        let mut skipped = crate::status::Skipped::default();
+        for m in self.records_skipped.collect().iter().flat_map(|f| f.get_metric().iter()) {
+            let label = |name: &str| m.get_label().iter().find(|l| l.name() == name).map(|l| l.value().to_string());
+            if label("flow").as_deref() != Some(flow) {
+                continue;
+            }
+            let n = m.get_counter().get_value() as u64;
+            skipped.total += n;
+            *skipped.by_reason.entry(label("reason").unwrap_or_default()).or_insert(0) += n;
+        }
         let figures = crate::status::FlowFigures {
             leading: self.leader.with_label_values(&[flow, "checkpoints"]).get() == 1,
             partitions: self.partitions_assigned.with_label_values(&[flow]).get(),
             lag_records: self.flow_sum("ferry_source_lag_records", flow).map(|l| l as i64),
             records_per_second: rate,
             last_checkpoint_at: last_checkpoint,
+            records_skipped: skipped,
         };
         (figures, (copied, now))
     }
@@ -440,6 +460,7 @@ impl Metrics {
             &self.actor_restarts,
             &self.source_gap_records,
             &self.source_resets,
+            &self.records_skipped,
             &self.partition_failures,
             &self.partitions_failing,
             &self.replication_latency,

@@ -140,6 +140,8 @@ pub struct FlowStatus {
     pub records_per_second: Option<f64>,
     /// When a consumer group of the flow was last checkpointed (RFC 3339).
     pub last_checkpoint_at: Option<String>,
+    /// Source records the provenance rule did not copy (identity replication), since this node started.
+    pub records_skipped: Skipped,
     /// The nodes in the flow's copier group and their partition counts (described every 10 s).
     pub nodes: Option<Vec<crate::flow::members::Member>>,
     /// The node holding the flow's lease, as the lease group says.
@@ -154,6 +156,14 @@ pub struct FlowFigures {
     pub lag_records: Option<i64>,
     pub records_per_second: Option<f64>,
     pub last_checkpoint_at: Option<String>,
+    pub records_skipped: Skipped,
+}
+
+/// Records not copied by the provenance rule: in all, and per reason (`ferry_records_skipped_total`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    pub total: u64,
+    pub by_reason: BTreeMap<String, u64>,
 }
 
 impl FlowStatus {
@@ -177,6 +187,7 @@ impl FlowStatus {
             lag_records: None,
             records_per_second: None,
             last_checkpoint_at: None,
+            records_skipped: Skipped::default(),
             nodes: None,
             leader_node: None,
         }
@@ -257,6 +268,7 @@ impl StatusBoard {
             f.lag_records = figures.lag_records;
             f.records_per_second = figures.records_per_second;
             f.last_checkpoint_at = figures.last_checkpoint_at;
+            f.records_skipped = figures.records_skipped;
         }
     }
 

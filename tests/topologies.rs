@@ -150,12 +150,18 @@ fn active_active_with_the_identity_policy_under_load_both_ways() {
         assert_eq!(counts.len(), produced_e + produced_w, "{name} holds both sides' records");
         assert_eq!(duplicates(counts), 0, "no record twice on {name}: nothing loops");
     }
-    // Copies carry their origin; records written locally do not.
+    // Copies carry the clusters they have been on, origin first (`ferry.path`, `1;<binding>;<id>:<alias>,...`);
+    // records written locally carry nothing.
     let recs = consume_all(&west.bootstrap, &topic, READ);
     for r in &recs {
-        let origin = r.headers.iter().find(|(k, _)| k == "ferry.origin").and_then(|(_, v)| v.clone());
+        let path = r.headers.iter().find(|(k, _)| k == "ferry.path").and_then(|(_, v)| v.clone());
+        let aliases: Option<Vec<String>> = path.map(|p| {
+            let hops = String::from_utf8_lossy(&p).split(';').nth(2).unwrap_or_default().to_string();
+            hops.split(',').map(|h| h.rsplit(':').next().unwrap_or_default().to_string()).collect()
+        });
         let from_east = r.value.as_deref().is_some_and(|v| v.starts_with(b"e"));
-        assert_eq!(origin.as_deref(), from_east.then_some(&b"east"[..]), "origin header of {r:?}");
+        let expected = from_east.then(|| vec!["east".to_string(), "west".to_string()]);
+        assert_eq!(aliases, expected, "provenance header of {r:?}");
     }
     wait_for(ARRIVAL, "heartbeats both ways", || heartbeats_from(west, "east") && heartbeats_from(east, "west"));
 

@@ -15,6 +15,7 @@ pub mod diff;
 mod load;
 pub mod raw;
 pub mod secrets;
+pub mod topology;
 mod validate;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -183,8 +184,8 @@ pub struct FlowSettings {
     pub on_source_gap: SourceGapPolicy,
     /// Offset syncs the checkpoint computer keeps per source partition (at least MM2's 64).
     pub offset_sync_history_per_partition: usize,
-    /// Under the identity policy, stamp every copied record with the cluster it was first written to
-    /// (`ferry.origin`) and never copy a record to that cluster: what makes identity active-active safe.
+    /// Under the identity policy, stamp every copied record with the clusters it has been on
+    /// (`ferry.path`) and never copy a record to one of them: what makes identity cycles safe.
     pub provenance_header: bool,
     /// Per-partition series besides the per-topic ones (`ferry_partition_*`): off by default, because a
     /// wide flow would otherwise put tens of thousands of series on every scrape.
@@ -239,6 +240,9 @@ pub struct FlowPlan {
     pub topic_filter: Arc<TopicFilter>,
     pub group_filter: Arc<GroupFilter>,
     pub policy: ReplicationPolicy,
+    /// The header-carrying flows this flow shares record routes with (empty unless it carries the
+    /// provenance header): see [`topology`].
+    pub topology: Arc<topology::Topology>,
     /// The file that defines this flow.
     pub file: PathBuf,
 }
@@ -250,6 +254,7 @@ impl PartialEq for FlowPlan {
             && self.source == other.source
             && self.target == other.target
             && self.settings == other.settings
+            && self.topology == other.topology
     }
 }
 

@@ -82,7 +82,7 @@ pub struct RawFlow {
     pub on_source_gap: Option<String>,
     /// Offset syncs kept per source partition for translating lagging groups (memory per partition).
     pub offset_sync_history_per_partition: Option<usize>,
-    /// Identity policy: stamp and honour the `ferry.origin` header (loop protection).
+    /// Identity policy: stamp and honour the `ferry.path` provenance header (loop protection).
     pub provenance_header: Option<bool>,
     /// Also export per-partition series (lag, records copied), as MM2 does for every partition.
     pub metrics_per_partition: Option<bool>,

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::raw::{RawCluster, RawFile, RawFlow};
 use super::secrets;
+use super::topology;
 use super::{
     ClusterSpec, ConfigError, ConfigErrors, FlowId, FlowPlan, FlowSet, FlowSettings, GroupProtocol,
     OffsetSyncsLocation, PolicyKind, SourceGapPolicy,
@@ -65,56 +66,79 @@ pub fn validate(files: Vec<(PathBuf, RawFile)>, env: &dyn Fn(&str) -> Option<Str
     }
 
     unprotected_identity_cycles(&flows, &mut errors);
+    share_routes(&mut flows);
     if errors.is_empty() { Ok(FlowSet { clusters, flows }) } else { Err(ConfigErrors(errors)) }
 }
 
 /// Under the identity policy a topic keeps its name, so names cannot tell where a record came from: a
-/// cycle of flows (east->west->east, or a ring) copies the same records around forever unless every flow
-/// in it is an identity flow with the provenance header on. Default-policy names carry their origin and
-/// stop loops by themselves; a cycle mixing the two has neither protection. Each unprotected flow of such
-/// a cycle is an error.
+/// cycle of flows (east->west->east, a ring, a mesh) copies the same records around forever unless every
+/// flow on it carries the provenance header. Default-policy names carry their origin and stop loops by
+/// themselves; a cycle mixing the two has neither protection. Each unprotected flow on a cycle through
+/// an identity flow is an error naming one such cycle.
 fn unprotected_identity_cycles(flows: &BTreeMap<FlowId, FlowPlan>, errors: &mut Vec<ConfigError>) {
-    let edges: Vec<&FlowPlan> = flows.values().filter(|p| p.settings.enabled).collect();
-    let reaches = |from: &str, to: &str| -> bool {
-        let mut seen = std::collections::BTreeSet::new();
-        let mut todo = vec![from.to_string()];
-        while let Some(c) = todo.pop() {
-            if c == to {
-                return true;
-            }
-            if seen.insert(c.clone()) {
-                todo.extend(edges.iter().filter(|p| p.id.source == c).map(|p| p.id.target.clone()));
-            }
-        }
-        false
-    };
-    let in_cycle = |p: &FlowPlan| reaches(&p.id.target, &p.id.source);
-    let identity_cycle = edges.iter().any(|p| p.settings.replication_policy == PolicyKind::Identity && in_cycle(p));
-    if !identity_cycle {
-        return;
-    }
-    for p in edges.iter().filter(|p| in_cycle(p) && !p.settings.provenance()) {
-        // Only flows on a cycle through an identity flow matter.
-        let through_identity = edges.iter().any(|q| {
-            q.settings.replication_policy == PolicyKind::Identity
-                && reaches(&p.id.target, &q.id.source)
-                && reaches(&q.id.target, &p.id.source)
-        });
-        if !through_identity {
-            continue;
-        }
+    let enabled: Vec<&FlowPlan> = flows.values().filter(|p| p.settings.enabled).collect();
+    let edges: Vec<(&str, &str)> = enabled.iter().map(|p| (p.id.source.as_str(), p.id.target.as_str())).collect();
+    let identity = |p: &&&FlowPlan| p.settings.replication_policy == PolicyKind::Identity;
+    for p in enabled.iter().filter(|p| !p.settings.provenance()) {
+        // The shortest cycle through `p` and an identity flow `q` (`p` itself if it is one).
+        let cycle = enabled
+            .iter()
+            .filter(identity)
+            .filter_map(|q| {
+                let (from, to) = (p.id.target.as_str(), p.id.source.as_str());
+                let path = if q.id == p.id {
+                    topology::shortest_path(&edges, from, to)?
+                } else {
+                    let mut there = topology::shortest_path(&edges, from, &q.id.source)?;
+                    let back = topology::shortest_path(&edges, &q.id.target, to)?;
+                    there.extend(back);
+                    there
+                };
+                let mut cycle = vec![p.id.source.clone()];
+                cycle.extend(path);
+                cycle.pop(); // back at `p`'s source
+                Some(cycle)
+            })
+            .min_by_key(|c| (c.len(), c.clone()));
+        let Some(cycle) = cycle else { continue };
+        let shown = topology::show_cycle(&cycle);
         let reason = if p.settings.replication_policy == PolicyKind::Identity {
             format!(
-                "flow {} is on a replication cycle under the identity policy with provenance_header = false: records would be copied around the cycle forever",
+                "flow {} has provenance_header = false but is on the replication cycle {shown} under the identity policy: records would be copied around it forever",
                 p.id
             )
         } else {
             format!(
-                "flow {} is on a replication cycle with identity-policy flows; use the identity policy with provenance_header on every flow of the cycle, or the default policy on all of them",
+                "flow {} is on the replication cycle {shown} with identity-policy flows; use the identity policy with provenance_header on every flow of the cycle, or the default policy on all of them",
                 p.id
             )
         };
         errors.push(ConfigError { file: p.file.clone(), key: "replication_policy".to_string(), reason });
+    }
+}
+
+/// Gives every header-carrying flow the header-carrying flows it is connected to: the copier routes each
+/// record along one of them only (see [`topology`]).
+fn share_routes(flows: &mut BTreeMap<FlowId, FlowPlan>) {
+    let all = topology::Topology::new(
+        flows
+            .values()
+            .filter(|p| p.settings.enabled && p.settings.provenance())
+            .map(|p| {
+                let s = &p.settings;
+                topology::Edge::new(
+                    &p.id.source,
+                    &p.id.target,
+                    p.topic_filter.clone(),
+                    p.policy.clone(),
+                    &s.topics,
+                    &s.topics_exclude,
+                )
+            })
+            .collect(),
+    );
+    for plan in flows.values_mut().filter(|p| p.settings.enabled && p.settings.provenance()) {
+        plan.topology = Arc::new(all.component_of(&plan.id.source));
     }
 }
 
@@ -525,6 +549,7 @@ fn flow(
         target,
         settings,
         policy,
+        topology: Arc::default(),
         file: file.to_path_buf(),
     })
 }
@@ -747,7 +772,11 @@ mod tests {
         let err = parse(&[("c.toml", THREE), ("ab.toml", &ab_off), ("ba.toml", &ba)], &no_env).expect_err("loop");
         assert_eq!(err.0.len(), 1, "{err}");
         assert_eq!(err.0[0].file, PathBuf::from("ab.toml"));
-        assert!(err.0[0].reason.contains("a->b") && err.0[0].reason.contains("provenance_header = false"), "{err}");
+        assert!(
+            err.0[0].reason.contains("flow a->b") && err.0[0].reason.contains("provenance_header = false"),
+            "{err}"
+        );
+        assert!(err.0[0].reason.contains("cycle a->b->a"), "the cycle is named: {err}");
 
         // A ring mixing the identity and default policies: the default flow is named.
         let bc = "[[flows]]\nsource = \"b\"\ntarget = \"c\"\n";
@@ -755,11 +784,51 @@ mod tests {
         let err = parse(&[("c.toml", THREE), ("ab.toml", &ab), ("bc.toml", bc), ("ca.toml", &ca)], &no_env)
             .expect_err("mixed ring");
         assert_eq!(err.0.len(), 1, "{err}");
-        assert!(err.0[0].reason.contains("b->c") && err.0[0].reason.contains("identity-policy flows"), "{err}");
+        assert!(err.0[0].reason.contains("flow b->c") && err.0[0].reason.contains("identity-policy flows"), "{err}");
+        assert!(err.0[0].reason.contains("cycle b->c->a->b"), "the cycle is named: {err}");
 
         // A disabled flow closes no cycle.
         let ba_disabled = identity_flow("b", "a", "enabled = false\n");
         parse(&[("c.toml", THREE), ("ab.toml", &ab_off), ("ba.toml", &ba_disabled)], &no_env).expect("disabled");
+    }
+
+    #[test]
+    fn meshes_feeders_and_rings_with_the_header_are_accepted_and_share_their_routes() {
+        let flow = |s: &str, t: &str| identity_flow(s, t, "");
+        let mesh: String = [("a", "b"), ("a", "c"), ("b", "a"), ("b", "c"), ("c", "a"), ("c", "b")]
+            .iter()
+            .map(|(s, t)| flow(s, t))
+            .collect();
+        let borrowed = [("c.toml", THREE), ("mesh.toml", mesh.as_str())];
+        let set = parse(&borrowed, &no_env).expect("a full mesh with the header");
+        for plan in set.flows.values() {
+            assert_eq!(plan.topology.edges().len(), 6, "{} routes with the whole mesh", plan.id);
+        }
+        let feeder = [flow("a", "b"), flow("b", "c"), flow("c", "b")];
+        let set = parse(
+            &[("c.toml", THREE), ("1.toml", &feeder[0]), ("2.toml", &feeder[1]), ("3.toml", &feeder[2])],
+            &no_env,
+        )
+        .expect("a feeder into a pair");
+        let bc = &set.flows[&FlowId { source: "b".into(), target: "c".into() }];
+        assert_eq!(bc.topology.parents_into("c", "orders")["a"], "b", "a's records reach c through b");
+
+        // Flows without the header share no routes, and a flow's routes are part of its plan: a change of
+        // another flow of its component restarts it, a default-policy flow is never concerned.
+        let ab_default = "[[flows]]\nsource = \"a\"\ntarget = \"b\"\n";
+        let before = parse(
+            &[("c.toml", THREE), ("1.toml", &feeder[1]), ("2.toml", &feeder[2]), ("3.toml", ab_default)],
+            &no_env,
+        )
+        .expect("valid");
+        let after = parse(
+            &[("c.toml", THREE), ("1.toml", &feeder[1]), ("2.toml", &feeder[2]), ("3.toml", &feeder[0])],
+            &no_env,
+        )
+        .expect("valid");
+        let id = |s: &str, t: &str| FlowId { source: s.into(), target: t.into() };
+        assert!(before.flows[&id("a", "b")].topology.edges().is_empty());
+        assert_ne!(before.flows[&id("b", "c")], after.flows[&id("b", "c")], "b->c's routes changed");
     }
 
     #[test]

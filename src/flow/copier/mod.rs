@@ -16,6 +16,7 @@
 mod delivery;
 mod partitions;
 mod probe;
+pub mod provenance;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, mpsc};
@@ -232,8 +233,8 @@ struct CopyLoop {
     /// The newest assignment that arrived while the loop was busy.
     pending: Option<Assignment>,
     consumer_errors: RateLimitedLog,
-    /// Stamp and honour [`ORIGIN_HEADER`] (identity replication).
-    provenance: bool,
+    /// Stamp and honour the provenance header (identity replication); `None` for flows without it.
+    provenance: Option<provenance::Provenance>,
 }
 
 impl CopyLoop {
@@ -287,7 +288,7 @@ impl CopyLoop {
             stop: None,
             pending: None,
             consumer_errors: RateLimitedLog::new(Duration::from_secs(10)),
-            provenance: plan.settings.provenance(),
+            provenance: provenance::Provenance::for_plan(&plan),
             plan,
         })
     }
@@ -639,17 +640,16 @@ impl CopyLoop {
             if let Some(ts) = msg.timestamp().to_millis() {
                 part.age.observe(delivery::seconds_since(ts, now_ms));
             }
-            // Provenance: a record that came from the target is never copied back; a record without an
-            // origin gets this cluster's name.
+            // Provenance: a record that has been on the target is never copied back (see `provenance`).
             let mut stamp = None;
-            if self.provenance {
-                match origin(&msg) {
-                    Some(o) if o == self.plan.id.target.as_bytes() => {
+            if let Some(provenance) = self.provenance.as_mut() {
+                let producer = self.producer.as_ref().expect("the producer exists until the loop ends");
+                match provenance.decide(&msg, remote, self.consumer.client(), producer.client())? {
+                    Some(header) => stamp = Some(header),
+                    None => {
                         part.ack.skipped(&self.acks, msg.offset());
                         continue;
                     }
-                    Some(_) => {}
-                    None => stamp = Some(self.plan.id.source.as_str()),
                 }
             }
             let producer = self.producer.as_ref().expect("the producer exists until the loop ends");
@@ -751,17 +751,6 @@ impl CopyLoop {
     }
 }
 
-/// Header naming the cluster a record was first written to, stamped by flows that need it (identity
-/// replication, where topic names cannot tell where a record came from) and kept when the record is
-/// copied again. A flow never copies a record to the cluster its header names. Consumers see it.
-pub const ORIGIN_HEADER: &str = "ferry.origin";
-
-/// Where a record came from, for the provenance rule: `Some(origin)` from its header, `None` if it has
-/// none (it was written by a client on this cluster).
-fn origin<'a>(msg: &'a BorrowedMessage<'_>) -> Option<&'a [u8]> {
-    msg.headers()?.iter().find(|h| h.key == ORIGIN_HEADER).and_then(|h| h.value)
-}
-
 /// The outcome of handing one record to the producer.
 enum Sent {
     Ok,
@@ -780,7 +769,7 @@ fn send(
     pending: &mut Option<Assignment>,
     remote: &str,
     msg: &BorrowedMessage<'_>,
-    stamp: Option<&str>,
+    stamp: Option<&[u8]>,
 ) -> Sent {
     if let Err(e) = failpoints::check(failpoints::COPIER_DELIVER) {
         return Sent::Refused(None, e);
@@ -799,15 +788,18 @@ fn send(
     if let Some(headers) = msg.headers() {
         let mut owned = OwnedHeaders::new_with_capacity(headers.count() + usize::from(stamp.is_some()));
         for h in headers.iter() {
-            owned = owned.insert(Header { key: h.key, value: h.value });
+            // A stamped copy carries ferry's header of this copy only.
+            if stamp.is_none() || !provenance::is_ferry_header(h.key) {
+                owned = owned.insert(Header { key: h.key, value: h.value });
+            }
         }
-        if let Some(origin) = stamp {
-            owned = owned.insert(Header { key: ORIGIN_HEADER, value: Some(origin.as_bytes()) });
+        if let Some(path) = stamp {
+            owned = owned.insert(Header { key: provenance::PATH_HEADER, value: Some(path) });
         }
         record = record.headers(owned);
-    } else if let Some(origin) = stamp {
+    } else if let Some(path) = stamp {
         record = record.headers(
-            OwnedHeaders::new_with_capacity(1).insert(Header { key: ORIGIN_HEADER, value: Some(origin.as_bytes()) }),
+            OwnedHeaders::new_with_capacity(1).insert(Header { key: provenance::PATH_HEADER, value: Some(path) }),
         );
     }
     loop {
