@@ -1,7 +1,18 @@
 //! The emission round: every selected group's source offsets, translated, published as checkpoints in
 //! one transaction of the checkpoint producer (which a new leader's producer fences).
 
-use super::*;
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+use super::{Computer, NODE_HEADER, fenced_or, lock};
+use crate::failpoints;
+use crate::flow::supervisor::ItemErrorsChanged;
+use crate::kafka::{self, ErrorCapture};
+use crate::metrics::METRICS;
+use crate::mm2::records::Checkpoint;
+use crate::raw_admin;
 
 impl Computer<'_> {
     /// One emission round over every selected group, by `deadline`. A group whose offsets cannot be

@@ -10,33 +10,29 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use actix::Addr;
-use rdkafka::consumer::Consumer;
-use rdkafka::message::{Headers, Message};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, Producer};
 
 mod emit;
 mod group_sync;
 mod sync_reader;
 
-use super::offset_syncs::syncs_location;
 use super::supervisor::{ActorKind, FlowSupervisor, ItemErrorsChanged};
 use super::worker::{Control, Signal, Worker};
 use crate::checkpoint_store::CheckpointStore;
-use crate::config::{ClusterSpec, FlowPlan, PolicyKind};
+use crate::config::{FlowPlan, PolicyKind};
 use crate::failpoints;
 use crate::filter::should_replicate_topic;
 use crate::flow::Identity;
 use crate::kafka::{self, ErrorCapture, KafkaOpError, TopicSpec};
 use crate::metrics::METRICS;
-use crate::mm2::records::{Checkpoint, OffsetSync};
+use crate::mm2::records::Checkpoint;
 use crate::raw_admin::{self, CommittedOffset, GroupState};
 use crate::status::ItemErrors;
-use crate::sync_rule::{SYNC_MARK_HEADER, SyncMark};
-use crate::sync_store::{StoredSync, SyncStore};
+use crate::sync_store::SyncStore;
 use sync_reader::SyncReader;
 
 /// What the checkpoint computer knows; survives its restarts.
@@ -50,9 +46,13 @@ pub struct CheckpointState {
     pub early: SyncStore,
     pub early_position: i64,
     /// The reverse flow's (target->source) offset syncs, when it has any: they translate a group that
-    /// read copies of the target's records back to the originals (reverse checkpoints, fail-back).
+    /// read copies of the target's records back to the originals (reverse checkpoints, fail-back). Read
+    /// from the pair's other offset-syncs topic, where the reverse flow writes with this flow's setting.
     pub reverse: SyncStore,
     pub reverse_position: i64,
+    /// The reverse flow's syncs found in this flow's own topic (it writes there with the other
+    /// `offset_syncs_topic_location`), set aside by the forward reader; position: `syncs_position`.
+    pub reverse_here: SyncStore,
     pub checkpoints: CheckpointStore,
     pub checkpoints_loaded: bool,
     /// Source groups selected at the last refresh.
@@ -83,6 +83,7 @@ impl CheckpointState {
             early_position: 0,
             reverse: SyncStore::new(history),
             reverse_position: 0,
+            reverse_here: SyncStore::new(history),
             checkpoints: CheckpointStore::new(),
             checkpoints_loaded: false,
             groups: Vec::new(),
@@ -97,6 +98,12 @@ impl CheckpointState {
     /// The forward history translations use: the whole of it once read, until then the early one.
     fn forward_syncs(&self) -> &SyncStore {
         if !self.syncs.is_read_to_end() && self.early.is_read_to_end() { &self.early } else { &self.syncs }
+    }
+
+    /// The reverse flow's history: what it wrote into this flow's topic if anything (only a ferry writes
+    /// syncs marked as the reverse flow's, and it writes there now), else what the pair's other topic holds.
+    pub fn reverse_syncs(&self) -> &SyncStore {
+        if self.reverse_here.is_empty() { &self.reverse } else { &self.reverse_here }
     }
 }
 
@@ -232,7 +239,8 @@ impl<'a> Computer<'a> {
         if early.is_none() {
             syncs.read_to_end(&self.state)?;
         }
-        let mut reverse = self.open_reverse();
+        // Not needed when the reverse flow writes this flow's own topic (read above).
+        let mut reverse = if lock(&self.state).reverse_here.is_empty() { self.open_reverse() } else { None };
         control.running();
 
         let s = &plan.settings;
@@ -268,7 +276,7 @@ impl<'a> Computer<'a> {
             }
             let now = Instant::now();
             if now >= next_refresh {
-                if reverse.is_none() {
+                if reverse.is_none() && lock(&self.state).reverse_here.is_empty() {
                     reverse = self.open_reverse();
                 }
                 match self.refresh_groups() {
@@ -320,7 +328,7 @@ impl<'a> Computer<'a> {
             && plan.settings.replication_policy == PolicyKind::Default;
         if came_from_target {
             let original = plan.policy.upstream_topic(topic)?;
-            let back = st.reverse.translate_inverse(&original, partition, offset).offset()?;
+            let back = st.reverse_syncs().translate_inverse(&original, partition, offset).offset()?;
             return Some((original, back));
         }
         if !should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, topic) {
@@ -328,7 +336,7 @@ impl<'a> Computer<'a> {
         }
         let mut downstream = st.forward_syncs().translate(topic, partition, offset).offset()?;
         if plan.settings.replication_policy == PolicyKind::Identity
-            && let Some(back) = st.reverse.translate_inverse(topic, partition, offset).offset()
+            && let Some(back) = st.reverse_syncs().translate_inverse(topic, partition, offset).offset()
         {
             downstream = downstream.min(back);
         }
@@ -380,7 +388,6 @@ impl<'a> Computer<'a> {
     }
 }
 
-
 /// Every checkpoint in `topic` (partition 0) on the target, oldest first. Records that do not decode
 /// are skipped with a warning naming them; they never stop the flow.
 pub fn load_checkpoints(plan: &FlowPlan, topic: &str) -> Result<Vec<Checkpoint>, KafkaOpError> {
@@ -409,4 +416,3 @@ fn is_authorization(e: &KafkaOpError) -> bool {
         KafkaOpError::Other { .. } => false,
     }
 }
-
