@@ -32,7 +32,7 @@ use crate::metrics::METRICS;
 use crate::mm2::records::Checkpoint;
 use crate::raw_admin::{self, CommittedOffset, GroupState};
 use crate::status::ItemErrors;
-use crate::sync_store::SyncStore;
+use crate::sync_store::{SyncStore, Translation};
 use sync_reader::SyncReader;
 
 /// What the checkpoint computer knows; survives its restarts.
@@ -100,10 +100,15 @@ impl CheckpointState {
         if !self.syncs.is_read_to_end() && self.early.is_read_to_end() { &self.early } else { &self.syncs }
     }
 
-    /// The reverse flow's history: what it wrote into this flow's topic if anything (only a ferry writes
-    /// syncs marked as the reverse flow's, and it writes there now), else what the pair's other topic holds.
-    pub fn reverse_syncs(&self) -> &SyncStore {
-        if self.reverse_here.is_empty() { &self.reverse } else { &self.reverse_here }
+    /// The reverse flow's syncs inverted: where a consumer of the copy of `topic`-`partition` (upstream
+    /// names) at `position` resumes on the original. A partition's syncs found in this flow's own topic
+    /// win (only a ferry writes syncs marked as the reverse flow's, and it writes there now); without
+    /// any, the pair's other topic answers.
+    pub fn reverse_inverse(&self, topic: &str, partition: i32, position: i64) -> Translation {
+        match self.reverse_here.translate_inverse(topic, partition, position) {
+            Translation::NoSyncs | Translation::NotReady => self.reverse.translate_inverse(topic, partition, position),
+            here => here,
+        }
     }
 }
 
@@ -239,8 +244,7 @@ impl<'a> Computer<'a> {
         if early.is_none() {
             syncs.read_to_end(&self.state)?;
         }
-        // Not needed when the reverse flow writes this flow's own topic (read above).
-        let mut reverse = if lock(&self.state).reverse_here.is_empty() { self.open_reverse() } else { None };
+        let mut reverse = self.open_reverse();
         control.running();
 
         let s = &plan.settings;
@@ -276,7 +280,7 @@ impl<'a> Computer<'a> {
             }
             let now = Instant::now();
             if now >= next_refresh {
-                if reverse.is_none() && lock(&self.state).reverse_here.is_empty() {
+                if reverse.is_none() {
                     reverse = self.open_reverse();
                 }
                 match self.refresh_groups() {
@@ -328,7 +332,7 @@ impl<'a> Computer<'a> {
             && plan.settings.replication_policy == PolicyKind::Default;
         if came_from_target {
             let original = plan.policy.upstream_topic(topic)?;
-            let back = st.reverse_syncs().translate_inverse(&original, partition, offset).offset()?;
+            let back = st.reverse_inverse(&original, partition, offset).offset()?;
             return Some((original, back));
         }
         if !should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, topic) {
@@ -336,7 +340,7 @@ impl<'a> Computer<'a> {
         }
         let mut downstream = st.forward_syncs().translate(topic, partition, offset).offset()?;
         if plan.settings.replication_policy == PolicyKind::Identity
-            && let Some(back) = st.reverse_syncs().translate_inverse(topic, partition, offset).offset()
+            && let Some(back) = st.reverse_inverse(topic, partition, offset).offset()
         {
             downstream = downstream.min(back);
         }

@@ -16,8 +16,10 @@
 //!   [`CheckpointState::reverse_here`];
 //! - the reverse reader follows the other topic when it exists, keeping the reverse flow's syncs and
 //!   unmarked ones (MM2 running the reverse flow), never this flow's (left there by an earlier setting);
-//! - reverse syncs found in this flow's own topic win ([`CheckpointState::reverse_syncs`]): only a ferry
-//!   running the reverse flow with the other setting writes them, and it writes there now.
+//! - a partition's reverse syncs found in this flow's own topic win over the other topic's
+//!   ([`CheckpointState::reverse_inverse`]): only a ferry running the reverse flow with the other
+//!   setting writes them, and it writes there now. Per partition, because deployments sharing the
+//!   clusters may run the pair's flows with different settings for different topics.
 //!
 //! MM2 running the reverse flow with the other setting writes unmarked syncs into this flow's topic,
 //! which cannot be told from this flow's own: not supported (MM2's own checkpoints mix them up too).

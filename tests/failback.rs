@@ -1,0 +1,128 @@
+//! Active-active fail-back with every pair of `offset_syncs_topic_location`s: a group fails over from
+//! east to west and back, and each move re-reads nothing and skips nothing. With different settings both
+//! flows write one offset-syncs topic, so each flow must keep its own syncs apart from the other's (both
+//! copy a topic of the same name); with `target` on both, each flow's syncs live on its target, where the
+//! other flow's reader must look for them.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use support::scenario::*;
+use support::{Cluster, Ferry, Rec, commit_group_offsets, consume_all, create_topic, end_offsets, produce, unique};
+
+const PARTITIONS: i32 = 2;
+
+/// Every checkpoint of `group` in `<source>.checkpoints.internal` on `on`, newest per (topic, partition):
+/// (upstream, downstream).
+fn newest_checkpoints(on: &Cluster, source: &str, group: &str) -> BTreeMap<(String, i32), (i64, i64)> {
+    let topic = format!("{source}.checkpoints.internal");
+    if support::topic_partitions(&on.bootstrap, &topic).is_none() {
+        return BTreeMap::new();
+    }
+    consume_all(&on.bootstrap, &topic, READ)
+        .into_iter()
+        .filter_map(|r| {
+            ferry::mm2::records::Checkpoint::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref()).ok()
+        })
+        .filter(|c| c.group == group)
+        .map(|c| ((c.topic, c.partition), (c.upstream_offset, c.downstream_offset)))
+        .collect()
+}
+
+/// A topic's records by (partition, offset), and the offset of each value by (partition, value).
+struct Contents {
+    at: HashMap<(i32, i64), Vec<u8>>,
+    offset_of: HashMap<(i32, Vec<u8>), i64>,
+}
+
+fn contents(bootstrap: &str, topic: &str) -> Contents {
+    let recs: Vec<Rec> = consume_all(bootstrap, topic, READ);
+    let mut c = Contents { at: HashMap::new(), offset_of: HashMap::new() };
+    for r in recs {
+        let v = r.value.unwrap_or_default();
+        c.offset_of.insert((r.partition, v.clone()), r.offset);
+        c.at.insert((r.partition, r.offset), v);
+    }
+    c
+}
+
+/// (re-read, skipped) of a group that read `from` up to `consumed` (exclusive) and resumes on `to` at
+/// `resumed`: the record `to` holds there is the copy (or original) of the one at `from`'s `next`.
+fn moved(from: &Contents, to: &Contents, p: i32, consumed: i64, resumed: i64) -> (i64, i64) {
+    let value = to.at.get(&(p, resumed)).unwrap_or_else(|| panic!("a record at {resumed} of partition {p}"));
+    let next = from.offset_of[&(p, value.clone())];
+    ((consumed - next).max(0), (next - consumed).max(0))
+}
+
+/// Both flows with `east_west` and `west_east` as their extra keys; a group fails over and back.
+fn fail_over_and_back(tag: &str, east_west: &str, west_east: &str) {
+    let (east, west) = support::shared_pair();
+    let topic = unique(tag);
+    for c in [east, west] {
+        create_topic(&c.bootstrap, &topic, PARTITIONS, &[]);
+    }
+    let fast = "emit_checkpoints_interval_seconds = 1\nrefresh_groups_interval_seconds = 1\n";
+    let flows = flow("east", "west", &[&topic], &format!("{fast}{east_west}"))
+        + &flow("west", "east", &[&topic], &format!("{fast}{west_east}"));
+    let dir = pair_dir(east, west, &flows);
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    // Different amounts on each side: the two flows' syncs of the same topic name differ everywhere.
+    produce(&east.bootstrap, &topic, &records("e", 0..400, PARTITIONS));
+    produce(&west.bootstrap, &topic, &records("w", 0..150, PARTITIONS));
+    let (copy_on_west, copy_on_east) = (format!("east.{topic}"), format!("west.{topic}"));
+    wait_all_arrived(&mut ferry, &west.bootstrap, &copy_on_west, &values("e", 0..400));
+    wait_all_arrived(&mut ferry, &east.bootstrap, &copy_on_east, &values("w", 0..150));
+    let (originals, copies) = (contents(&east.bootstrap, &topic), contents(&west.bootstrap, &copy_on_west));
+
+    // Fail over: the group read east's topic halfway.
+    let group = format!("{topic}-g");
+    let at: Vec<i64> = end_offsets(&east.bootstrap, &topic).iter().map(|e| e / 2).collect();
+    commit_group_offsets(&east.bootstrap, &group, &[(&topic, 0, at[0]), (&topic, 1, at[1])]);
+    let there = support::scenario::wait_showing(ARRIVAL, "the group's checkpoints on west", || {
+        assert_alive(&mut ferry);
+        let cps = newest_checkpoints(west, "east", &group);
+        let ok =
+            (0..PARTITIONS).all(|p| cps.get(&(copy_on_west.clone(), p)).is_some_and(|(up, _)| *up == at[p as usize]));
+        (ok, cps)
+    });
+    // Fail back: on west the group reads 10 more per partition.
+    let further: Vec<i64> = (0..PARTITIONS).map(|p| there[&(copy_on_west.clone(), p)].1 + 10).collect();
+    commit_group_offsets(&west.bootstrap, &group, &[(&copy_on_west, 0, further[0]), (&copy_on_west, 1, further[1])]);
+    let back = wait_showing(ARRIVAL, "the group's fail-back checkpoints on east", || {
+        assert_alive(&mut ferry);
+        let cps = newest_checkpoints(east, "west", &group);
+        let ok =
+            (0..PARTITIONS).all(|p| cps.get(&(topic.clone(), p)).is_some_and(|(up, _)| *up == further[p as usize]));
+        (ok, cps)
+    });
+    let mut over = (0, 0);
+    let mut home = (0, 0);
+    for p in 0..PARTITIONS {
+        let (r, s) = moved(&originals, &copies, p, at[p as usize], there[&(copy_on_west.clone(), p)].1);
+        over = (over.0 + r, over.1 + s);
+        let (r, s) = moved(&copies, &originals, p, further[p as usize], back[&(topic.clone(), p)].1);
+        home = (home.0 + r, home.1 + s);
+    }
+    println!("{tag}: failover at {there:?} (re-read, skipped) = {over:?}; fail-back at {back:?} = {home:?}");
+    assert_eq!(over, (0, 0), "failover to west: (re-read, skipped)");
+    assert_eq!(home, (0, 0), "fail-back to east: (re-read, skipped)");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn fail_back_with_the_offset_syncs_on_each_flows_target() {
+    let target = "offset_syncs_topic_location = \"target\"\n";
+    fail_over_and_back("fb-target", target, target);
+}
+
+#[test]
+fn fail_back_with_one_flow_keeping_its_syncs_on_its_source_and_the_other_on_its_target() {
+    // Both flows write `mm2-offset-syncs.west.internal` on east.
+    fail_over_and_back(
+        "fb-mixed",
+        "offset_syncs_topic_location = \"source\"\n",
+        "offset_syncs_topic_location = \"target\"\n",
+    );
+}
