@@ -30,7 +30,7 @@ use crate::flow::Identity;
 use crate::kafka::{self, ErrorCapture, KafkaOpError, TopicSpec};
 use crate::metrics::METRICS;
 use crate::mm2::records::Checkpoint;
-use crate::raw_admin::{self, CommittedOffset, GroupState};
+use crate::raw_admin;
 use crate::status::ItemErrors;
 use crate::sync_store::{SyncStore, Translation};
 use sync_reader::SyncReader;
@@ -295,7 +295,7 @@ impl<'a> Computer<'a> {
                 next_emit = now + s.emit_checkpoints_interval;
             }
             if s.sync_group_offsets_enabled && now >= next_group_sync {
-                self.sync_group_offsets();
+                self.sync_group_offsets()?;
                 next_group_sync = now + s.sync_group_offsets_interval;
             }
         }
