@@ -147,6 +147,7 @@ fn a_paused_ex_leader_commits_no_group_offsets_after_the_new_leader_started() {
     }
     let tried = n1.log().contains("group offset sync refused: another node leads the flow now");
     println!("after SIGCONT: offsets seen on west {seen:?}; n1 tried and was fenced: {tried}");
+    assert!(tried, "n1 tried its overdue group sync and was refused (else this test proves nothing)");
     assert!(leads(&n2) && !leads(&n1), "n2 leads, n1 gave the lease up");
     for mut f in [n1, n2] {
         assert!(f.terminate(Duration::from_secs(30)).success());

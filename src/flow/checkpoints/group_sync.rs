@@ -10,10 +10,11 @@
 //! the supervisor keeps this node's leader duties off. (An empty transaction, which is what the
 //! check before the commit used to be, never reaches the broker: librdkafka completes it locally.)
 //!
-//! **Idle groups only.** ferry describes the target groups and commits only to those that are Empty
-//! or unknown there, as MM2 does. A transactional commit from outside the group is not refused by the
-//! broker for a group with members the way a plain one is, so that check is ferry's own: a consumer
-//! that joins between the check and the commit starts from the translated offsets.
+//! **Idle groups only.** ferry commits only to target groups that are Empty or unknown there, as MM2
+//! does. The broker refuses a plain commit from outside a group that has members (what MM2 relies on),
+//! but takes a transactional one (measured on Kafka 4.3 with a classic group, `tests/leader_fence.rs`),
+//! so the check is ferry's own, made again right before each group's transaction: a consumer that joins
+//! within those few milliseconds starts from the translated offsets, as if it had joined just after.
 
 use std::collections::HashMap;
 
@@ -22,7 +23,7 @@ use rdkafka::producer::Producer;
 use super::{Computer, FENCED, fenced_or, lock};
 use crate::kafka;
 use crate::metrics::METRICS;
-use crate::raw_admin::{self, CommittedOffset, GroupState};
+use crate::raw_admin::{self, CommittedOffset, GroupDescription, GroupState};
 
 impl Computer<'_> {
     /// Commit translated offsets to target groups that have no active members. Failures are counted
@@ -51,14 +52,14 @@ impl Computer<'_> {
             }
         };
         for d in described {
-            let idle = matches!(d.state, GroupState::Empty | GroupState::Dead) && d.members == 0 && d.error.is_none();
-            if !idle {
+            if !is_idle(&d) {
                 METRICS.group_offset_syncs.with_label_values(&[&flow, "skipped_active"]).inc();
                 continue;
             }
             match self.sync_group(&d.group_id) {
-                Ok(0) => {}
-                Ok(n) => {
+                Ok(Synced::Nothing) => {}
+                Ok(Synced::Active) => METRICS.group_offset_syncs.with_label_values(&[&flow, "skipped_active"]).inc(),
+                Ok(Synced::Committed(n)) => {
                     METRICS.group_offset_syncs.with_label_values(&[&flow, "ok"]).inc();
                     tracing::info!(flow = %flow, group = %d.group_id, partitions = n, "committed translated offsets to the target group");
                 }
@@ -76,8 +77,8 @@ impl Computer<'_> {
         Ok(())
     }
 
-    /// Commits the group's checkpoints that are ahead of its target offsets; returns how many.
-    fn sync_group(&self, group: &str) -> Result<usize, String> {
+    /// Commits the group's checkpoints that are ahead of its target offsets.
+    fn sync_group(&self, group: &str) -> Result<Synced, String> {
         let current: HashMap<(String, i32), i64> = self
             .rt
             .block_on(raw_admin::list_consumer_group_offsets(&self.target_admin, group, kafka::ADMIN_TIMEOUT))
@@ -97,10 +98,23 @@ impl Computer<'_> {
             })
             .collect();
         if wanted.is_empty() {
-            return Ok(0);
+            return Ok(Synced::Nothing);
+        }
+        // The broker would take the commit even from a group that got members meanwhile: look again
+        // right before, which leaves a window of one transaction's round trips.
+        let now = self
+            .rt
+            .block_on(raw_admin::describe_consumer_groups(
+                &self.target_admin,
+                &[group.to_string()],
+                kafka::ADMIN_TIMEOUT,
+            ))
+            .map_err(|e| e.to_string())?;
+        if !now.first().is_some_and(is_idle) {
+            return Ok(Synced::Active);
         }
         self.commit_in_transaction(group, &wanted)?;
-        Ok(wanted.len())
+        Ok(Synced::Committed(wanted.len()))
     }
 
     /// `offsets` of `group`, committed in a transaction of the checkpoint producer (see the module docs).
@@ -129,4 +143,19 @@ impl Computer<'_> {
         }
         Ok(())
     }
+}
+
+/// What [`Computer::sync_group`] did.
+enum Synced {
+    /// The group's target offsets are at or past its checkpoints.
+    Nothing,
+    /// The group has members on the target now.
+    Active,
+    /// Committed this many partitions' offsets.
+    Committed(usize),
+}
+
+/// Empty or unknown on the target, as MM2 requires before it writes a group's offsets.
+fn is_idle(d: &GroupDescription) -> bool {
+    matches!(d.state, GroupState::Empty | GroupState::Dead) && d.members == 0 && d.error.is_none()
 }
