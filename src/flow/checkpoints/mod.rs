@@ -7,6 +7,11 @@
 //! offset-sync history and how far the offset-syncs topic was read. A restarted computer therefore neither
 //! re-reads the topics nor emits anything older than what was published, and because the history is kept
 //! while the backlog is read, a lagging group gets its first checkpoint at once (KAFKA-16622).
+//!
+//! This module runs the loop and translates; `sync_reader` reads the offset syncs (this flow's and the
+//! reverse flow's, wherever each writes them), `emit` is the emission round and `group_sync` the
+//! group offset sync. Both write only in transactions of the flow's checkpoint producer, which a new
+//! leader fences.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
