@@ -2,7 +2,8 @@
 //! east to west and back, and each move re-reads nothing and skips nothing. With different settings both
 //! flows write one offset-syncs topic, so each flow must keep its own syncs apart from the other's (both
 //! copy a topic of the same name); with `target` on both, each flow's syncs live on its target, where the
-//! other flow's reader must look for them.
+//! other flow's reader must look for them. And the identity policy, where both sides' `orders` hold
+//! both sides' records and each translation is capped by the reverse flow's syncs.
 
 mod support;
 
@@ -10,7 +11,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use support::scenario::*;
-use support::{Cluster, Ferry, Rec, commit_group_offsets, consume_all, create_topic, end_offsets, produce, unique};
+use support::{
+    Cluster, Ferry, Rec, commit_group_offsets, consume_all, create_topic, end_offsets, produce, produce_transactional,
+    unique,
+};
 
 const PARTITIONS: i32 = 2;
 
@@ -125,4 +129,69 @@ fn fail_back_with_one_flow_keeping_its_syncs_on_its_source_and_the_other_on_its_
         "offset_syncs_topic_location = \"source\"\n",
         "offset_syncs_topic_location = \"target\"\n",
     );
+}
+
+/// Identity policy, both flows `target`: one topic name on both sides, each holding both sides' records.
+/// They are written in four phases (east, west, east, west; each copied before the next), so both sides
+/// hold them in the same order and a group can move between them with 0 re-read and 0 skipped. Among
+/// west's records, which east->west skipped as copies of west's own, only the cap by west->east's
+/// syncs gets the failover right, and the other way round for the fail-back.
+#[test]
+fn identity_fail_over_and_back_mid_topic() {
+    let (east, west) = support::shared_pair();
+    let topic = unique("fb-identity");
+    for c in [east, west] {
+        create_topic(&c.bootstrap, &topic, PARTITIONS, &[]);
+    }
+    let extra = "emit_checkpoints_interval_seconds = 1\nrefresh_groups_interval_seconds = 1\n\
+                 replication_policy = \"identity\"\noffset_syncs_topic_location = \"target\"\n";
+    let flows = flow("east", "west", &[&topic], extra) + &flow("west", "east", &[&topic], extra);
+    let dir = pair_dir(east, west, &flows);
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    // First a committed transaction on west: its commit markers put every later record of west one
+    // offset after its place on east, so each flow's syncs differ from the other's.
+    produce_transactional(&west.bootstrap, &topic, &records("t", 0..10, PARTITIONS));
+    let mut all = values("t", 0..10);
+    wait_all_arrived(&mut ferry, &east.bootstrap, &topic, &all);
+    for (on, prefix, range) in [(east, "e", 0..100), (west, "w", 0..50), (east, "e", 100..200), (west, "w", 50..100)] {
+        produce(&on.bootstrap, &topic, &records(prefix, range.clone(), PARTITIONS));
+        all.extend(values(prefix, range));
+        for c in [east, west] {
+            wait_all_arrived(&mut ferry, &c.bootstrap, &topic, &all);
+        }
+    }
+    // Per partition, in this order on both sides: 5 of west's, 50 of east's, 25 of west's, 50 of east's,
+    // 25 of west's; on east from offset 0, 55, 80, ...; on west one later from east's first records on.
+    let (on_east, on_west) = (contents(&east.bootstrap, &topic), contents(&west.bootstrap, &topic));
+    let group = format!("{topic}-g");
+    // Partition 0 among west's first records, partition 1 among east's second ones; each moves back 10
+    // records later.
+    let at = [65, 105];
+    commit_group_offsets(&east.bootstrap, &group, &[(&topic, 0, at[0]), (&topic, 1, at[1])]);
+    let there = wait_showing(ARRIVAL, "the group's checkpoints on west", || {
+        assert_alive(&mut ferry);
+        let cps = newest_checkpoints(west, "east", &group);
+        let ok = (0..PARTITIONS).all(|p| cps.get(&(topic.clone(), p)).is_some_and(|(up, _)| *up == at[p as usize]));
+        (ok, cps)
+    });
+    let further: Vec<i64> = (0..PARTITIONS).map(|p| there[&(topic.clone(), p)].1 + 10).collect();
+    commit_group_offsets(&west.bootstrap, &group, &[(&topic, 0, further[0]), (&topic, 1, further[1])]);
+    let back = wait_showing(ARRIVAL, "the group's fail-back checkpoints on east", || {
+        assert_alive(&mut ferry);
+        let cps = newest_checkpoints(east, "west", &group);
+        let ok =
+            (0..PARTITIONS).all(|p| cps.get(&(topic.clone(), p)).is_some_and(|(up, _)| *up == further[p as usize]));
+        (ok, cps)
+    });
+    let (mut over, mut home) = ((0, 0), (0, 0));
+    for p in 0..PARTITIONS {
+        let (r, s) = moved(&on_east, &on_west, p, at[p as usize], there[&(topic.clone(), p)].1);
+        over = (over.0 + r, over.1 + s);
+        let (r, s) = moved(&on_west, &on_east, p, further[p as usize], back[&(topic.clone(), p)].1);
+        home = (home.0 + r, home.1 + s);
+    }
+    println!("identity: failover at {there:?} (re-read, skipped) = {over:?}; fail-back at {back:?} = {home:?}");
+    assert_eq!(over, (0, 0), "failover to west: (re-read, skipped)");
+    assert_eq!(home, (0, 0), "fail-back to east: (re-read, skipped)");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
 }
