@@ -13,7 +13,7 @@ use std::time::Duration;
 use support::scenario::*;
 use support::{
     Cluster, Ferry, Rec, commit_group_offsets, consume_all, create_topic, end_offsets, produce, produce_transactional,
-    unique,
+    unique, wait_for,
 };
 
 const PARTITIONS: i32 = 2;
@@ -60,7 +60,53 @@ fn moved(from: &Contents, to: &Contents, p: i32, consumed: i64, resumed: i64) ->
     ((consumed - next).max(0), (next - consumed).max(0))
 }
 
-/// Both flows with `east_west` and `west_east` as their extra keys; a group fails over and back.
+/// Where flow `source->target` with `offset_syncs_topic_location = location` writes its syncs.
+fn syncs_topic<'a>(
+    location: &str,
+    source: &'a Cluster,
+    target: &'a Cluster,
+    names: (&str, &str),
+) -> (&'a Cluster, String) {
+    match location {
+        "source" => (source, format!("mm2-offset-syncs.{}.internal", names.1)),
+        _ => (target, format!("mm2-offset-syncs.{}.internal", names.0)),
+    }
+}
+
+/// The offset of the last record of each partition of `c` whose value `copied` says the flow copied.
+fn last_copied(c: &Contents, copied: impl Fn(&[u8]) -> bool) -> Vec<i64> {
+    (0..PARTITIONS)
+        .map(|p| {
+            c.at.iter().filter(|((q, _), v)| *q == p && copied(v)).map(|((_, o), _)| *o).max().expect("copied records")
+        })
+        .collect()
+}
+
+/// Waits until `flow`'s syncs of `topic` in `syncs` on `on` name `last` upstream on every partition (the
+/// sync of the last copied record, published once the partition is quiet): before that, translations
+/// past the flow's newest sync are MM2's `+1` estimates, which a test of exactness must not read.
+fn wait_final_syncs(ferry: &mut Ferry, (on, syncs): (&Cluster, String), flow: &str, topic: &str, last: &[i64]) {
+    wait_for(ARRIVAL, &format!("{flow}'s syncs of {topic} up to {last:?}"), || {
+        assert_alive(ferry);
+        let mut seen = vec![false; PARTITIONS as usize];
+        for r in consume_all(&on.bootstrap, &syncs, READ) {
+            // Unmarked too: a ferry before the flow header (to run this test against it).
+            let ours = r
+                .headers
+                .iter()
+                .find(|(k, _)| k == "ferry.flow")
+                .is_none_or(|(_, v)| v.as_deref() == Some(flow.as_bytes()));
+            let sync =
+                ferry::mm2::records::OffsetSync::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref());
+            if let Some(sync) = sync.ok().filter(|s| ours && s.topic == topic) {
+                seen[sync.partition as usize] |= sync.upstream_offset == last[sync.partition as usize];
+            }
+        }
+        seen.iter().all(|s| *s)
+    });
+}
+
+/// Both flows with `offset_syncs_topic_location`s `east_west` and `west_east`; a group fails over and back.
 fn fail_over_and_back(tag: &str, east_west: &str, west_east: &str) {
     let (east, west) = support::shared_pair();
     let topic = unique(tag);
@@ -68,8 +114,9 @@ fn fail_over_and_back(tag: &str, east_west: &str, west_east: &str) {
         create_topic(&c.bootstrap, &topic, PARTITIONS, &[]);
     }
     let fast = "emit_checkpoints_interval_seconds = 1\nrefresh_groups_interval_seconds = 1\n";
-    let flows = flow("east", "west", &[&topic], &format!("{fast}{east_west}"))
-        + &flow("west", "east", &[&topic], &format!("{fast}{west_east}"));
+    let location = |l: &str| format!("{fast}offset_syncs_topic_location = \"{l}\"\n");
+    let flows =
+        flow("east", "west", &[&topic], &location(east_west)) + &flow("west", "east", &[&topic], &location(west_east));
     let dir = pair_dir(east, west, &flows);
     let mut ferry = Ferry::start(dir.path(), &[]);
     // Different amounts on each side: the two flows' syncs of the same topic name differ everywhere.
@@ -79,6 +126,10 @@ fn fail_over_and_back(tag: &str, east_west: &str, west_east: &str) {
     wait_all_arrived(&mut ferry, &west.bootstrap, &copy_on_west, &values("e", 0..400));
     wait_all_arrived(&mut ferry, &east.bootstrap, &copy_on_east, &values("w", 0..150));
     let (originals, copies) = (contents(&east.bootstrap, &topic), contents(&west.bootstrap, &copy_on_west));
+    let last = last_copied(&originals, |_| true);
+    wait_final_syncs(&mut ferry, syncs_topic(east_west, east, west, ("east", "west")), "east->west", &topic, &last);
+    let last = last_copied(&contents(&west.bootstrap, &topic), |_| true);
+    wait_final_syncs(&mut ferry, syncs_topic(west_east, west, east, ("west", "east")), "west->east", &topic, &last);
 
     // Fail over: the group read east's topic halfway.
     let group = format!("{topic}-g");
@@ -117,18 +168,13 @@ fn fail_over_and_back(tag: &str, east_west: &str, west_east: &str) {
 
 #[test]
 fn fail_back_with_the_offset_syncs_on_each_flows_target() {
-    let target = "offset_syncs_topic_location = \"target\"\n";
-    fail_over_and_back("fb-target", target, target);
+    fail_over_and_back("fb-target", "target", "target");
 }
 
 #[test]
 fn fail_back_with_one_flow_keeping_its_syncs_on_its_source_and_the_other_on_its_target() {
     // Both flows write `mm2-offset-syncs.west.internal` on east.
-    fail_over_and_back(
-        "fb-mixed",
-        "offset_syncs_topic_location = \"source\"\n",
-        "offset_syncs_topic_location = \"target\"\n",
-    );
+    fail_over_and_back("fb-mixed", "source", "target");
 }
 
 /// Identity policy, both flows `target`: one topic name on both sides, each holding both sides' records.
@@ -163,6 +209,11 @@ fn identity_fail_over_and_back_mid_topic() {
     // Per partition, in this order on both sides: 5 of west's, 50 of east's, 25 of west's, 50 of east's,
     // 25 of west's; on east from offset 0, 55, 80, ...; on west one later from east's first records on.
     let (on_east, on_west) = (contents(&east.bootstrap, &topic), contents(&west.bootstrap, &topic));
+    let from_east = |v: &[u8]| v.starts_with(b"e");
+    let last = last_copied(&on_east, from_east);
+    wait_final_syncs(&mut ferry, syncs_topic("target", east, west, ("east", "west")), "east->west", &topic, &last);
+    let last = last_copied(&on_west, |v| !from_east(v));
+    wait_final_syncs(&mut ferry, syncs_topic("target", west, east, ("west", "east")), "west->east", &topic, &last);
     let group = format!("{topic}-g");
     // Partition 0 among west's first records, partition 1 among east's second ones; each moves back 10
     // records later.
