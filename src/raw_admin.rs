@@ -1,7 +1,9 @@
 //! Safe wrappers over the librdkafka admin calls that rdkafka 0.39 does not expose: incremental topic
 //! config changes (IncrementalAlterConfigs), listing and describing consumer groups with their state
-//! (ListGroups / ConsumerGroupDescribe / DescribeGroups), and reading and writing the committed
-//! offsets of any group (OffsetFetch / OffsetCommit with generation -1, as MM2's admin client does).
+//! (ListGroups / ConsumerGroupDescribe / DescribeGroups), reading and writing the committed
+//! offsets of any group (OffsetFetch / OffsetCommit with generation -1, as MM2's admin client does),
+//! and committing any group's offsets inside a producer's transaction (rdkafka takes the group's
+//! metadata only from a consumer of that group).
 //!
 //! This module owns all of ferry's `unsafe` code. It does not own the client: every call borrows an
 //! existing [`AdminClient`] and uses its native handle. Each call
@@ -595,6 +597,83 @@ pub async fn alter_consumer_group_offsets<C: ClientContext + 'static>(
         Ok(())
     })
     .await
+}
+
+/// How a [`send_offsets_to_transaction`] failed, as librdkafka classes the error.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{error}")]
+pub struct TxnError {
+    pub error: AdminError,
+    /// The producer is unusable (e.g. fenced by a newer producer with its transactional id).
+    pub fatal: bool,
+    /// The transaction must be aborted before another one begins.
+    pub requires_abort: bool,
+}
+
+impl TxnError {
+    /// Another producer with the same transactional id fenced this one.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self.error.name.as_str(), "PRODUCER_FENCED" | "INVALID_PRODUCER_EPOCH" | "_FENCED")
+    }
+}
+
+/// Commits `offsets` of consumer group `group` inside the producer's open transaction
+/// (AddOffsetsToTxn + TxnOffsetCommit, as Kafka Connect's exactly-once source tasks and Streams do):
+/// they become the group's committed offsets only when the transaction commits, and never once a
+/// newer producer with the same transactional id fenced this one. The group is named by id only
+/// (generation -1, no member id), as a commit from outside the group. Blocks up to `timeout`.
+///
+/// rdkafka 0.39 takes the group metadata only from a consumer of that group; this builds it from the id.
+pub fn send_offsets_to_transaction<C: rdkafka::producer::ProducerContext>(
+    producer: &rdkafka::producer::BaseProducer<C>,
+    group: &str,
+    offsets: &[CommittedOffset],
+    timeout: Duration,
+) -> Result<(), TxnError> {
+    const OP: &str = "SendOffsetsToTransaction";
+    let plain = |error| TxnError { error, fatal: false, requires_abort: false };
+    if offsets.is_empty() {
+        return Ok(());
+    }
+    let group_c = c_string(OP, "group id", group).map_err(plain)?;
+    let mut tpl = TopicPartitionList::with_capacity(offsets.len());
+    for o in offsets {
+        c_string(OP, "topic name", &o.topic).map_err(plain)?;
+        let subject = format!("{}-{}", o.topic, o.partition);
+        if o.offset < 0 {
+            let why = format!("offset {} is not a valid offset to commit", o.offset);
+            return Err(plain(AdminError::about(OP, ERR_INVALID_ARG, &subject, Some(why))));
+        }
+        let mut elem = tpl.add_partition(&o.topic, o.partition);
+        elem.set_offset(Offset::Offset(o.offset))
+            .map_err(|e| plain(AdminError::about(OP, ERR_INVALID_ARG, &subject, Some(e.to_string()))))?;
+        elem.set_metadata(&o.metadata);
+    }
+    use rdkafka::producer::Producer as _;
+    let rk = producer.client().native_ptr();
+    let timeout_ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
+    // SAFETY: the group id is a valid C string (copied by librdkafka); the metadata object is ours and
+    // destroyed below, after the call that only reads it.
+    let cgm = unsafe { rd::rd_kafka_consumer_group_metadata_new(group_c.as_ptr()) };
+    if cgm.is_null() {
+        let why = Some("could not create the group metadata".to_string());
+        return Err(plain(AdminError::about(OP, ERR_FAIL, &format!("group {group}"), why)));
+    }
+    // SAFETY: `rk` is the producer's live handle (borrowed for the call), `tpl` a valid list and
+    // `cgm` valid metadata; the call blocks until done and returns an error object we own (or NULL).
+    let err = ErrorObject(unsafe { rd::rd_kafka_send_offsets_to_transaction(rk, tpl.ptr(), cgm, timeout_ms) });
+    // SAFETY: created above, destroyed once.
+    unsafe { rd::rd_kafka_consumer_group_metadata_destroy(cgm) };
+    // SAFETY: `err.0` is NULL or the valid error object returned above, alive until `err` drops.
+    let Some(error) = (unsafe { AdminError::from_error_object(OP, err.0) }) else { return Ok(()) };
+    // SAFETY: as above; the accessors only read the object.
+    let (fatal, requires_abort) =
+        unsafe { (rd::rd_kafka_error_is_fatal(err.0) != 0, rd::rd_kafka_error_txn_requires_abort(err.0) != 0) };
+    Err(TxnError {
+        error: AdminError { message: format!("group {group}: {}", error.message), ..error },
+        fatal,
+        requires_abort,
+    })
 }
 
 /// One topic of [`describe_topics`].

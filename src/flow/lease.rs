@@ -9,7 +9,8 @@
 //! are periodic, so that gap delays a checkpoint or a few heartbeats, never copying. Two nodes started
 //! with the same node id fence each other, and say so. An ex-leader that was only paused finds out when it polls
 //! again (its partition is revoked or lost); until then the checkpoint computer's transactional producer
-//! fences it: the new leader's producer, with the same transactional id, makes the old one's commits fail.
+//! fences it: the new leader's producer, with the same transactional id, makes the old one's commits fail
+//! (its checkpoints and its group offsets alike, both written in that producer's transactions).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

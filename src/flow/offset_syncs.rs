@@ -128,6 +128,12 @@ impl SyncQueue {
     }
 }
 
+/// Header of every offset sync ferry writes, naming the flow (`source->target`) it belongs to. The two
+/// flows of a cluster pair with different `offset_syncs_topic_location`s write the same topic
+/// (`mm2-offset-syncs.<A>.internal` on cluster A, named so by either flow): readers keep their own
+/// flow's syncs apart by it. MM2's syncs carry no header.
+pub const FLOW_HEADER: &str = "ferry.flow";
+
 /// The cluster that holds the offset-syncs topic and the topic's name (mm2-reference.md §2.1).
 pub fn syncs_location(plan: &FlowPlan) -> (&ClusterSpec, String) {
     match plan.settings.offset_syncs_topic_location {
@@ -168,6 +174,7 @@ fn run(plan: &FlowPlan, queue: &SyncQueue, control: Control<()>) -> Result<(), S
     let producer: BaseProducer<Deliveries> = cfg
         .create_with_context(Deliveries::default())
         .map_err(|e| format!("cluster `{}`: create offset-syncs producer: {e}", cluster.alias))?;
+    let flow = plan.id.to_string();
     control.running();
 
     let mut stopping: Option<Instant> = None;
@@ -188,8 +195,9 @@ fn run(plan: &FlowPlan, queue: &SyncQueue, control: Control<()>) -> Result<(), S
                 let key = s.sync.encode_key().map_err(|e| format!("encode offset sync: {e}"))?;
                 let value = s.sync.encode_value();
                 let mark = s.mark.encode();
-                let headers =
-                    OwnedHeaders::new_with_capacity(1).insert(Header { key: SYNC_MARK_HEADER, value: Some(&mark[..]) });
+                let headers = OwnedHeaders::new_with_capacity(2)
+                    .insert(Header { key: SYNC_MARK_HEADER, value: Some(&mark[..]) })
+                    .insert(Header { key: FLOW_HEADER, value: Some(flow.as_bytes()) });
                 let record = BaseRecord::with_opaque_to(&topic, Box::new(id))
                     .partition(0)
                     .key(&key)

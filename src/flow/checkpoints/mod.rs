@@ -1,0 +1,427 @@
+//! The checkpoint computer: reads consumer-group offsets on the source, translates them to target offsets
+//! through the offset syncs, and publishes checkpoints to partition 0 of `<source>.checkpoints.internal`
+//! on the target in MM2's format; optionally commits the translated offsets to idle target groups.
+//!
+//! What it knows survives its restarts ([`CheckpointState`], owned by the flow supervisor): the checkpoints
+//! already published (loaded once from the checkpoints topic before the first emission, KAFKA-15905), the
+//! offset-sync history and how far the offset-syncs topic was read. A restarted computer therefore neither
+//! re-reads the topics nor emits anything older than what was published, and because the history is kept
+//! while the backlog is read, a lagging group gets its first checkpoint at once (KAFKA-16622).
+//!
+//! This module runs the loop and translates; `sync_reader` reads the offset syncs (this flow's and the
+//! reverse flow's, wherever each writes them), `emit` is the emission round and `group_sync` the
+//! group offset sync. Both write only in transactions of the flow's checkpoint producer, which a new
+//! leader fences.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, Producer};
+
+mod emit;
+mod group_sync;
+mod sync_reader;
+
+use super::supervisor::{ActorKind, FlowSupervisor, ItemErrorsChanged};
+use super::worker::{Control, Signal, Worker};
+use crate::checkpoint_store::CheckpointStore;
+use crate::config::{FlowPlan, PolicyKind};
+use crate::failpoints;
+use crate::filter::should_replicate_topic;
+use crate::flow::Identity;
+use crate::kafka::{self, ErrorCapture, KafkaOpError, TopicSpec};
+use crate::metrics::METRICS;
+use crate::mm2::records::Checkpoint;
+use crate::raw_admin;
+use crate::status::ItemErrors;
+use crate::sync_store::{SyncStore, Translation};
+use sync_reader::SyncReader;
+
+/// What the checkpoint computer knows; survives its restarts.
+pub struct CheckpointState {
+    pub syncs: SyncStore,
+    /// Next offset to read in the offset-syncs topic.
+    pub syncs_position: i64,
+    /// While `syncs` is still reading a long backlog: the newest [`EARLY_SYNCS`] syncs of the topic,
+    /// read first and followed since, so groups they cover get checkpoints without waiting for the
+    /// whole history (KAFKA-16622's spirit: MM2 reads all of it first). Emptied once `syncs` is read.
+    pub early: SyncStore,
+    pub early_position: i64,
+    /// The reverse flow's (target->source) offset syncs, when it has any: they translate a group that
+    /// read copies of the target's records back to the originals (reverse checkpoints, fail-back). Read
+    /// from the pair's other offset-syncs topic, where the reverse flow writes with this flow's setting.
+    pub reverse: SyncStore,
+    pub reverse_position: i64,
+    /// The reverse flow's syncs found in this flow's own topic (it writes there with the other
+    /// `offset_syncs_topic_location`), set aside by the forward reader; position: `syncs_position`.
+    pub reverse_here: SyncStore,
+    pub checkpoints: CheckpointStore,
+    pub checkpoints_loaded: bool,
+    /// Source groups selected at the last refresh.
+    pub groups: Vec<String>,
+    /// Groups with checkpoints that complete listings of the source no longer show, and how many
+    /// listings in a row missed them (forgotten at [`FORGET_AFTER`]).
+    pub missing: HashMap<String, u32>,
+    /// Groups whose offsets could not be read, across rounds.
+    pub errors: ItemErrors,
+    /// When each group's current offset was first seen (group, source topic, partition) → (offset,
+    /// when): the start of its checkpoint latency.
+    pub seen: HashMap<(String, String, i32), (i64, Instant)>,
+}
+
+/// A group absent from this many complete listings of the source in a row is forgotten: no more
+/// checkpoints, and no group offset sync that would re-create it on the target after an operator
+/// deleted it there. More than one listing, so a group caught between its members' sessions is kept.
+const FORGET_AFTER: u32 = 3;
+
+impl CheckpointState {
+    /// `history`: offset syncs kept per upstream partition (the flow's
+    /// `offset_sync_history_per_partition`).
+    pub fn new(history: usize) -> Self {
+        Self {
+            syncs: SyncStore::new(history),
+            syncs_position: 0,
+            early: SyncStore::new(history),
+            early_position: 0,
+            reverse: SyncStore::new(history),
+            reverse_position: 0,
+            reverse_here: SyncStore::new(history),
+            checkpoints: CheckpointStore::new(),
+            checkpoints_loaded: false,
+            groups: Vec::new(),
+            missing: HashMap::new(),
+            errors: ItemErrors::default(),
+            seen: HashMap::new(),
+        }
+    }
+}
+
+impl CheckpointState {
+    /// The forward history translations use: the whole of it once read, until then the early one.
+    fn forward_syncs(&self) -> &SyncStore {
+        if !self.syncs.is_read_to_end() && self.early.is_read_to_end() { &self.early } else { &self.syncs }
+    }
+
+    /// The reverse flow's syncs inverted: where a consumer of the copy of `topic`-`partition` (upstream
+    /// names) at `position` resumes on the original. A partition's syncs found in this flow's own topic
+    /// win (only a ferry writes syncs marked as the reverse flow's, and it writes there now); without
+    /// any, the pair's other topic answers.
+    pub fn reverse_inverse(&self, topic: &str, partition: i32, position: i64) -> Translation {
+        match self.reverse_here.translate_inverse(topic, partition, position) {
+            Translation::NoSyncs | Translation::NotReady => self.reverse.translate_inverse(topic, partition, position),
+            here => here,
+        }
+    }
+}
+
+/// A backlog longer than this many offset syncs is read in the background, after its newest
+/// `EARLY_SYNCS` were read into [`CheckpointState::early`]. A sync is about 50 bytes: this tail reads in
+/// well under a second, and at MM2's pace (a sync per partition at least every 100 records with lag, or
+/// on every delta change) it covers the recent past of thousands of partitions.
+const EARLY_SYNCS: i64 = 50_000;
+
+pub type SharedCheckpointState = Arc<Mutex<CheckpointState>>;
+
+fn lock(state: &SharedCheckpointState) -> MutexGuard<'_, CheckpointState> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The computer as a supervised actor.
+pub fn worker(
+    plan: Arc<FlowPlan>,
+    state: SharedCheckpointState,
+    supervisor: Addr<FlowSupervisor>,
+    identity: Arc<Identity>,
+) -> Worker<()> {
+    let name = format!("checkpoints {}", plan.id);
+    let sup = supervisor.clone();
+    Worker::new(ActorKind::Checkpoints, name, supervisor, Vec::new(), move |control| {
+        Computer::new(&plan, state, sup, identity)?.run(control)
+    })
+}
+
+/// In the error of a checkpoint computer whose producer another node fenced: this node lost the lease.
+pub const FENCED: &str = "fenced by the flow's new leader";
+
+fn fenced_or(e: rdkafka::error::KafkaError, what: impl FnOnce(&rdkafka::error::KafkaError) -> String) -> String {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    match e.rdkafka_error_code() {
+        Some(C::ProducerFenced | C::InvalidProducerEpoch | C::Fenced) => format!("{FENCED}: {e}"),
+        _ => what(&e),
+    }
+}
+
+/// Header of a checkpoint record naming the node that published it (MM2's readers ignore headers).
+pub const NODE_HEADER: &str = "ferry.node";
+
+/// The checkpoint producer's transactional id: one per flow, so that a node that takes the flow's lease
+/// fences the producer of the node that held it (Kafka Connect's pattern): an ex-leader that was paused
+/// cannot publish a checkpoint, or commit group offsets, after the new leader started.
+pub fn transactional_id(identity: &Identity, plan: &FlowPlan) -> String {
+    format!("{}.{}.checkpoints", identity.deployment, plan.id)
+}
+
+struct Computer<'a> {
+    plan: &'a FlowPlan,
+    state: SharedCheckpointState,
+    supervisor: Addr<FlowSupervisor>,
+    identity: Arc<Identity>,
+    rt: tokio::runtime::Runtime,
+    source_admin: kafka::Admin,
+    target_admin: kafka::Admin,
+    producer: BaseProducer<ErrorCapture>,
+    checkpoints_topic: String,
+    transactional_id: String,
+}
+
+fn err(e: KafkaOpError) -> String {
+    e.to_string()
+}
+
+impl<'a> Computer<'a> {
+    fn new(
+        plan: &'a FlowPlan,
+        state: SharedCheckpointState,
+        supervisor: Addr<FlowSupervisor>,
+        identity: Arc<Identity>,
+    ) -> Result<Self, String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("start admin runtime: {e}"))?;
+        let txn = transactional_id(&identity, plan);
+        let mut cfg = kafka::client_config(&plan.target, &plan.id, "checkpoints-producer");
+        cfg.set("acks", "all").set("linger.ms", "5").set("transactional.id", &txn);
+        let producer: BaseProducer<ErrorCapture> = cfg
+            .create_with_context(ErrorCapture::default())
+            .map_err(|e| format!("cluster `{}`: create checkpoint producer: {e}", plan.target.alias))?;
+        // Fences any earlier producer of this flow's checkpoints (and aborts its open transaction).
+        producer.init_transactions(kafka::ADMIN_TIMEOUT).map_err(|e| match kafka::authorization_error(&e) {
+            Some(code) => kafka::not_authorized(&format!("transactional id {txn}"), &plan.target.alias, "Write", code),
+            None => format!("cluster `{}`: initialise the checkpoint producer's transactions: {e}", plan.target.alias),
+        })?;
+        Ok(Self {
+            plan,
+            state,
+            supervisor,
+            identity,
+            rt,
+            source_admin: kafka::admin_client(&plan.source, &plan.id).map_err(err)?,
+            target_admin: kafka::admin_client(&plan.target, &plan.id).map_err(err)?,
+            producer,
+            checkpoints_topic: plan.policy.checkpoints_topic(&plan.id.source),
+            transactional_id: txn,
+        })
+    }
+
+    fn run(self, control: Control<()>) -> Result<(), String> {
+        let plan = self.plan;
+        let spec = TopicSpec::compacted(self.checkpoints_topic.clone(), 1, plan.settings.replication_factor);
+        kafka::ensure_topic(&plan.target, &plan.id, &spec).map_err(err)?;
+        if !lock(&self.state).checkpoints_loaded {
+            match load_checkpoints(plan, &self.checkpoints_topic) {
+                Ok(loaded) => {
+                    let mut st = lock(&self.state);
+                    for cp in loaded {
+                        st.checkpoints.load(cp);
+                    }
+                    tracing::info!(flow = %plan.id, checkpoints = st.checkpoints.len(), "loaded published checkpoints");
+                }
+                Err(e) if is_authorization(&e) => {
+                    // MM2's fallback: without the published checkpoints, start empty and read the offset
+                    // syncs keeping only the latest per partition, so no group is translated below a
+                    // sync an earlier generation may have used.
+                    tracing::warn!(
+                        flow = %plan.id, topic = %self.checkpoints_topic, error = %e,
+                        "cannot read the published checkpoints (READ on the topic is missing?); starting without them, with latest-only offset-sync history"
+                    );
+                    lock(&self.state).syncs.set_backlog_latest_only(true);
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+            lock(&self.state).checkpoints_loaded = true;
+        }
+        let mut syncs = SyncReader::new(plan, &self.state)?;
+        let mut early = syncs.read_early(plan, &self.state)?;
+        if early.is_none() {
+            syncs.read_to_end(&self.state)?;
+        }
+        let mut reverse = self.open_reverse();
+        control.running();
+
+        let s = &plan.settings;
+        let gauge_groups = METRICS.checkpoint_groups.with_label_values(&[&plan.id.to_string()]);
+        let mut next_refresh = Instant::now();
+        let mut next_emit = Instant::now();
+        let mut next_group_sync = Instant::now() + s.sync_group_offsets_interval;
+        loop {
+            if let Some(Signal::Stop { deadline }) = control.try_next() {
+                // The copier and the emitter stopped first: catch up with their final syncs, then publish
+                // the checkpoints they allow, so consumers fail over to the newest positions. All of it
+                // within the deadline, whatever the clusters do.
+                syncs.catch_up(&self.state, deadline)?;
+                if let Some(r) = &mut reverse {
+                    r.catch_up(&self.state, deadline)?;
+                }
+                self.emit(deadline)?;
+                return Ok(());
+            }
+            if early.is_some() && failpoints::held(failpoints::CHECKPOINTS_BACKLOG) {
+                std::thread::sleep(Duration::from_millis(200));
+            } else {
+                syncs.poll(&self.state, Duration::from_millis(200))?;
+            }
+            if let Some((reader, backlog)) = &mut early {
+                reader.poll(&self.state, Duration::ZERO)?;
+                if syncs.backlog_read(&self.state, backlog)? {
+                    early = None;
+                }
+            }
+            if let Some(r) = &mut reverse {
+                r.poll(&self.state, Duration::ZERO)?;
+            }
+            let now = Instant::now();
+            if now >= next_refresh {
+                if reverse.is_none() {
+                    reverse = self.open_reverse();
+                }
+                match self.refresh_groups() {
+                    Ok(groups) => gauge_groups.set(groups as i64),
+                    // The previous list stands; the next refresh tries again.
+                    Err(e) => tracing::warn!(flow = %plan.id, error = %e, "cannot list the source's consumer groups"),
+                }
+                next_refresh = now + s.refresh_groups_interval;
+            }
+            if now >= next_emit {
+                self.emit(now + kafka::ADMIN_TIMEOUT)?;
+                next_emit = now + s.emit_checkpoints_interval;
+            }
+            if s.sync_group_offsets_enabled && now >= next_group_sync {
+                self.sync_group_offsets()?;
+                next_group_sync = now + s.sync_group_offsets_interval;
+            }
+        }
+    }
+
+    /// Follows the reverse flow's offset syncs once they exist (another node, or MM2, may run that flow).
+    /// Problems only mean no reverse checkpoints for now: logged, retried at the next group refresh.
+    fn open_reverse(&self) -> Option<SyncReader> {
+        let opened = SyncReader::reverse(self.plan, &self.state).and_then(|r| match r {
+            Some(mut r) => r.read_to_end(&self.state).map(|()| Some(r)),
+            None => Ok(None),
+        });
+        match opened {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(flow = %self.plan.id, error = %e, "cannot read the reverse flow's offset syncs; no reverse checkpoints for now");
+                None
+            }
+        }
+    }
+
+    /// Where group `offset` on source `topic` lands on the target, and under which name: the checkpoint's
+    /// topic and downstream offset, or `None` when it cannot be translated (yet).
+    ///
+    /// - A topic that came from the target (`T.orders` on S, default policy) is a copy made by the reverse
+    ///   flow: the group is translated back to the original (`orders` on T) through the reverse flow's
+    ///   syncs, inverted. MM2 emits nothing here (KAFKA-12635): this is how a group fails back.
+    /// - Otherwise the group is translated forward. With the identity policy both sides share a topic
+    ///   name and each holds records of both clusters: the answer is also capped by the inverted reverse
+    ///   syncs, so that the target's own records the group already read as copies are not skipped.
+    fn translate(&self, st: &CheckpointState, topic: &str, partition: i32, offset: i64) -> Option<(String, i64)> {
+        let plan = self.plan;
+        let came_from_target = plan.policy.topic_source(topic).as_deref() == Some(plan.id.target.as_str())
+            && plan.settings.replication_policy == PolicyKind::Default;
+        if came_from_target {
+            let original = plan.policy.upstream_topic(topic)?;
+            let back = st.reverse_inverse(&original, partition, offset).offset()?;
+            return Some((original, back));
+        }
+        if !should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, topic) {
+            return None;
+        }
+        let mut downstream = st.forward_syncs().translate(topic, partition, offset).offset()?;
+        if plan.settings.replication_policy == PolicyKind::Identity
+            && let Some(back) = st.reverse_inverse(topic, partition, offset).offset()
+        {
+            downstream = downstream.min(back);
+        }
+        Some((plan.policy.format_remote_topic(&plan.id.source, topic), downstream))
+    }
+
+    /// Lists the source's groups, selects those the flow checkpoints, and forgets groups that complete
+    /// listings stopped showing. Returns how many groups are selected.
+    fn refresh_groups(&self) -> Result<usize, String> {
+        let (listed, errors) = self
+            .rt
+            .block_on(raw_admin::list_consumer_groups_partial(&self.source_admin, kafka::ADMIN_TIMEOUT))
+            .map_err(|e| format!("cluster `{}`: {e}", self.plan.source.alias))?;
+        for e in &errors {
+            tracing::warn!(flow = %self.plan.id, error = %e, "listing consumer groups: a broker did not answer; its groups are missing this round");
+        }
+        let mut groups: Vec<String> = listed
+            .into_iter()
+            .map(|g| g.group_id)
+            .filter(|g| self.plan.group_filter.should_replicate_group(g))
+            .collect();
+        groups.sort();
+        let mut st = lock(&self.state);
+        if errors.is_empty() {
+            let known: Vec<String> = st.checkpoints.groups().map(str::to_string).collect();
+            for g in known {
+                if groups.binary_search(&g).is_ok() {
+                    st.missing.remove(&g);
+                    continue;
+                }
+                let n = st.missing.entry(g.clone()).or_default();
+                *n += 1;
+                if *n >= FORGET_AFTER {
+                    st.missing.remove(&g);
+                    st.checkpoints.forget_group(&g);
+                    METRICS.remove_matching(&[("flow", &self.plan.id.to_string()), ("group", &g)]);
+                    tracing::info!(flow = %self.plan.id, group = %g, "consumer group gone from the source: no more checkpoints or group offset sync for it");
+                }
+            }
+        }
+        let before = st.errors.snapshot().len();
+        st.errors.retain(|g| groups.binary_search_by(|x| x.as_str().cmp(g)).is_ok());
+        if st.errors.snapshot().len() != before {
+            self.supervisor.do_send(ItemErrorsChanged::Groups(st.errors.snapshot()));
+        }
+        let n = groups.len();
+        st.groups = groups;
+        Ok(n)
+    }
+}
+
+/// Every checkpoint in `topic` (partition 0) on the target, oldest first. Records that do not decode
+/// are skipped with a warning naming them; they never stop the flow.
+pub fn load_checkpoints(plan: &FlowPlan, topic: &str) -> Result<Vec<Checkpoint>, KafkaOpError> {
+    let consumer = kafka::assign_only_consumer(&plan.target, &plan.id, "checkpoints-reader")?;
+    let mut out = Vec::new();
+    kafka::read_to_end(&consumer, &plan.target.alias, topic, [0], |msg| {
+        match Checkpoint::decode(msg.key().unwrap_or_default(), msg.payload()) {
+            Ok(cp) => out.push(cp),
+            Err(e) => tracing::warn!(
+                flow = %plan.id, topic, partition = 0, offset = msg.offset(), error = %e,
+                "skipping a checkpoint record that does not decode"
+            ),
+        }
+    })?;
+    Ok(out)
+}
+
+/// The cluster refused the principal (no READ or DESCRIBE on the topic).
+fn is_authorization(e: &KafkaOpError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    match e {
+        KafkaOpError::Kafka { source, .. } => {
+            matches!(source.rdkafka_error_code(), Some(C::TopicAuthorizationFailed | C::GroupAuthorizationFailed))
+        }
+        KafkaOpError::NotAuthorized(_) => true,
+        KafkaOpError::Other { .. } => false,
+    }
+}
