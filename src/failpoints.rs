@@ -18,6 +18,9 @@ pub const COPIER_SEEK: &str = "copier-seek";
 /// `checkpoints-backlog=N*return`: the next N rounds of the checkpoint computer read nothing of a long
 /// offset-sync backlog (each waits 200 ms instead), so a test sees what it does before the history is read.
 pub const CHECKPOINTS_BACKLOG: &str = "checkpoints-backlog";
+/// `copier-probe=N*return`: the copier probe's next N partition checks (at assignment, after an offset out
+/// of range, of re-created topics) fail as if the source did not answer.
+pub const COPIER_PROBE: &str = "copier-probe";
 /// Per consumer group: `checkpoints-group-offsets=return(GROUP)` fails reading GROUP's offsets only.
 pub const CHECKPOINTS_GROUP_OFFSETS: &str = "checkpoints-group-offsets";
 

@@ -66,6 +66,9 @@ pub struct Metrics {
     pub config_last_reload_success_timestamp: IntGauge,
     /// Reloads by result: applied, rejected, rolled_back.
     pub config_reloads: IntCounterVec,
+    /// Rounds of the copier probe's source queries, by kind (assign, range, ids, lag) and result (ok,
+    /// failed).
+    pub probe_queries: IntCounterVec,
     /// Source high watermark minus the next offset to copy, summed per topic.
     pub source_lag: IntGaugeVec,
     /// The same per partition, with `metrics_per_partition = true`.
@@ -267,6 +270,12 @@ impl Metrics {
                 "Reloads of the flows directory, by result (applied, rejected, rolled_back).",
                 &["result"],
             ),
+            probe_queries: counter(
+                &registry,
+                "ferry_probe_queries_total",
+                "Rounds of source queries of the copier's probe, by kind (assign, range, ids, lag) and result (ok, failed).",
+                &["flow", "kind", "result"],
+            ),
             source_lag: gauge(
                 &registry,
                 "ferry_source_lag_records",
@@ -349,6 +358,11 @@ impl Metrics {
         }
         for r in ["ok", "failed", "skipped_active"] {
             self.group_offset_syncs.with_label_values(&[flow, r]).inc_by(0);
+        }
+        for k in ["assign", "range", "ids", "lag"] {
+            for r in ["ok", "failed"] {
+                self.probe_queries.with_label_values(&[flow, k, r]).inc_by(0);
+            }
         }
         for r in crate::sync_rule::SyncReason::ALL {
             self.offset_syncs_emitted.with_label_values(&[flow, r.name()]).inc_by(0);
@@ -467,6 +481,7 @@ impl Metrics {
             &self.record_age,
             &self.topic_errors,
             &self.group_errors,
+            &self.probe_queries,
             &self.source_lag,
             &self.partition_lag,
             &self.partition_records_copied,

@@ -9,7 +9,9 @@
 //! - a consumer group whose offsets cannot be read: only that group waits; a group deleted on the
 //!   source is forgotten and never re-created on the target;
 //! - internal topics that end with a transaction marker (MM2 with exactly-once source support);
-//! - SIGTERM while the target cluster is away.
+//! - SIGTERM while the target cluster is away;
+//! - offset gaps that lose nothing (transaction markers, aborted transactions, compaction) cost no probe
+//!   query, and a failed probe query is asked again without restarting the copier.
 
 mod support;
 
@@ -453,5 +455,129 @@ fn sigterm_while_the_target_is_away_exits_within_the_deadline_and_loses_nothing(
     let dups = duplicates(&counts);
     println!("{produced} records, {dups} duplicates, {unpersisted} copied after the last persist");
     assert!(dups as i64 <= unpersisted, "only records acknowledged after the last persist are copied twice");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// 6. Offset gaps that lose nothing, and failed probe queries
+// ---------------------------------------------------------------------------------------------------------
+
+/// Produces `recs` in one transaction that is then aborted: the records stay in the log, followed by an
+/// abort marker, and a `read_committed` consumer skips them.
+fn produce_aborted(bootstrap: &str, topic: &str, recs: &[Rec]) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let timeout = Duration::from_secs(30);
+    let producer: BaseProducer = support::client_config(bootstrap, &[])
+        .set("transactional.id", format!("ferry-test-abort-{}-{topic}", std::process::id()))
+        .set("acks", "all")
+        .create()
+        .expect("transactional producer");
+    producer.init_transactions(timeout).expect("init transactions");
+    producer.begin_transaction().expect("begin transaction");
+    for r in recs {
+        let value = r.value.as_deref().unwrap_or_default();
+        producer.send(BaseRecord::<[u8], [u8]>::to(topic).partition(r.partition).payload(value)).expect("send");
+    }
+    // Written to the log first: an abort purges what is still queued.
+    producer.flush(timeout).expect("flush");
+    producer.abort_transaction(timeout).expect("abort transaction");
+}
+
+/// `ferry_probe_queries_total` of the flow for `kind` and `result`.
+fn probe_queries(ferry: &Ferry, kind: &str, result: &str) -> f64 {
+    metric(ferry, "ferry_probe_queries_total", &[("flow", FLOW), ("kind", kind), ("result", result)])
+}
+
+/// The values of `topic`'s records, in offset order (one partition).
+fn values_of(bootstrap: &str, topic: &str) -> Vec<Vec<u8>> {
+    consume_all(bootstrap, topic, READ).into_iter().map(|r| r.value.unwrap_or_default()).collect()
+}
+
+/// A source topic written in transactions (commit markers, an aborted transaction) and a compacted one
+/// whose cleaner removed most of its offsets: every surviving record is copied once, in order, with no
+/// source gap or reset reported, and the probe is asked only where assigned partitions start. Its first
+/// two queries fail (`copier-probe=2*return`): they are asked again, and the copier never restarts.
+#[test]
+fn offset_gaps_that_lose_nothing_cost_no_probe_query_and_failed_queries_are_asked_again() {
+    let (east, west) = shared_pair();
+    let txn = unique("gaps-txn");
+    let compacted = unique("gaps-compacted");
+
+    // Five committed transactions of 20 records, an aborted one of 10 after the second: 100 records at
+    // offsets 0..116 (six markers and ten aborted records are offsets without a record to copy).
+    create_topic(&east.bootstrap, &txn, 1, &[]);
+    let mut committed = Vec::new();
+    for t in 0..5 {
+        let batch = records(&format!("t{t}-"), 0..20, 1);
+        committed.extend(batch.iter().filter_map(|r| r.value.clone()));
+        produce_transactional(&east.bootstrap, &txn, &batch);
+        if t == 1 {
+            produce_aborted(&east.bootstrap, &txn, &records("aborted-", 0..10, 1));
+        }
+    }
+
+    // 20 rounds of a unique key and an overwritten one, each round in a segment of its own, then a last
+    // record in the active segment: once cleaned, 22 records survive of 41 offsets, a gap after nearly
+    // every one.
+    create_topic(
+        &east.bootstrap,
+        &compacted,
+        1,
+        &[("cleanup.policy", "compact"), ("segment.ms", "100"), ("min.cleanable.dirty.ratio", "0.01")],
+    );
+    for r in 0..20 {
+        let (u, hot) = (format!("u{r}"), format!("hot{r}"));
+        produce(
+            &east.bootstrap,
+            &compacted,
+            &[Rec::new(0, u.as_bytes(), -1).key(u.as_bytes()), Rec::new(0, hot.as_bytes(), -1).key(b"hot")],
+        );
+        std::thread::sleep(Duration::from_millis(150)); // pacing: the next round rolls a new segment
+    }
+    produce(&east.bootstrap, &compacted, &[Rec::new(0, b"end", -1).key(b"end")]);
+    let mut survivors: Vec<Vec<u8>> = (0..20).map(|r| format!("u{r}").into_bytes()).collect();
+    survivors.extend([b"hot19".to_vec(), b"end".to_vec()]);
+    // The cleaner runs every 15 s (log.cleaner.backoff.ms).
+    wait_for(Duration::from_secs(90), "the source topic compacted", || {
+        values_of(&east.bootstrap, &compacted) == survivors
+    });
+
+    // The gaps are real: fewer records than offsets between the log start and end.
+    assert_eq!(end_offsets(&east.bootstrap, &txn), [116], "100 records, 10 aborted, 6 markers");
+    assert_eq!(values_of(&east.bootstrap, &txn), committed);
+    assert_eq!(end_offsets(&east.bootstrap, &compacted), [41]);
+    let source_offsets: Vec<i64> = consume_all(&east.bootstrap, &compacted, READ).iter().map(|r| r.offset).collect();
+    println!("compacted source: {} records at offsets {source_offsets:?} of 0..41", source_offsets.len());
+    assert_eq!(source_offsets[0], 0, "the log start stays 0: the gaps are inside the log");
+
+    let dir = pair_dir(east, west, &flow("east", "west", &[&txn, &compacted], ""));
+    let mut ferry = Ferry::start_env(dir.path(), &[], &[("FAILPOINTS", "copier-probe=2*return")]);
+    let (remote_txn, remote_compacted) = (format!("east.{txn}"), format!("east.{compacted}"));
+    wait_for(ARRIVAL, "every surviving record copied", || {
+        assert_alive(&mut ferry);
+        end_offsets(&west.bootstrap, &remote_txn) == [100] && end_offsets(&west.bootstrap, &remote_compacted) == [22]
+    });
+    assert_eq!(values_of(&west.bootstrap, &remote_txn), committed, "the committed records, once, in order");
+    assert_eq!(values_of(&west.bootstrap, &remote_compacted), survivors, "the survivors, once, in order");
+
+    let addr = ferry.listen_addr();
+    let kinds: Vec<(String, f64)> = ["assign", "range", "ids", "lag"]
+        .iter()
+        .flat_map(|k| ["ok", "failed"].map(|r| (format!("{k}/{r}"), probe_queries(&ferry, k, r))))
+        .collect();
+    println!("probe queries after the copy: {kinds:?}");
+    for t in [&txn, &compacted] {
+        let labels = [("flow", FLOW), ("topic", t.as_str())];
+        assert_eq!(metric(&ferry, "ferry_source_gap_records_total", &labels), 0.0, "{t}: no records lost");
+        assert_eq!(metric(&ferry, "ferry_source_resets_total", &labels), 0.0, "{t}: no reset");
+    }
+    assert_eq!(probe_queries(&ferry, "range", "ok") + probe_queries(&ferry, "range", "failed"), 0.0, "no range check");
+    assert_eq!(probe_queries(&ferry, "assign", "failed"), 2.0, "the two failed queries");
+    let assigned = probe_queries(&ferry, "assign", "ok");
+    assert!((1.0..=2.0).contains(&assigned), "one answered check per assignment (2 partitions): {assigned}");
+    assert_eq!(actor_restarts(addr, FLOW, "copier"), 0.0, "a failed probe query does not restart the copier");
+    let log = observe::strip_ansi(&ferry.log());
+    assert!(log.contains("cannot check where to copy the partition from; trying again"), "{}", support::tail(&log, 40));
+    assert!(!log.contains("out of range"), "no offset out of range: {}", support::tail(&log, 40));
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }

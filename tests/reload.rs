@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use support::observe::{self, health, metric_sum};
 use support::scenario::*;
-use support::{Cluster, Ferry, create_topic, produce, shared_pair, unique, wait_for};
+use support::{Cluster, Ferry, create_topic, end_offsets, produce, shared_pair, unique, wait_for};
 
 /// Largest pause of an untouched flow's copying that counts as "no pause" (records arrive in batches
 /// every few tens of milliseconds; a restart takes seconds).
@@ -114,58 +114,131 @@ fn adding_a_flow_starts_it_within_seconds_and_leaves_the_running_flow_untouched(
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }
 
+/// What a graceful stop leaves on the topics, checked after the flow east->west stopped (as after a
+/// SIGTERM, tests/faults.rs): the last copied record of each partition of `streamed` is the persisted
+/// progress and has an offset sync; `fixed` (2 partitions of 250 records) has syncs at its last records,
+/// and `group`, which finished it, has a final checkpoint at the end: 0 records re-read after a failover.
+fn assert_stopped_gracefully(streamed: &str, fixed: &str, group: &str) {
+    let (east, west) = shared_pair();
+    let source_offset: std::collections::HashMap<Vec<u8>, i64> = support::consume_all(&east.bootstrap, streamed, READ)
+        .into_iter()
+        .map(|r| (r.value.unwrap_or_default(), r.offset))
+        .collect();
+    let copied = support::consume_all(&west.bootstrap, &format!("east.{streamed}"), READ);
+    let syncs = offset_syncs(east, streamed);
+    let progress = stored_progress(west, streamed);
+    for p in 0..2 {
+        let last = copied.iter().rfind(|r| r.partition == p).expect("records copied in every partition");
+        let upstream = source_offset[last.value.as_deref().unwrap_or_default()];
+        assert_eq!(
+            progress.get(&p),
+            Some(&upstream),
+            "{streamed}-{p}: the persisted progress is the last copied record"
+        );
+        assert!(
+            syncs
+                .iter()
+                .any(|s| s.partition == p && s.upstream_offset == upstream && s.downstream_offset == last.offset),
+            "{streamed}-{p}: an offset sync at the last copied record ({upstream} -> {})",
+            last.offset
+        );
+    }
+    let fixed_syncs = offset_syncs(east, fixed);
+    let remote_fixed = format!("east.{fixed}");
+    for p in 0..2 {
+        assert!(
+            fixed_syncs.iter().any(|s| s.partition == p && s.upstream_offset == 249 && s.downstream_offset == 249),
+            "{fixed}-{p}: an offset sync at the last record: {fixed_syncs:?}"
+        );
+    }
+    let cps = checkpoints(west, group);
+    let l = latest(&cps, &remote_fixed);
+    for p in 0..2 {
+        let cp = l.get(&p).unwrap_or_else(|| panic!("a final checkpoint for {remote_fixed}-{p}: {cps:?}"));
+        assert_eq!((cp.upstream_offset, cp.downstream_offset), (250, 250), "the group at the end re-reads nothing");
+    }
+    support::assert_monotonic(&cps);
+}
+
 #[test]
 fn changing_a_flow_restarts_only_it_and_removing_it_stops_it_gracefully() {
     let (east, west) = shared_pair();
+    // west->east copies `a` untouched throughout; east->west copies b1, then (changed) b2 and b2-fixed.
     let (a, b1, b2) = (unique("reload-chg-a"), unique("reload-chg-b1"), unique("reload-chg-b2"));
-    create_topic(&east.bootstrap, &a, 1, &[]);
-    for t in [&b1, &b2] {
-        create_topic(&west.bootstrap, t, 1, &[]);
-        produce(&west.bootstrap, t, &records(t, 0..50, 1));
-    }
+    let (fixed, group) = (format!("{b2}-fixed"), format!("{b2}-g"));
+    create_topic(&west.bootstrap, &a, 1, &[]);
+    create_topic(&east.bootstrap, &b1, 1, &[]);
+    produce(&east.bootstrap, &b1, &records(&b1, 0..50, 1));
+    create_topic(&east.bootstrap, &b2, 2, &[]);
+    create_topic(&east.bootstrap, &fixed, 2, &[]);
+    produce(&east.bootstrap, &fixed, &records("f", 0..500, 2));
+    support::commit_group_offsets(&east.bootstrap, &group, &[(&fixed, 0, 100), (&fixed, 1, 100)]);
     let dir = tempfile::tempdir().expect("flows dir");
     write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
-    write(dir.path(), "east-west.toml", &flow("east", "west", &[&a], ""));
-    write(dir.path(), "west-east.toml", &flow("west", "east", &[&b1], ""));
-    let stream = Stream::start(&east.bootstrap, &a, 1, "a", 100, Duration::from_millis(20));
+    write(dir.path(), "west-east.toml", &flow("west", "east", &[&a], ""));
+    write(dir.path(), "east-west.toml", &flow("east", "west", &[&b1], ""));
+    let stream = Stream::start(&west.bootstrap, &a, 1, "a", 100, Duration::from_millis(20));
     let mut ferry = Ferry::start(dir.path(), &[]);
-    let remote_a = format!("east.{a}");
+    let remote_a = format!("west.{a}");
     wait_for(ARRIVAL, "both flows copying", || {
         assert_alive(&mut ferry);
-        total(&west.bootstrap, &remote_a) > 500 && total(&east.bootstrap, &format!("west.{b1}")) == 50
+        total(&east.bootstrap, &remote_a) > 500 && total(&west.bootstrap, &format!("east.{b1}")) == 50
     });
-    let tail = Tail::start(&west.bootstrap, &remote_a);
-    let untouched = running_info(&ferry, "east->west");
+    let tail = Tail::start(&east.bootstrap, &remote_a);
+    let untouched = running_info(&ferry, "west->east");
 
-    // Change west->east's topics: only it restarts.
+    // Change east->west's topics: only it restarts. Its groups are listed and checkpointed at its start
+    // and then only at its stop.
+    let streamed = Stream::start(&east.bootstrap, &b2, 2, "b", 100, Duration::from_millis(30));
     let t0 = Instant::now();
-    write(dir.path(), "west-east.toml", &flow("west", "east", &[&b2], ""));
-    wait_for(ARRIVAL, "the changed flow copying its new topic", || {
+    let extra = format!(
+        "groups = [\"{group}\"]\nemit_checkpoints_interval_seconds = 600\nrefresh_groups_interval_seconds = 600\n"
+    );
+    write(dir.path(), "east-west.toml", &flow("east", "west", &[&b2, &fixed], &extra));
+    let remote_fixed = format!("east.{fixed}");
+    wait_for(ARRIVAL, "the changed flow copying its new topics", || {
         assert_alive(&mut ferry);
-        total(&east.bootstrap, &format!("west.{b2}")) == 50
+        end_offsets(&west.bootstrap, &remote_fixed) == [250, 250]
+            && total(&west.bootstrap, &format!("east.{b2}")) >= 1_000
     });
-    assert_eq!(flow_info(&ferry, "west->east").0, 2, "the changed flow is a new generation");
-    assert_eq!(flow_info(&ferry, "east->west"), untouched, "the other flow is not touched");
+    assert_eq!(flow_info(&ferry, FLOW).0, 2, "the changed flow is a new generation");
+    assert_eq!(flow_info(&ferry, "west->east"), untouched, "the other flow is not touched");
     let r = last_reload(&ferry);
-    assert_eq!(r["restarted"], serde_json::json!(["west->east"]), "{r}");
+    assert_eq!(r["restarted"], serde_json::json!([FLOW]), "{r}");
+    // The start's checkpoint round first (it stamps the group's last success even when nothing was due);
+    // then the group finishes the fixed topic: only the stop can checkpoint that.
+    wait_for(ARRIVAL, "the checkpoint round of the start", || {
+        assert_alive(&mut ferry);
+        let labels = [("flow", FLOW), ("group", group.as_str())];
+        metric_sum(&observe::metrics(ferry.listen_addr()), "ferry_checkpoint_last_success_timestamp_seconds", &labels)
+            > 0.0
+    });
+    support::commit_group_offsets(&east.bootstrap, &group, &[(&fixed, 0, 250), (&fixed, 1, 250)]);
+    let before = latest(&checkpoints(west, &group), &remote_fixed);
+    assert!(
+        before.values().all(|c| c.upstream_offset < 250),
+        "no checkpoint at the end before the removal: {before:?}"
+    );
 
-    // Remove it: it stops gracefully, its series disappear, the other flow copies on.
-    std::fs::remove_file(dir.path().join("west-east.toml")).expect("remove");
+    // Remove it mid-stream: it stops gracefully, its series disappear, the other flow copies on.
+    std::fs::remove_file(dir.path().join("east-west.toml")).expect("remove");
     wait_for(Duration::from_secs(30), "the removed flow gone from /flows", || {
         assert_alive(&mut ferry);
-        health(ferry.listen_addr())["flows"].get("west->east").is_none()
+        health(ferry.listen_addr())["flows"].get(FLOW).is_none()
     });
-    ferry.wait_log("flow stopped flow=west->east", Duration::from_secs(30));
+    ferry.wait_log("flow stopped flow=east->west", Duration::from_secs(30));
     let text = observe::metrics(ferry.listen_addr());
-    let left: Vec<&str> = text.lines().filter(|l| l.contains("flow=\"west->east\"")).collect();
+    let left: Vec<&str> = text.lines().filter(|l| l.contains("flow=\"east->west\"")).collect();
     assert!(left.is_empty(), "a removed flow's series disappear: {left:?}");
+    assert_stopped_gracefully(&b2, &fixed, &group);
+    let _ = streamed.finish();
     std::thread::sleep(Duration::from_secs(1)); // copying after the removal, for the gap window
     let gap = tail.largest_gap(t0, Instant::now());
     println!("largest copy pause of the untouched flow across two reloads: {gap:?}");
     assert!(gap < NO_PAUSE, "the untouched flow never pauses: {gap:?}");
-    assert_eq!(flow_info(&ferry, "east->west"), untouched);
+    assert_eq!(flow_info(&ferry, "west->east"), untouched);
     let produced = stream.finish();
-    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote_a, &values("a", 0..produced));
+    let counts = wait_all_arrived(&mut ferry, &east.bootstrap, &remote_a, &values("a", 0..produced));
     assert_eq!(duplicates(&counts), 0);
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }
@@ -203,6 +276,74 @@ fn changing_a_cluster_restarts_exactly_the_flows_that_use_it() {
     produce(&east.bootstrap, &a, &records("a", 50..60, 1));
     wait_for(ARRIVAL, "the restarted flow copies on", || total(&north.bootstrap, &remote) == 60);
     assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// A flow restarted by a reload recovers what it published from the topics: no checkpoint goes backward,
+/// and groups behind the newest offset sync, deep in the sync history, are checkpointed at the first
+/// rounds after the restart without moving again (KAFKA-16622), translated exactly as before it.
+#[test]
+fn a_flow_restarted_by_a_reload_recovers_its_checkpoints_and_sync_history() {
+    let (east, west) = shared_pair();
+    let t = unique("reload-history");
+    let remote = format!("east.{t}");
+    let (lead, deep, late) = (format!("{t}-lead"), format!("{t}-deep"), format!("{t}-late"));
+    create_topic(&east.bootstrap, &t, 1, &[]);
+    produce(&east.bootstrap, &t, &records("h", 0..5_000, 1));
+    support::commit_group_offsets(&east.bootstrap, &lead, &[(&t, 0, 4_900)]);
+    support::commit_group_offsets(&east.bootstrap, &deep, &[(&t, 0, 1_037)]);
+    let settings = |interval: f64| {
+        format!(
+            "groups = [\"{t}-.*\"]\nemit_checkpoints_interval_seconds = {interval}\nrefresh_groups_interval_seconds = 1\n"
+        )
+    };
+    let dir = tempfile::tempdir().expect("flows dir");
+    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    write(dir.path(), "flow.toml", &flow("east", "west", &[&t], &settings(1.0)));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    // (upstream, downstream) of the newest checkpoint of `group`.
+    let newest = |group: &str| {
+        latest(&checkpoints(west, group), &remote).get(&0).map(|c| (c.upstream_offset, c.downstream_offset))
+    };
+    wait_for(ARRIVAL, "checkpoints of both groups", || {
+        assert_alive(&mut ferry);
+        newest(&lead) == Some((4_900, 4_900)) && newest(&deep).is_some_and(|(up, _)| up == 1_037)
+    });
+    let deep_before = newest(&deep).expect("deep checkpoint");
+    println!("before the reload: deep {deep_before:?}, {} offset syncs", offset_syncs(east, &t).len());
+    assert_eq!(deep_before, (1_037, 1_037), "a group deep in the history translates exactly");
+    let generation = running_info(&ferry, FLOW).0;
+
+    // A reload that restarts the flow (another emission interval).
+    write(dir.path(), "flow.toml", &flow("east", "west", &[&t], &settings(1.5)));
+    wait_for(Duration::from_secs(60), "the flow restarted by the reload", || {
+        assert_alive(&mut ferry);
+        let (g, _, state) = flow_info(&ferry, FLOW);
+        g == generation + 1 && state == "running"
+    });
+    assert_eq!(last_reload(&ferry)["restarted"], serde_json::json!([FLOW]));
+    // After the restart: a new group and the deep one, both far behind the newest sync.
+    let restarted = Instant::now();
+    support::commit_group_offsets(&east.bootstrap, &late, &[(&t, 0, 1_537)]);
+    support::commit_group_offsets(&east.bootstrap, &deep, &[(&t, 0, 1_100)]);
+    wait_for(Duration::from_secs(60), "checkpoints of the groups behind the newest sync", || {
+        assert_alive(&mut ferry);
+        newest(&late).is_some() && newest(&deep).is_some_and(|(up, _)| up == 1_100)
+    });
+    let first = restarted.elapsed();
+    println!("after the reload: first checkpoints of late {:?}, deep {:?} in {first:?}", newest(&late), newest(&deep));
+    assert!(first < Duration::from_secs(2 * 2 + 8), "KAFKA-16622: the groups did not move again, took {first:?}");
+    assert_eq!(newest(&late), Some((1_537, 1_537)), "the sync history is recovered: exact deep in it");
+    assert_eq!(newest(&deep), Some((1_100, 1_100)));
+    assert_eq!(newest(&lead), Some((4_900, 4_900)), "the lead group's checkpoint stands");
+
+    // The restarted flow copies on, and checkpoints follow.
+    produce(&east.bootstrap, &t, &records("h", 5_000..5_500, 1));
+    wait_for(ARRIVAL, "the new records copied", || total(&west.bootstrap, &remote) == 5_500);
+    support::commit_group_offsets(&east.bootstrap, &lead, &[(&t, 0, 5_400)]);
+    wait_for(Duration::from_secs(30), "the lead group moves on", || newest(&lead) == Some((5_400, 5_400)));
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+    let all: Vec<_> = [&lead, &deep, &late].iter().flat_map(|g| checkpoints(west, g)).collect();
+    support::assert_monotonic(&all);
 }
 
 /// One flow east->west (file `flow_file`) over a new topic that a stream keeps writing to, copying.

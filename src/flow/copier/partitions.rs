@@ -676,7 +676,7 @@ impl Book {
                 })
             })
             .collect();
-        probe.send(Request::Check(checks));
+        probe.send(Request::RangeCheck(checks));
     }
 
     /// Periodic housekeeping: clear the problems of partitions that copy again, tell the probe which

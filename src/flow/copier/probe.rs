@@ -16,6 +16,10 @@
 //!   copied topics kept their ids? A topic re-created under the same name is copied again from its
 //!   start, even when it already holds more records than the old one did.
 //!
+//! Besides, the source lag is measured every [`LAG_INTERVAL`]. Each round of queries is counted in
+//! `ferry_probe_queries_total{flow, kind, result}` (kind: `assign`, `range`, `ids`, `lag`), so that an
+//! operator (and a test) sees what the probe costs the source and whether its questions fail.
+//!
 //! "The end of the log" is the **high watermark**, not the last stable offset: the probe's clients read
 //! `read_uncommitted` (the copier itself reads `read_committed`). A position between the two is inside
 //! the log: MM2 reads uncommitted records, so the position it stored sits past the last stable offset
@@ -75,8 +79,11 @@ pub struct WatchedPartition {
 }
 
 pub enum Request {
-    /// Where can these partitions be copied from?
+    /// Where can these partitions be copied from? (They are being assigned.)
     Check(Vec<Check>),
+    /// The consumer reported an offset out of range: are these copied partitions' fetch positions still
+    /// inside their logs? Answered like [`Request::Check`], counted apart.
+    RangeCheck(Vec<Check>),
     /// Every topic in the copier's book (replaces the previous set): ids are checked for the copying
     /// partitions, lag is measured for all.
     Watch(HashMap<String, Watched>),
@@ -102,6 +109,30 @@ pub enum Verdict {
 
 /// A verdict, for one partition.
 pub type Report = (SourcePartition, Verdict);
+
+/// What a round of probe queries was for (the `kind` label of `ferry_probe_queries_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueryKind {
+    /// Where partitions being assigned start.
+    Assign,
+    /// Fetch positions after an offset-out-of-range error.
+    Range,
+    /// The copied topics' ids (periodic, or after an unknown-topic error).
+    Ids,
+    /// The source lag (periodic).
+    Lag,
+}
+
+impl QueryKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            QueryKind::Assign => "assign",
+            QueryKind::Range => "range",
+            QueryKind::Ids => "ids",
+            QueryKind::Lag => "lag",
+        }
+    }
+}
 
 /// What to do with a partition, from its position and stored topic id and what the source says now:
 /// its log start `low` and its high watermark `high` (not the last stable offset: see the module doc).
@@ -234,7 +265,14 @@ impl ProbeLoop {
             let wait = next_ids.min(next_lag).saturating_duration_since(Instant::now());
             match requests.recv_timeout(wait) {
                 Ok(Request::Check(list)) => {
-                    for r in self.check(list) {
+                    for r in self.check(list, QueryKind::Assign) {
+                        if self.reports.send(r).is_err() {
+                            return;
+                        }
+                    }
+                }
+                Ok(Request::RangeCheck(list)) => {
+                    for r in self.check(list, QueryKind::Range) {
                         if self.reports.send(r).is_err() {
                             return;
                         }
@@ -273,7 +311,7 @@ impl ProbeLoop {
         if tps.is_empty() {
             return;
         }
-        let highs = match self.ends(&tps) {
+        let highs = match self.counted(QueryKind::Lag, self.ends(&tps)) {
             Ok(h) => h,
             Err(e) => {
                 tracing::debug!(flow = %self.flow, error = %e, "cannot measure the source lag this time");
@@ -299,6 +337,13 @@ impl ProbeLoop {
             metrics.remove_partition(&self.flow, topic, *partition);
         }
         self.exported = exported;
+    }
+
+    /// Counts a round of queries of `kind` by its outcome, and passes the outcome on.
+    fn counted<T>(&self, kind: QueryKind, outcome: Result<T, String>) -> Result<T, String> {
+        let result = if outcome.is_ok() { "ok" } else { "failed" };
+        crate::metrics::METRICS.probe_queries.with_label_values(&[&self.flow, kind.name(), result]).inc();
+        outcome
     }
 
     fn describe(&self, topics: Vec<String>) -> Result<HashMap<String, raw_admin::TopicDescription>, String> {
@@ -353,21 +398,30 @@ impl ProbeLoop {
         Ok(low.into_iter().filter_map(|(tp, l)| high.get(&tp).map(|h| (tp, (l, *h)))).collect())
     }
 
-    fn check(&self, list: Vec<Check>) -> Vec<Report> {
+    /// The topics' descriptions and the partitions' log bounds: one round of queries.
+    #[allow(clippy::type_complexity)]
+    fn describe_and_bound(
+        &self,
+        list: &[Check],
+    ) -> Result<(HashMap<String, raw_admin::TopicDescription>, HashMap<SourcePartition, (i64, i64)>), String> {
+        // `copier-probe=N*return`: the next N rounds fail as if the source did not answer.
+        crate::failpoints::check(crate::failpoints::COPIER_PROBE)?;
         let mut topics: Vec<String> = list.iter().map(|c| c.tp.0.clone()).collect();
         topics.sort();
         topics.dedup();
-        let described = match self.describe(topics) {
-            Ok(d) => d,
-            Err(e) => return list.into_iter().map(|c| (c.tp, Verdict::Unknown(e.clone()))).collect(),
-        };
+        let described = self.describe(topics)?;
         let present: Vec<(String, i32)> = list
             .iter()
             .filter(|c| described.get(&c.tp.0).is_some_and(|d| d.error.is_none() && c.tp.1 < d.partitions))
             .map(|c| c.tp.clone())
             .collect();
-        let bounds = match self.bounds(&present) {
-            Ok(b) => b,
+        let bounds = self.bounds(&present)?;
+        Ok((described, bounds))
+    }
+
+    fn check(&self, list: Vec<Check>, kind: QueryKind) -> Vec<Report> {
+        let (described, bounds) = match self.counted(kind, self.describe_and_bound(&list)) {
+            Ok(answer) => answer,
             Err(e) => return list.into_iter().map(|c| (c.tp, Verdict::Unknown(e.clone()))).collect(),
         };
         list.into_iter()
@@ -403,7 +457,7 @@ impl ProbeLoop {
         if topics.is_empty() {
             return Vec::new();
         }
-        let described = match self.describe(topics) {
+        let described = match self.counted(QueryKind::Ids, self.describe(topics)) {
             Ok(d) => d,
             Err(e) => {
                 tracing::warn!(flow = %self.flow, error = %e, "cannot check the source topics' ids; will try again");
@@ -429,7 +483,7 @@ impl ProbeLoop {
         }
         let mut out: Vec<Report> = missing.into_iter().map(|tp| (tp, Verdict::Missing)).collect();
         if !checks.is_empty() {
-            out.extend(self.check(checks));
+            out.extend(self.check(checks, QueryKind::Ids));
         }
         out
     }
