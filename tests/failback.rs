@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use support::scenario::*;
@@ -17,23 +17,6 @@ use support::{
 };
 
 const PARTITIONS: i32 = 2;
-
-/// Every checkpoint of `group` in `<source>.checkpoints.internal` on `on`, newest per (topic, partition):
-/// (upstream, downstream).
-fn newest_checkpoints(on: &Cluster, source: &str, group: &str) -> BTreeMap<(String, i32), (i64, i64)> {
-    let topic = format!("{source}.checkpoints.internal");
-    if support::topic_partitions(&on.bootstrap, &topic).is_none() {
-        return BTreeMap::new();
-    }
-    consume_all(&on.bootstrap, &topic, READ)
-        .into_iter()
-        .filter_map(|r| {
-            ferry::mm2::records::Checkpoint::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref()).ok()
-        })
-        .filter(|c| c.group == group)
-        .map(|c| ((c.topic, c.partition), (c.upstream_offset, c.downstream_offset)))
-        .collect()
-}
 
 /// A topic's records by (partition, offset), and the offset of each value by (partition, value).
 struct Contents {

@@ -25,22 +25,6 @@ fn values_on(bootstrap: &str, topic: &str) -> HashMap<Vec<u8>, usize> {
     arrivals(bootstrap, topic)
 }
 
-/// Every checkpoint of `group` in `<source>.checkpoints.internal` on `on`, newest per (topic, partition).
-fn newest_checkpoints(on: &Cluster, source: &str, group: &str) -> BTreeMap<(String, i32), (i64, i64)> {
-    let topic = format!("{source}.checkpoints.internal");
-    if support::topic_partitions(&on.bootstrap, &topic).is_none() {
-        return BTreeMap::new();
-    }
-    consume_all(&on.bootstrap, &topic, READ)
-        .into_iter()
-        .filter_map(|r| {
-            ferry::mm2::records::Checkpoint::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref()).ok()
-        })
-        .filter(|c| c.group == group)
-        .map(|c| ((c.topic, c.partition), (c.upstream_offset, c.downstream_offset)))
-        .collect()
-}
-
 /// The value at `offset` of `topic`-`partition`.
 fn value_at(bootstrap: &str, topic: &str, partition: i32, offset: i64) -> Option<Vec<u8>> {
     consume_all(bootstrap, topic, READ).into_iter().find(|r| r.partition == partition && r.offset == offset)?.value

@@ -184,6 +184,21 @@ pub fn checkpoints(west: &Cluster, group: &str) -> Vec<Checkpoint> {
         .collect()
 }
 
+/// Every checkpoint of `group` in `<source>.checkpoints.internal` on `on`, newest per (topic, partition):
+/// (upstream, downstream).
+pub fn newest_checkpoints(on: &Cluster, source: &str, group: &str) -> BTreeMap<(String, i32), (i64, i64)> {
+    let topic = format!("{source}.checkpoints.internal");
+    if topic_partitions(&on.bootstrap, &topic).is_none() {
+        return BTreeMap::new();
+    }
+    consume_all(&on.bootstrap, &topic, READ)
+        .into_iter()
+        .filter_map(|r| Checkpoint::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref()).ok())
+        .filter(|c| c.group == group)
+        .map(|c| ((c.topic, c.partition), (c.upstream_offset, c.downstream_offset)))
+        .collect()
+}
+
 /// The newest checkpoint per partition of `group` on `remote`.
 pub fn latest(cps: &[Checkpoint], remote: &str) -> BTreeMap<i32, Checkpoint> {
     cps.iter().filter(|c| c.topic == remote).map(|c| (c.partition, c.clone())).collect()
