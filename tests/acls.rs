@@ -8,8 +8,11 @@
 //! - Missing rights on the copier and lease groups, the offset-syncs topic, the checkpoint producer's
 //!   transactional id and the checkpoints topic: each actor's error names the resource and the right it
 //!   lacks; granting it recovers the actor without a restart of the node.
+//! - Without Read on the checkpoints topic (MM2's fallback): a warning names the topic and the right,
+//!   the flow runs and publishes checkpoints, and the offset-sync backlog is read latest-only, so a
+//!   group older than its partition's newest sync gets no checkpoint from an older one.
 //!
-//! Both tests share one test bed (a SASL_SSL source and target, both with ACLs, user `alice`) and
+//! The tests share one test bed (a SASL_SSL source and target, both with ACLs, user `alice`) and
 //! take turns: two brokers in all.
 
 mod support;
@@ -26,6 +29,8 @@ use support::{
     Cluster, Ferry, Rec, Security, cluster_toml, commit_group_offsets, consume_all, create_topic, end_offsets,
     http_get, produce, unique, wait_for,
 };
+
+use ferry::mm2::records::{Checkpoint, OffsetSync};
 
 const ARRIVAL: Duration = Duration::from_secs(60);
 const REPORTED: Duration = Duration::from_secs(60);
@@ -353,5 +358,157 @@ fn missing_rights_on_groups_and_internal_topics_are_named_and_recovered() {
     });
     eprintln!("[internal rights] checkpoints published {:?} after the grant", granted.elapsed());
     wait_for(REPORTED, "the flow running again", || flow_json(addr, flow)["state"] == "running");
+    ferry.terminate(Duration::from_secs(30));
+}
+
+/// The checkpoints published in `topic` on `cluster` for `group`, oldest first.
+fn checkpoints_of(cluster: &Cluster, topic: &str, group: &str) -> Vec<Checkpoint> {
+    consume_all(&cluster.bootstrap, topic, READ)
+        .iter()
+        .filter_map(|r| Checkpoint::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref()).ok())
+        .filter(|c| c.group == group)
+        .collect()
+}
+
+/// The principal may Create, Describe and Write the checkpoints topic but not Read it, and an earlier
+/// generation (MM2) left offset syncs and a checkpoint behind. ferry warns once, naming the topic and
+/// the right; it starts without the published checkpoints and reads the sync backlog keeping only each
+/// partition's newest sync (MM2's `initializationMustReadToEnd`): a group at that sync's level gets its
+/// checkpoint at once, without moving; a group committed deep in the history gets none (an older sync
+/// could translate it below what the earlier generation published); the flow copies and checkpoints
+/// a group of a topic it copies.
+#[test]
+fn unreadable_checkpoints_topic_warns_and_translates_from_the_newest_syncs_only() {
+    let bed = bed();
+    let _turn = take_turn("unreadable checkpoints");
+    let (src, dst) = (&bed.source, &bed.target);
+    let (deployment, flow) = ("acl-c", "left->right");
+    let (syncs_topic, checkpoints_topic) = ("mm2-offset-syncs.right.internal", "left.checkpoints.internal");
+    let p = unique("acl-cp");
+    // `history`: empty on the source, only the earlier generation's syncs describe it (ferry writes none);
+    // `copied`: records ferry copies now.
+    let (history, copied) = (format!("{p}-history"), format!("{p}-copied"));
+    let (deep, recent, live) = (format!("{p}-g-deep"), format!("{p}-g-recent"), format!("{p}-g-live"));
+    create_topic(&src.bootstrap, &history, 1, &[]);
+    create_topic(&src.bootstrap, &copied, 2, &[]);
+    produce(&src.bootstrap, &copied, &records(&copied, 20));
+    let ends = end_offsets(&src.bootstrap, &copied);
+
+    // The earlier generation's syncs of history-0 (MM2's format, unmarked), upstream 20 i -> downstream
+    // 10 i, and its checkpoint of the deep group, from the sync at 30.
+    create_topic(&src.bootstrap, syncs_topic, 1, &[("cleanup.policy", "compact")]);
+    let syncs: Vec<Rec> = [(0, 0), (20, 10), (30, 15), (40, 20), (60, 30), (80, 40)]
+        .into_iter()
+        .map(|(upstream, downstream)| {
+            let sync = OffsetSync {
+                topic: history.clone(),
+                partition: 0,
+                upstream_offset: upstream,
+                downstream_offset: downstream,
+            };
+            let (key, value) = sync.encode().expect("encode sync");
+            Rec::new(0, &value, 1_700_000_000_000).key(&key)
+        })
+        .collect();
+    produce(&src.bootstrap, syncs_topic, &syncs);
+    let remote_history = format!("left.{history}");
+    let earlier = Checkpoint {
+        group: deep.clone(),
+        topic: remote_history.clone(),
+        partition: 0,
+        upstream_offset: 30,
+        downstream_offset: 15,
+        metadata: String::new(),
+    };
+    create_topic(&dst.bootstrap, checkpoints_topic, 1, &[("cleanup.policy", "compact")]);
+    let (key, value) = earlier.encode().expect("encode checkpoint");
+    produce(&dst.bootstrap, checkpoints_topic, &[Rec::new(0, &value, 1_700_000_000_000).key(&key)]);
+    // deep: below the newest sync (80 -> 40); recent: past it (MM2's +1 rule: 41); live: the copied
+    // topic's end.
+    commit_group_offsets(&src.bootstrap, &deep, &[(&history, 0, 30)]);
+    commit_group_offsets(&src.bootstrap, &recent, &[(&history, 0, 90)]);
+    commit_group_offsets(&src.bootstrap, &live, &[(&copied, 0, ends[0]), (&copied, 1, ends[1])]);
+
+    // Everything the flow needs; on the checkpoints topic all but Read.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            src.allow_all("alice", &[("topic", "heartbeats"), ("topic", syncs_topic)], "literal", &["All"]);
+            src.allow("alice", "group", &format!("{deployment}."), "prefixed", &["All"]);
+            src.allow("alice", "topic", &p, "prefixed", &["Read", "Describe", "DescribeConfigs"]);
+            src.allow("alice", "group", &format!("{p}-g-"), "prefixed", &["Describe"]);
+        });
+        s.spawn(|| {
+            let prefix = format!("{deployment}.");
+            dst.allow_all("alice", &[("group", &prefix), ("transactional-id", &prefix)], "prefixed", &["All"]);
+            dst.allow_all(
+                "alice",
+                &[
+                    ("topic", &remote_history),
+                    ("topic", &format!("left.{copied}")),
+                    ("topic", "left.heartbeats"),
+                    ("topic", "heartbeats"),
+                    ("topic", "mm2-offsets.left.internal"),
+                    ("topic", "ferry.leases.internal"),
+                    ("topic", "ferry.control.internal"),
+                ],
+                "literal",
+                &["All"],
+            );
+            dst.allow("alice", "topic", checkpoints_topic, "literal", &["Create", "Describe", "Write"]);
+        });
+    });
+
+    let dir = flows_dir(bed, ("left", "right"), &[&history, &copied], &[&format!("{p}-g-.*")]);
+    let mut ferry = start_ferry(&dir, deployment);
+    let started = Instant::now();
+    let addr = ferry.listen_addr();
+
+    // The warning names the topic and the right.
+    ferry.wait_log("cannot read the published checkpoints", REPORTED);
+    let log = ferry.log();
+    let warning = log.lines().find(|l| l.contains("cannot read the published checkpoints")).unwrap_or_default();
+    eprintln!("[unreadable checkpoints] {warning}");
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(warning.contains(checkpoints_topic) && warning.contains("not authorized to Read"), "{warning}");
+
+    // The recent group's checkpoint, from the newest sync, without the group moving.
+    let mut first = Vec::new();
+    wait_for(ARRIVAL, &format!("a checkpoint of {recent}"), || {
+        assert_alive(&mut ferry);
+        first = checkpoints_of(dst, checkpoints_topic, &recent);
+        !first.is_empty()
+    });
+    eprintln!("[unreadable checkpoints] {recent}: {first:?} {:?} after the start", started.elapsed());
+    assert_eq!(
+        (first[0].topic.as_str(), first[0].upstream_offset, first[0].downstream_offset),
+        (remote_history.as_str(), 90, 41),
+        "{first:?}"
+    );
+
+    // The copied topic arrives and the live group is checkpointed.
+    wait_for(ARRIVAL, &format!("left.{copied} complete on the target"), || {
+        assert_alive(&mut ferry);
+        total(&dst.bootstrap, &format!("left.{copied}")) >= 20
+    });
+    let copies = end_offsets(&dst.bootstrap, &format!("left.{copied}"));
+    let mut live_cps = Vec::new();
+    wait_for(ARRIVAL, &format!("checkpoints of {live} at the copied topic's end"), || {
+        live_cps = checkpoints_of(dst, checkpoints_topic, &live);
+        (0..2).all(|part| live_cps.iter().any(|c| c.partition == part && c.upstream_offset == ends[part as usize]))
+    });
+    eprintln!("[unreadable checkpoints] {live}: {live_cps:?}");
+    for c in &live_cps {
+        assert_eq!(c.topic, format!("left.{copied}"), "{c:?}");
+        assert!(c.downstream_offset <= copies[c.partition as usize], "past the copies ({copies:?}): {c:?}");
+    }
+
+    // The deep group: nothing but the earlier generation's checkpoint. Its round was the recent group's
+    // (every group is translated in each round), and several rounds have passed since.
+    let deep_cps = checkpoints_of(dst, checkpoints_topic, &deep);
+    assert_eq!(deep_cps, vec![earlier], "the deep group was translated from an older sync than the newest");
+
+    assert_eq!(flow_json(addr, flow)["state"], "running", "{}", flow_json(addr, flow));
+    let warnings = log_lines(&ferry.log(), "cannot read the published checkpoints", "");
+    assert_eq!(warnings, 1, "{}", ferry.log());
     ferry.terminate(Duration::from_secs(30));
 }

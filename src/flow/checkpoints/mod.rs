@@ -230,17 +230,19 @@ impl<'a> Computer<'a> {
                     }
                     tracing::info!(flow = %plan.id, checkpoints = st.checkpoints.len(), "loaded published checkpoints");
                 }
-                Err(e) if is_authorization(&e) => {
+                Err(e) => {
+                    let Some(refusal) = read_refusal(&e, &self.checkpoints_topic, &plan.target.alias) else {
+                        return Err(e.to_string());
+                    };
                     // MM2's fallback: without the published checkpoints, start empty and read the offset
                     // syncs keeping only the latest per partition, so no group is translated below a
                     // sync an earlier generation may have used.
                     tracing::warn!(
-                        flow = %plan.id, topic = %self.checkpoints_topic, error = %e,
-                        "cannot read the published checkpoints (READ on the topic is missing?); starting without them, with latest-only offset-sync history"
+                        flow = %plan.id, topic = %self.checkpoints_topic, error = %refusal,
+                        "cannot read the published checkpoints; starting without them, with latest-only offset-sync history"
                     );
                     lock(&self.state).syncs.set_backlog_latest_only(true);
                 }
-                Err(e) => return Err(e.to_string()),
             }
             lock(&self.state).checkpoints_loaded = true;
         }
@@ -414,14 +416,17 @@ pub fn load_checkpoints(plan: &FlowPlan, topic: &str) -> Result<Vec<Checkpoint>,
     Ok(out)
 }
 
-/// The cluster refused the principal (no READ or DESCRIBE on the topic).
-fn is_authorization(e: &KafkaOpError) -> bool {
-    use rdkafka::types::RDKafkaErrorCode as C;
+/// What an operator reads when the target refused this principal reading the checkpoints topic
+/// `topic` on `cluster` (MM2 falls back on any authorization error there); `None` for other failures.
+fn read_refusal(e: &KafkaOpError, topic: &str, cluster: &str) -> Option<String> {
     match e {
-        KafkaOpError::Kafka { source, .. } => {
-            matches!(source.rdkafka_error_code(), Some(C::TopicAuthorizationFailed | C::GroupAuthorizationFailed))
-        }
-        KafkaOpError::NotAuthorized(_) => true,
-        KafkaOpError::Other { .. } => false,
+        KafkaOpError::Kafka { source, .. } => match kafka::authorization_error(source)? {
+            code @ "TOPIC_AUTHORIZATION_FAILED" => {
+                Some(kafka::not_authorized(&format!("checkpoints topic {topic}"), cluster, "Read", code))
+            }
+            _ => Some(e.to_string()),
+        },
+        KafkaOpError::NotAuthorized(message) => Some(message.clone()),
+        KafkaOpError::Other { .. } => None,
     }
 }
