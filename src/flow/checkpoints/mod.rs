@@ -273,6 +273,9 @@ impl<'a> Computer<'a> {
             }
             if early.is_some() && failpoints::held(failpoints::CHECKPOINTS_BACKLOG) {
                 std::thread::sleep(Duration::from_millis(200));
+                if let Some((_, backlog)) = &mut early {
+                    backlog.held();
+                }
             } else {
                 syncs.poll(&self.state, Duration::from_millis(200))?;
             }

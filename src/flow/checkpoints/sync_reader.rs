@@ -130,6 +130,13 @@ pub(super) struct Backlog {
     progress: (Instant, i64),
 }
 
+impl Backlog {
+    /// Reading was held back on purpose (a failpoint): that is not the cluster failing to answer.
+    pub(super) fn held(&mut self) {
+        self.progress.0 = Instant::now();
+    }
+}
+
 /// Follows an offset-syncs topic into the shared store, from where the last reader stopped.
 pub(super) struct SyncReader {
     consumer: kafka::AssignOnlyConsumer,
