@@ -154,11 +154,11 @@ impl ControlWatch {
 }
 
 impl Drop for ControlWatch {
+    /// Tells the reader to stop without waiting for it: it may be inside a call to a cluster that does
+    /// not answer (up to the admin timeout), and the node must not wait for that. It ends on its own.
     fn drop(&mut self) {
         drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        drop(self.thread.take());
     }
 }
 
