@@ -14,16 +14,16 @@
 //! within a poll, about a second; `/flows` on each node shows whether it did).
 
 use std::collections::BTreeMap;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use actix::{Message, Recipient};
 use rdkafka::consumer::Consumer;
 use rdkafka::message::Message as _;
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
+use crate::clients::{Connection, Lane, Outgoing};
 use crate::config::{ClusterSpec, FlowId};
 use crate::kafka::{self, TopicSpec};
 
@@ -90,7 +90,7 @@ pub fn connection_key(cluster: &ClusterSpec) -> String {
 /// Stops its thread when dropped.
 pub struct ControlWatch {
     cluster: ClusterSpec,
-    producer: Option<FutureProducer>,
+    producer: Option<Arc<Lane>>,
     stop: Option<mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -105,6 +105,7 @@ impl ControlWatch {
     /// Starts tailing `cluster`'s control topic: `read` gets every pause recorded so far once the topic
     /// was read to its end, `seen` every change after that.
     pub fn start(
+        conn: Arc<Connection>,
         cluster: &ClusterSpec,
         deployment: &str,
         replication_factor: Option<i32>,
@@ -112,22 +113,22 @@ impl ControlWatch {
         seen: Recipient<PauseSeen>,
     ) -> Self {
         let (stop, stopped) = mpsc::channel::<()>();
-        let (c, d) = (cluster.clone(), deployment.to_string());
+        let (c, d, reader_conn) = (cluster.clone(), deployment.to_string(), conn.clone());
         let thread = std::thread::Builder::new()
             .name(format!("control {}", cluster.alias))
-            .spawn(move || tail(&c, &d, replication_factor, &read, &seen, &stopped))
+            .spawn(move || tail(&reader_conn, &c, &d, replication_factor, &read, &seen, &stopped))
             .map_err(
                 |e| tracing::error!(cluster = %cluster.alias, error = %e, "cannot start the control topic's reader"),
             )
             .ok();
-        let mut cfg = kafka::client_config(cluster, &"node", "control-producer");
-        cfg.set("acks", "all").set("enable.idempotence", "true").set("linger.ms", "0");
-        let producer = cfg
-            .create::<FutureProducer>()
+        // Pause records go through the connection's shared producer for internal topics.
+        let producer = conn
+            .internal()
             .map_err(
                 |e| tracing::error!(cluster = %cluster.alias, error = %e, "cannot create the control topic's producer"),
             )
-            .ok();
+            .ok()
+            .map(Arc::new);
         Self { cluster: cluster.clone(), producer, stop: Some(stop), thread }
     }
 
@@ -143,12 +144,27 @@ impl ControlWatch {
         let key = pause_key(deployment, flow);
         let value = serde_json::to_vec(record).unwrap_or_default();
         async move {
-            let producer = producer.ok_or_else(|| format!("no producer for `{alias}`"))?;
-            producer
-                .send(FutureRecord::to(CONTROL_TOPIC).partition(0).key(&key).payload(&value), Duration::from_secs(10))
-                .await
-                .map(|_| ())
-                .map_err(|(e, _)| format!("record it in {CONTROL_TOPIC} on `{alias}`: {e}"))
+            let lane = producer.ok_or_else(|| format!("no producer for `{alias}`"))?;
+            let (done, outcome) = tokio::sync::oneshot::channel();
+            let record = Outgoing {
+                topic: CONTROL_TOPIC,
+                partition: 0,
+                key: key.as_bytes(),
+                payload: &value,
+                headers: None,
+                timestamp: None,
+            };
+            lane.send(record, move |o| {
+                let _ = done.send(o);
+            })
+            .map_err(|e| format!("record it in {CONTROL_TOPIC} on `{alias}`: {e}"))?;
+            match tokio::time::timeout(Duration::from_secs(10), outcome).await {
+                Ok(Ok(Ok(_))) => Ok(()),
+                Ok(Ok(Err(e))) => Err(format!("record it in {CONTROL_TOPIC} on `{alias}`: {e}")),
+                Ok(Err(_)) | Err(_) => {
+                    Err(format!("record it in {CONTROL_TOPIC} on `{alias}`: not acknowledged in 10 s"))
+                }
+            }
         }
     }
 }
@@ -164,6 +180,7 @@ impl Drop for ControlWatch {
 
 /// The reader's thread: set up (retrying), read to the end once (the initial state), then follow.
 fn tail(
+    conn: &Connection,
     cluster: &ClusterSpec,
     deployment: &str,
     replication_factor: Option<i32>,
@@ -174,7 +191,8 @@ fn tail(
     let stopping = || !matches!(stopped.try_recv(), Err(mpsc::TryRecvError::Empty));
     let mut last_error: Option<Instant> = None;
     let consumer = loop {
-        let set_up = kafka::ensure_topic(cluster, &"node", &TopicSpec::compacted(CONTROL_TOPIC, 1, replication_factor))
+        let set_up = conn
+            .ensure_topic(&"node", &TopicSpec::compacted(CONTROL_TOPIC, 1, replication_factor))
             .and_then(|_| kafka::assign_only_consumer(cluster, &"node", "control-reader"))
             .map_err(|e| e.to_string())
             .and_then(|c| {

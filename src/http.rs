@@ -29,8 +29,8 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 
 use crate::config::FlowId;
 use crate::metrics::METRICS;
-use crate::node::{Node, Pause, Reload};
-use crate::reload::{ReloadResult, Trigger};
+use crate::node::{Node, Pause};
+use crate::reload::{Reload, ReloadResult, Trigger};
 use crate::status::{FlowState, StatusBoard};
 
 /// The largest request body accepted (no endpoint reads one today).

@@ -6,14 +6,13 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rdkafka::ClientContext;
 use rdkafka::admin::{
     AdminClient, AdminOptions, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
 };
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -534,39 +533,6 @@ fn topic_refusal(code: RDKafkaErrorCode, operation: &str, what: &str) -> String 
     }
 }
 
-/// An admin client shared by every flow and actor of this node that talks to the same cluster.
-pub type Admin = Arc<AdminClient<DefaultClientContext>>;
-
-/// Live admin clients by cluster connection (address and client properties, whatever the alias): each librdkafka
-/// client brings a thread per broker plus its own, and admin calls are independent requests that need
-/// no per-flow state, so flows share one per cluster. A client goes when its last user drops it (a
-/// reload that changes a cluster's definition gets a new one).
-static ADMINS: std::sync::LazyLock<Mutex<HashMap<u64, Weak<AdminClient<DefaultClientContext>>>>> =
-    std::sync::LazyLock::new(Default::default);
-
-fn connection_key(cluster: &ClusterSpec) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (&cluster.bootstrap_servers, &cluster.client).hash(&mut h);
-    h.finish()
-}
-
-/// The node's admin client for `cluster` (created on first use; `flow` only names it in errors).
-pub fn admin_client(cluster: &ClusterSpec, flow: &impl fmt::Display) -> Result<Admin, KafkaOpError> {
-    let key = connection_key(cluster);
-    let mut admins = ADMINS.lock().unwrap_or_else(|p| p.into_inner());
-    admins.retain(|_, w| w.strong_count() > 0);
-    if let Some(admin) = admins.get(&key).and_then(Weak::upgrade) {
-        return Ok(admin);
-    }
-    let mut cfg = client_config(cluster, flow, "admin");
-    cfg.set("client.id", "ferry|admin");
-    let admin: Admin =
-        Arc::new(cfg.create().map_err(|e| KafkaOpError::kafka(&cluster.alias, "create admin client", e))?);
-    admins.insert(key, Arc::downgrade(&admin));
-    Ok(admin)
-}
-
 /// Topic name → partition count, for every topic the cluster reports (blocking; call off the actor thread).
 pub fn topic_partitions<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
@@ -606,7 +572,7 @@ impl TopicSpec {
 
 /// Create `spec` unless it exists. Returns true when this call created it.
 pub async fn create_topic(
-    admin: &AdminClient<DefaultClientContext>,
+    admin: &AdminClient<impl ClientContext + 'static>,
     cluster: &str,
     spec: &TopicSpec,
 ) -> Result<bool, KafkaOpError> {
@@ -785,33 +751,44 @@ pub fn block_on<F: std::future::Future>(cluster: &str, fut: F) -> Result<F::Outp
 
 /// Create `spec` on `cluster` unless it exists, and wait until it shows in metadata. Returns the topic's
 /// actual partition count. Blocking: for worker threads.
-pub fn ensure_topic(cluster: &ClusterSpec, flow: &impl fmt::Display, spec: &TopicSpec) -> Result<i32, KafkaOpError> {
-    let admin = admin_client(cluster, flow)?;
+pub fn ensure_topic<A: ClientContext + 'static>(
+    admin: &AdminClient<A>,
+    cluster: &str,
+    flow: &impl fmt::Display,
+    spec: &TopicSpec,
+) -> Result<i32, KafkaOpError> {
     // A principal without CREATE can use a topic an operator created beforehand: the refusal counts
     // only if the topic does not show up below.
     let mut refused = None;
-    match block_on(&cluster.alias, create_topic(&admin, &cluster.alias, spec))? {
-        Ok(true) => tracing::info!(flow = %flow, cluster = %cluster.alias, topic = %spec.name, "created topic"),
+    match block_on(cluster, create_topic(admin, cluster, spec))? {
+        Ok(true) => tracing::info!(flow = %flow, cluster = %cluster, topic = %spec.name, "created topic"),
         Ok(false) => {}
         Err(e @ KafkaOpError::NotAuthorized(_)) => refused = Some(e),
         Err(e) => return Err(e),
     }
-    let probe = assign_only_consumer(cluster, flow, "topic-probe")?;
+    // Asked with DescribeTopics, not metadata: a long-lived client's metadata request for one topic
+    // kept answering "unknown" for a topic created meanwhile (seen for 30 s on a shared client).
     let deadline = std::time::Instant::now() + ADMIN_TIMEOUT;
+    let names = [spec.name.clone()];
     loop {
-        let md = probe
-            .fetch_metadata(Some(&spec.name), ADMIN_TIMEOUT)
-            .map_err(|e| KafkaOpError::kafka(&cluster.alias, format!("describe {}", spec.name), e))?;
-        let partitions = md.topics().first().filter(|t| t.error().is_none()).map_or(0, |t| t.partitions().len());
+        let described =
+            block_on(cluster, crate::raw_admin::describe_topics(admin, &names, ADMIN_TIMEOUT))?.map_err(|e| {
+                KafkaOpError::Other {
+                    cluster: cluster.to_string(),
+                    op: format!("describe {}", spec.name),
+                    reason: e.to_string(),
+                }
+            })?;
+        let partitions = described.first().filter(|t| t.error.is_none()).map_or(0, |t| t.partitions);
         if partitions > 0 {
-            return Ok(partitions as i32);
+            return Ok(partitions);
         }
         if let Some(e) = refused {
             return Err(e);
         }
         if std::time::Instant::now() > deadline {
             return Err(KafkaOpError::Other {
-                cluster: cluster.alias.clone(),
+                cluster: cluster.to_string(),
                 op: format!("create {}", spec.name),
                 reason: "the topic did not appear in metadata".into(),
             });
@@ -851,7 +828,7 @@ fn chunks<T>(items: &[T], limit: usize, weight: impl Fn(&T) -> usize) -> Vec<&[T
 /// `Ok(true)` created, `Ok(false)` already there, `Err(reason)`. Only a failure of a whole call is an
 /// `Err`.
 pub async fn create_topics(
-    admin: &AdminClient<DefaultClientContext>,
+    admin: &AdminClient<impl ClientContext + 'static>,
     cluster: &str,
     specs: &[TopicSpec],
 ) -> Result<HashMap<String, PerTopic<bool>>, KafkaOpError> {
@@ -887,7 +864,7 @@ pub async fn create_topics(
 
 /// Grow each `(topic, partitions)`, in as few requests as the controller accepts; per-topic outcomes (never shrinks: Kafka cannot).
 pub async fn grow_topics(
-    admin: &AdminClient<DefaultClientContext>,
+    admin: &AdminClient<impl ClientContext + 'static>,
     cluster: &str,
     grow: &[(String, i32)],
 ) -> Result<HashMap<String, PerTopic<()>>, KafkaOpError> {
@@ -910,7 +887,7 @@ pub async fn grow_topics(
 
 /// The described configs of each of `topics`, in one request; per-topic outcomes.
 pub async fn describe_topics_configs(
-    admin: &AdminClient<DefaultClientContext>,
+    admin: &AdminClient<impl ClientContext + 'static>,
     cluster: &str,
     topics: &[String],
 ) -> Result<HashMap<String, PerTopic<Vec<ConfigEntry>>>, KafkaOpError> {
@@ -1018,29 +995,5 @@ mod tests {
         note_client_log(line);
         let e = KafkaOpError::kafka("diag", "create topic t", KafkaError::Global(RDKafkaErrorCode::OperationTimedOut));
         assert!(e.to_string().contains("(last connection error: SASL authentication error"), "{e}");
-    }
-
-    #[test]
-    fn flows_share_one_admin_client_per_cluster_connection() {
-        let spec = |alias: &str, props: &[(&str, &str)]| ClusterSpec {
-            alias: alias.into(),
-            bootstrap_servers: "127.0.0.1:1".into(),
-            client: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            file_keys: Default::default(),
-            secret_files: Vec::new(),
-            file: "clusters.toml".into(),
-        };
-        let flow = |s: &str, t: &str| crate::config::FlowId { source: s.into(), target: t.into() };
-        let a = admin_client(&spec("share-a", &[]), &flow("share-a", "x")).expect("admin");
-        let b = admin_client(&spec("share-a", &[]), &flow("y", "share-a")).expect("admin");
-        assert!(Arc::ptr_eq(&a, &b), "two flows of the same cluster share its admin client");
-        let alias = admin_client(&spec("share-b", &[]), &flow("share-b", "x")).expect("admin");
-        assert!(Arc::ptr_eq(&a, &alias), "another alias of the same connection too");
-        let other =
-            admin_client(&spec("share-a", &[("socket.timeout.ms", "30001")]), &flow("share-a", "x")).expect("admin");
-        assert!(!Arc::ptr_eq(&a, &other), "a changed cluster definition (a reload) gets its own client");
-        let weak = Arc::downgrade(&a);
-        drop((a, b, alias, other));
-        assert!(weak.upgrade().is_none(), "the client goes with its last user");
     }
 }

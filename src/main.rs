@@ -11,7 +11,8 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use ferry::config;
-use ferry::node::{Node, Reload, Shutdown};
+use ferry::node::{Node, Shutdown};
+use ferry::reload::Reload;
 use ferry::reload::Trigger;
 use ferry::status::StatusBoard;
 

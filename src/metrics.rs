@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 pub struct Metrics {
     pub registry: Registry,
@@ -90,6 +90,15 @@ pub struct Metrics {
     pub build_info: IntGaugeVec,
     /// 1 on the node that leads a flow's duty (topics, checkpoints, heartbeats), 0 on the others.
     pub leader: IntGaugeVec,
+    /// librdkafka statistics of the shared clients (see `clients::stats`), by cluster, client and broker.
+    pub client_broker_rtt: GaugeVec,
+    pub client_broker_throttle: GaugeVec,
+    pub client_broker_requests_queued: IntGaugeVec,
+    pub client_broker_requests_in_flight: IntGaugeVec,
+    pub client_broker_tx_errors: IntCounterVec,
+    /// Average produce batch of a shared producer, by cluster and client.
+    pub client_batch_bytes: IntGaugeVec,
+    pub client_batch_records: IntGaugeVec,
 }
 
 /// Bucket boundaries for replication delays: 1 ms to 6 hours.
@@ -113,6 +122,12 @@ fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGau
 
 fn plain_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
     let g = IntGauge::new(name, help).expect("static metric definition is valid");
+    registry.register(Box::new(g.clone())).expect("metric names are unique");
+    g
+}
+
+fn float_gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), labels).expect("static metric definition is valid");
     registry.register(Box::new(g.clone())).expect("metric names are unique");
     g
 }
@@ -331,6 +346,48 @@ impl Metrics {
                 "ferry_leader",
                 "1 on the node that leads the flow's duty (sum by flow and duty is 1 in a healthy cluster).",
                 &["flow", "duty"],
+            ),
+            client_broker_rtt: float_gauge(
+                &registry,
+                "ferry_client_broker_rtt_seconds",
+                "Average round trip to the broker over librdkafka's statistics window, per shared client.",
+                &["cluster", "client", "broker"],
+            ),
+            client_broker_throttle: float_gauge(
+                &registry,
+                "ferry_client_broker_throttle_seconds",
+                "Average time the broker throttled the client (quotas) over the statistics window.",
+                &["cluster", "client", "broker"],
+            ),
+            client_broker_requests_queued: gauge(
+                &registry,
+                "ferry_client_broker_requests_queued",
+                "Requests waiting to be sent to the broker.",
+                &["cluster", "client", "broker"],
+            ),
+            client_broker_requests_in_flight: gauge(
+                &registry,
+                "ferry_client_broker_requests_in_flight",
+                "Requests sent to the broker and not yet answered.",
+                &["cluster", "client", "broker"],
+            ),
+            client_broker_tx_errors: counter(
+                &registry,
+                "ferry_client_broker_transmit_errors_total",
+                "Requests that could not be sent to the broker.",
+                &["cluster", "client", "broker"],
+            ),
+            client_batch_bytes: gauge(
+                &registry,
+                "ferry_client_batch_bytes",
+                "Average produce batch size over the statistics window, per shared producer.",
+                &["cluster", "client"],
+            ),
+            client_batch_records: gauge(
+                &registry,
+                "ferry_client_batch_records",
+                "Average records per produce batch over the statistics window, per shared producer.",
+                &["cluster", "client"],
             ),
             registry,
         }

@@ -16,13 +16,14 @@ use std::time::{Duration, Instant, SystemTime};
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
+use crate::clients::{Clients, FlowConnections};
 use crate::config::{self, FlowId, FlowPlan, FlowSet};
 use crate::control::{self, ControlWatch, PauseRecord, PauseSeen, PausesRead};
 use crate::flow::supervisor::SetPaused;
 use crate::flow::{FlowSupervisor, Identity, StopFlow};
 use crate::kafka;
 use crate::metrics::METRICS;
-use crate::reload::{self, ReloadOutcome, ReloadResult, Trigger};
+use crate::reload::{self, Reload, ReloadOutcome, ReloadResult, Trigger};
 use crate::status::{StatusBoard, rfc3339};
 
 /// How long a changed flow's clusters have to answer before its new plan counts as unable to start.
@@ -62,6 +63,8 @@ pub struct Node {
     controls: BTreeMap<String, (ControlWatch, bool)>,
     /// Records copied per flow at the last figures refresh, for rates.
     copied: BTreeMap<String, (f64, Instant)>,
+    /// The Kafka clients of every cluster connection the running flows use (see `clients`).
+    clients: Arc<Clients>,
     _watch: Option<reload::DirWatch>,
 }
 
@@ -99,6 +102,7 @@ impl Node {
             pauses: BTreeMap::new(),
             controls: BTreeMap::new(),
             copied: BTreeMap::new(),
+            clients: Clients::new(),
             identity: Arc::new(Identity {
                 node_id: default_node_id(),
                 deployment: std::env::var("FERRY_DEPLOYMENT")
@@ -128,6 +132,7 @@ impl Node {
         let key = control::connection_key(&plan.target);
         let (watch, read) = self.controls.entry(key).or_insert_with(|| {
             let watch = ControlWatch::start(
+                self.clients.connection(&plan.target),
                 &plan.target,
                 &self.identity.deployment,
                 plan.settings.replication_factor,
@@ -170,8 +175,10 @@ impl Node {
             *g
         };
         let paused = self.paused.contains(&id);
+        let conns = FlowConnections::new(&self.clients, &plan.source, &plan.target);
         let addr = FlowSupervisor::new(
             plan.clone(),
+            conns,
             self.status.clone(),
             generation,
             self.identity.clone(),
@@ -239,7 +246,7 @@ impl Actor for Node {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        match reload::watch(&self.flows_dir, ctx.address()) {
+        match reload::watch(&self.flows_dir, ctx.address().recipient()) {
             Ok(w) => self._watch = Some(w),
             Err(e) => {
                 tracing::warn!(error = %e, "flow files are not watched; reload with SIGHUP or POST /reload (the directory is also rescanned every {:?})", reload::rescan_interval())
@@ -268,13 +275,6 @@ impl Actor for Node {
             tracing::info!(node = %self.identity.node_id, deployment = %self.identity.deployment, flows, "node started");
         }
     }
-}
-
-/// Load the flows directory and apply it if it changed (or `trigger` forces it).
-#[derive(Message, Debug)]
-#[rtype(result = "ReloadOutcome")]
-pub struct Reload {
-    pub trigger: Trigger,
 }
 
 /// Apply an already validated flow set.

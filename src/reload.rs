@@ -8,18 +8,16 @@
 //! changed flow's clusters did not answer): such a change is tried again at every rescan until it
 //! applies. SIGHUP and `POST /reload` always reload.
 
-use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use actix::Addr;
+use actix::Recipient;
 use notify_debouncer_full::notify::event::{AccessKind, AccessMode};
 use notify_debouncer_full::notify::{EventKind, RecommendedWatcher, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
-use serde::Serialize;
 
-use crate::node::{Node, Reload};
+pub use crate::status::{ReloadOutcome, ReloadResult, Trigger};
 
 /// Quiet time after the last change event before a reload: editors save in bursts.
 pub const DEBOUNCE: Duration = Duration::from_secs(1);
@@ -37,84 +35,12 @@ pub fn rescan_interval() -> Duration {
         .map_or(RESCAN_INTERVAL, |ms| Duration::from_millis(ms.max(100)))
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Trigger {
-    Startup,
-    Watch,
-    Rescan,
-    Signal,
-    Http,
-}
-
-impl Trigger {
-    /// Whether the reload happens even if the directory's content did not change.
-    pub fn forces(self) -> bool {
-        matches!(self, Self::Startup | Self::Signal | Self::Http)
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReloadResult {
-    /// The new flow set runs.
-    Applied,
-    /// The new flow set is invalid: nothing changed.
-    Rejected,
-    /// Valid, but a changed flow's new plan could not start: it kept its old plan (the rest applied).
-    RolledBack,
-    /// Nothing to do: the directory did not change (watch events and rescans only; not counted).
-    Unchanged,
-}
-
-impl ReloadResult {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Applied => "applied",
-            Self::Rejected => "rejected",
-            Self::RolledBack => "rolled_back",
-            Self::Unchanged => "unchanged",
-        }
-    }
-}
-
-/// What a reload did, for the log, `/flows` and `POST /reload`.
-#[derive(Clone, Debug, Serialize)]
-pub struct ReloadOutcome {
+/// Load the flows directory and apply it if it changed (or `trigger` forces it). Handled by the node;
+/// defined here so that the triggers (watch, rescan, SIGHUP, HTTP) need only a recipient of it.
+#[derive(actix::Message, Debug)]
+#[rtype(result = "ReloadOutcome")]
+pub struct Reload {
     pub trigger: Trigger,
-    pub result: ReloadResult,
-    /// RFC 3339.
-    pub at: String,
-    /// Every validation error (file and key) of a rejected set, or why plans were rolled back.
-    pub error: Option<String>,
-    pub started: Vec<String>,
-    pub stopped: Vec<String>,
-    pub restarted: Vec<String>,
-    pub rolled_back: Vec<String>,
-    /// How many reloads in a row have tried to apply this content: 1, or more when a rolled-back change
-    /// is tried again.
-    pub attempt: u32,
-    /// For a rolled-back reload: when the change is tried again.
-    pub retry: Option<String>,
-}
-
-impl fmt::Display for ReloadOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} ({:?}): started {:?}, stopped {:?}, restarted {:?}, rolled back {:?}",
-            self.result.name(),
-            self.trigger,
-            self.started,
-            self.stopped,
-            self.restarted,
-            self.rolled_back
-        )?;
-        if self.attempt > 1 {
-            write!(f, ", attempt {}", self.attempt)?;
-        }
-        Ok(())
-    }
 }
 
 /// A hash of what a reload would read: the names and contents of the directory's flow files (following
@@ -162,7 +88,7 @@ pub fn changes_content(kind: &EventKind) -> bool {
 
 /// Watch `dir` (not recursively: flow files live at its top, and a ConfigMap swap renames `..data`
 /// there) and ask `node` to reload after each debounced burst of changes.
-pub fn watch(dir: &Path, node: Addr<Node>) -> Result<DirWatch, String> {
+pub fn watch(dir: &Path, node: Recipient<Reload>) -> Result<DirWatch, String> {
     let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| match result {
         Ok(events) if events.iter().any(|e| changes_content(&e.kind)) => {
             node.do_send(Reload { trigger: Trigger::Watch })

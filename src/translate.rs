@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::clients::Connection;
 use crate::config::FlowPlan;
 use crate::flow::checkpoints::load_checkpoints;
 use crate::kafka;
@@ -36,7 +37,7 @@ pub fn render(offsets: &TranslatedOffsets, current: &BTreeMap<(String, i32), i64
 
 /// The group's committed offsets on the target.
 pub fn current_offsets(plan: &FlowPlan, group: &str) -> Result<BTreeMap<(String, i32), i64>, String> {
-    let admin = kafka::admin_client(&plan.target, &plan.id).map_err(|e| e.to_string())?;
+    let admin = Connection::standalone(&plan.target).admin().map_err(|e| e.to_string())?;
     let offsets = kafka::block_on(
         &plan.target.alias,
         raw_admin::list_consumer_group_offsets(&admin, group, kafka::ADMIN_TIMEOUT),
@@ -48,7 +49,7 @@ pub fn current_offsets(plan: &FlowPlan, group: &str) -> Result<BTreeMap<(String,
 
 /// Commit `offsets` to `group` on the target; refused while the group has active members there.
 pub fn apply(plan: &FlowPlan, group: &str, offsets: &TranslatedOffsets) -> Result<usize, String> {
-    let admin = kafka::admin_client(&plan.target, &plan.id).map_err(|e| e.to_string())?;
+    let admin = Connection::standalone(&plan.target).admin().map_err(|e| e.to_string())?;
     let target = &plan.target.alias;
     let described = kafka::block_on(
         target,

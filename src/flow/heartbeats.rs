@@ -6,48 +6,46 @@
 //! target, whose name tells MirrorClient that `source` is upstream and whose timestamps measure the whole
 //! pipeline. ferry's flow does both, so a single flow is discoverable on its own.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use actix::Addr;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use super::supervisor::{ActorKind, FlowSupervisor};
 use super::worker::{Control, Signal, Worker};
-use crate::config::{ClusterSpec, FlowPlan};
+use crate::clients::{FlowConnections, Lane, Outgoing};
+use crate::config::FlowPlan;
 use crate::failpoints;
-use crate::kafka::{self, ErrorCapture, TopicSpec};
+use crate::kafka::{self, Captured, TopicSpec};
 use crate::metrics::METRICS;
 use crate::mm2::records::Heartbeat;
 
 /// The emitter as a supervised actor.
-pub fn worker(plan: Arc<FlowPlan>, supervisor: Addr<FlowSupervisor>) -> Worker<()> {
+pub fn worker(plan: Arc<FlowPlan>, conns: Arc<FlowConnections>, supervisor: Addr<FlowSupervisor>) -> Worker<()> {
     let name = format!("heartbeats {}", plan.id);
-    Worker::new(ActorKind::Heartbeats, name, supervisor, Vec::new(), move |control| run(&plan, control))
+    Worker::new(ActorKind::Heartbeats, name, supervisor, Vec::new(), move |control| run(&plan, &conns, control))
 }
 
-/// One destination: Heartbeat(`from`, `to`) into `heartbeats` on `to`'s cluster.
+/// One destination: Heartbeat(`from`, `to`) into `heartbeats` on `cluster`, through the connection's
+/// shared producer for internal topics (many flows' heartbeats into one cluster share it).
 struct Beat<'a> {
-    cluster: &'a ClusterSpec,
+    cluster: &'a str,
     from: &'a str,
     to: &'a str,
-    producer: BaseProducer<ErrorCapture>,
+    lane: Lane,
 }
 
-fn run(plan: &FlowPlan, control: Control<()>) -> Result<(), String> {
+fn run(plan: &FlowPlan, conns: &FlowConnections, control: Control<()>) -> Result<(), String> {
     let topic = plan.policy.heartbeats_topic();
     let mut beats = Vec::new();
-    for (cluster, from, to) in
-        [(&plan.target, &plan.id.source, &plan.id.target), (&plan.source, &plan.id.target, &plan.id.source)]
-    {
+    for (conn, cluster, from, to) in [
+        (&conns.target, &plan.target.alias, &plan.id.source, &plan.id.target),
+        (&conns.source, &plan.source.alias, &plan.id.target, &plan.id.source),
+    ] {
         let spec = TopicSpec::compacted(topic, 1, plan.settings.replication_factor);
-        kafka::ensure_topic(cluster, &plan.id, &spec).map_err(|e| e.to_string())?;
-        let mut cfg = kafka::client_config(cluster, &plan.id, "heartbeats-producer");
-        cfg.set("acks", "all").set("linger.ms", "0");
-        let producer = cfg
-            .create_with_context(ErrorCapture::default())
-            .map_err(|e| format!("cluster `{}`: create heartbeat producer: {e}", cluster.alias))?;
-        beats.push(Beat { cluster, from, to, producer });
+        conn.ensure_topic(&plan.id, &spec).map_err(|e| e.to_string())?;
+        let lane = conn.internal().map_err(|e| e.to_string())?;
+        beats.push(Beat { cluster, from, to, lane });
     }
     control.running();
     let counter = METRICS.heartbeats_emitted.with_label_values(&[&plan.id.to_string()]);
@@ -66,26 +64,34 @@ fn run(plan: &FlowPlan, control: Control<()>) -> Result<(), String> {
         }
         failpoints::check(failpoints::HEARTBEATS_EMIT)?;
         let now_ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let failed: Arc<Mutex<Option<(String, Captured)>>> = Arc::default();
         for b in &beats {
             let hb =
                 Heartbeat { source_alias: b.from.to_string(), target_alias: b.to.to_string(), timestamp_ms: now_ms };
             let key = hb.encode_key().map_err(|e| format!("encode heartbeat: {e}"))?;
             let value = hb.encode_value();
-            let record = BaseRecord::to(topic).partition(0).key(&key).payload(&value).timestamp(now_ms);
-            b.producer.send(record).map_err(|(e, _)| format!("cluster `{}`: queue heartbeat: {e}", b.cluster.alias))?;
-        }
-        for b in &beats {
-            b.producer
-                .flush(Duration::from_secs(30).max(interval))
-                .map_err(|e| format!("cluster `{}`: publish heartbeat: {e}", b.cluster.alias))?;
-            if let Some(e) = b.producer.context().take() {
-                return Err(match e.refused {
-                    Some(code) => {
-                        kafka::not_authorized(&format!("heartbeats topic {topic}"), &b.cluster.alias, "Write", code)
+            let record =
+                Outgoing { topic, partition: 0, key: &key, payload: &value, headers: None, timestamp: Some(now_ms) };
+            let (failed, cluster) = (failed.clone(), b.cluster.to_string());
+            b.lane
+                .send(record, move |outcome| {
+                    if let Err(e) = outcome {
+                        failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert((cluster, e));
                     }
-                    None => format!("cluster `{}`: publish heartbeat: {e}", b.cluster.alias),
-                });
+                })
+                .map_err(|e| format!("cluster `{}`: queue heartbeat: {e}", b.cluster))?;
+        }
+        let wait = Duration::from_secs(30).max(interval);
+        for b in &beats {
+            if !b.lane.wait_idle(wait) {
+                return Err(format!("cluster `{}`: publish heartbeat: not acknowledged within {wait:?}", b.cluster));
             }
+        }
+        if let Some((cluster, e)) = failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(match e.refused {
+                Some(code) => kafka::not_authorized(&format!("heartbeats topic {topic}"), &cluster, "Write", code),
+                None => format!("cluster `{cluster}`: publish heartbeat: {e}"),
+            });
         }
         counter.inc();
     }

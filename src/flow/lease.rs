@@ -25,6 +25,7 @@ use rdkafka::{ClientContext, TopicPartitionList};
 use super::members;
 use super::supervisor::{ActorKind, ActorStatusChanged, FlowSupervisor, Leadership};
 use super::worker::{Control, Signal, Worker};
+use crate::clients::FlowConnections;
 use crate::config::FlowPlan;
 use crate::flow::Identity;
 use crate::kafka::{self, TopicSpec};
@@ -69,14 +70,19 @@ impl ConsumerContext for LeaseContext {
 }
 
 /// The elector as a supervised actor: reports [`Leadership`] to the supervisor on every change.
-pub fn worker(plan: Arc<FlowPlan>, supervisor: Addr<FlowSupervisor>, identity: Arc<Identity>) -> Worker<()> {
+pub fn worker(
+    plan: Arc<FlowPlan>,
+    conns: Arc<FlowConnections>,
+    supervisor: Addr<FlowSupervisor>,
+    identity: Arc<Identity>,
+) -> Worker<()> {
     let name = format!("lease {}", plan.id);
     let sup = supervisor.clone();
     Worker::new(ActorKind::Lease, name, supervisor, Vec::new(), move |control| {
         // Alongside the elector: who copies what and who leads, for /flows (ends with the worker).
         let stop = Arc::new(AtomicBool::new(false));
-        let watcher = members::spawn(plan.clone(), identity.clone(), sup.clone(), stop.clone());
-        let result = run(&plan, &sup, &identity, control);
+        let watcher = members::spawn(plan.clone(), conns.clone(), identity.clone(), sup.clone(), stop.clone());
+        let result = run(&plan, &conns, &sup, &identity, control);
         stop.store(true, Ordering::Release);
         let _ = watcher.join();
         result
@@ -85,6 +91,7 @@ pub fn worker(plan: Arc<FlowPlan>, supervisor: Addr<FlowSupervisor>, identity: A
 
 fn run(
     plan: &FlowPlan,
+    conns: &FlowConnections,
     supervisor: &Addr<FlowSupervisor>,
     identity: &Identity,
     control: Control<()>,
@@ -92,7 +99,8 @@ fn run(
     let node_id = identity.node_id.as_str();
     let spec =
         TopicSpec { configs: Vec::new(), ..TopicSpec::compacted(LEASE_TOPIC, 1, plan.settings.replication_factor) };
-    kafka::ensure_topic(&plan.target, &plan.id, &spec).map_err(|e| e.to_string())?;
+    conns.target.ensure_topic(&plan.id, &spec).map_err(|e| e.to_string())?;
+    // The flow's own client: its membership of the flow's lease group is what elects the leader.
     let mut cfg = kafka::client_config(&plan.target, &plan.id, "lease");
     cfg.set("group.id", lease_group(identity, plan))
         .set("group.instance.id", node_id)

@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use actix::Addr;
-use serde::Serialize;
 
 use super::Identity;
 use super::copier::copier_group;
 use super::lease::{LEASE_TOPIC, lease_group};
 use super::supervisor::{FlowSupervisor, GroupMembers};
+use crate::clients::{Admin, FlowConnections};
+use crate::status::Member;
 use crate::config::FlowPlan;
 use crate::kafka;
 
@@ -23,14 +24,6 @@ pub const INTERVAL: Duration = Duration::from_secs(10);
 type Assigned = Vec<(String, Vec<i32>)>;
 /// A group member: its client id and assignment.
 type Described = (String, Assigned);
-
-/// A node in the flow's copier group.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Member {
-    pub node: String,
-    /// Source partitions the group gave it.
-    pub partitions: usize,
-}
 
 /// The node named in a ferry client id (`{flow}|ferry|{role}|{node}`); other clients are not nodes.
 pub fn node_of(client_id: &str) -> Option<&str> {
@@ -79,6 +72,7 @@ impl<'a> Reader<'a> {
 /// Describe both groups every [`INTERVAL`] until `stop`, reporting to the supervisor.
 pub fn spawn(
     plan: Arc<FlowPlan>,
+    conns: Arc<FlowConnections>,
     identity: Arc<Identity>,
     supervisor: Addr<FlowSupervisor>,
     stop: Arc<AtomicBool>,
@@ -87,8 +81,7 @@ pub fn spawn(
         .name(format!("members {}", plan.id))
         .spawn(move || {
             // The node's shared admin clients: no client of its own for a call every 10 s.
-            let client = |cluster| kafka::admin_client(cluster, &plan.id).ok();
-            let (Some(source), Some(target)) = (client(&plan.source), client(&plan.target)) else { return };
+            let (Ok(source), Ok(target)) = (conns.source.admin(), conns.target.admin()) else { return };
             let copier = copier_group(&identity, &plan);
             let lease = lease_group(&identity, &plan);
             let mut next = Instant::now();
@@ -106,7 +99,7 @@ pub fn spawn(
 }
 
 /// (client id, assignment) of every member of `group`; `None` when the cluster does not answer.
-fn describe(admin: &kafka::Admin, group: &str) -> Option<Vec<Described>> {
+fn describe(admin: &Admin, group: &str) -> Option<Vec<Described>> {
     let list = admin.inner().fetch_group_list(Some(group), kafka::ADMIN_TIMEOUT).ok()?;
     let info = list.groups().iter().find(|g| g.name() == group)?;
     Some(

@@ -15,12 +15,11 @@ use std::time::{Duration, Instant};
 
 use actix::Addr;
 use prometheus::IntGauge;
-use rdkafka::ClientContext;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 
 use super::supervisor::{ActorKind, FlowSupervisor};
 use super::worker::{Control, Signal, Worker};
+use crate::clients::{FlowConnections, Outgoing};
 use crate::config::{ClusterSpec, FlowPlan, OffsetSyncsLocation};
 use crate::failpoints;
 use crate::kafka::{self, TopicSpec};
@@ -143,37 +142,37 @@ pub fn syncs_location(plan: &FlowPlan) -> (&ClusterSpec, String) {
 }
 
 /// The emitter as a supervised actor.
-pub fn worker(plan: Arc<FlowPlan>, queue: Arc<SyncQueue>, supervisor: Addr<FlowSupervisor>) -> Worker<()> {
+pub fn worker(
+    plan: Arc<FlowPlan>,
+    conns: Arc<FlowConnections>,
+    queue: Arc<SyncQueue>,
+    supervisor: Addr<FlowSupervisor>,
+) -> Worker<()> {
     let name = format!("offset-syncs {}", plan.id);
-    Worker::new(ActorKind::OffsetSyncs, name, supervisor, Vec::new(), move |control| run(&plan, &queue, control))
+    Worker::new(ActorKind::OffsetSyncs, name, supervisor, Vec::new(), move |control| {
+        run(&plan, &conns, &queue, control)
+    })
 }
 
-/// Delivery reports of the emitter's producer, collected for its loop (they run inside `poll`).
+/// Delivery reports of the emitter's records, collected for its loop (they arrive on the shared
+/// producer's thread).
 #[derive(Default)]
 struct Deliveries(Mutex<Vec<(u64, Result<(), kafka::Captured>)>>);
 
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = Box<u64>;
-    fn delivery(&self, result: &DeliveryResult<'_>, id: Box<u64>) {
-        let outcome = result
-            .as_ref()
-            .map(|_| ())
-            .map_err(|(e, _)| kafka::Captured { text: e.to_string(), refused: kafka::authorization_error(e) });
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push((*id, outcome));
+impl Deliveries {
+    fn take(&self) -> Vec<(u64, Result<(), kafka::Captured>)> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
-fn run(plan: &FlowPlan, queue: &SyncQueue, control: Control<()>) -> Result<(), String> {
+fn run(plan: &FlowPlan, conns: &FlowConnections, queue: &SyncQueue, control: Control<()>) -> Result<(), String> {
     let (cluster, topic) = syncs_location(plan);
+    let conn = conns.on(cluster);
     let spec = TopicSpec::compacted(topic.clone(), 1, plan.settings.replication_factor);
-    kafka::ensure_topic(cluster, &plan.id, &spec).map_err(|e| e.to_string())?;
-    let mut cfg = kafka::client_config(cluster, &plan.id, "offset-syncs-producer");
-    cfg.set("acks", "all").set("enable.idempotence", "true").set("linger.ms", "5");
-    let producer: BaseProducer<Deliveries> = cfg
-        .create_with_context(Deliveries::default())
-        .map_err(|e| format!("cluster `{}`: create offset-syncs producer: {e}", cluster.alias))?;
+    conn.ensure_topic(&plan.id, &spec).map_err(|e| e.to_string())?;
+    // The connection's shared producer (acks=all, idempotent: one lane's records stay in order).
+    let lane = conn.internal().map_err(|e| e.to_string())?;
+    let reports = Arc::new(Deliveries::default());
     let flow = plan.id.to_string();
     control.running();
 
@@ -198,20 +197,28 @@ fn run(plan: &FlowPlan, queue: &SyncQueue, control: Control<()>) -> Result<(), S
                 let headers = OwnedHeaders::new_with_capacity(2)
                     .insert(Header { key: SYNC_MARK_HEADER, value: Some(&mark[..]) })
                     .insert(Header { key: FLOW_HEADER, value: Some(flow.as_bytes()) });
-                let record = BaseRecord::with_opaque_to(&topic, Box::new(id))
-                    .partition(0)
-                    .key(&key)
-                    .payload(&value)
-                    .headers(headers);
-                producer.send(record).map_err(|(e, _)| format!("queue offset sync to {topic}: {e}"))?;
+                let record = Outgoing {
+                    topic: &topic,
+                    partition: 0,
+                    key: &key,
+                    payload: &value,
+                    headers: Some(headers),
+                    timestamp: None,
+                };
+                let reports = reports.clone();
+                lane.send(record, move |outcome| {
+                    reports.0.lock().unwrap_or_else(|p| p.into_inner()).push((id, outcome.map(|_| ())));
+                })
+                .map_err(|e| format!("queue offset sync to {topic}: {e}"))?;
                 last_sent = Some(id);
                 in_flight += 1;
             }
         }
-        producer.poll(Duration::from_millis(if in_flight > 0 { 10 } else { 0 }));
-        let reports = std::mem::take(&mut *producer.context().0.lock().unwrap_or_else(|p| p.into_inner()));
+        if in_flight > 0 {
+            lane.wait_report(Duration::from_millis(10));
+        }
         let mut failed = None;
-        for (id, outcome) in reports {
+        for (id, outcome) in reports.take() {
             in_flight -= 1;
             match outcome {
                 Ok(()) => queue.ack(id),
@@ -223,8 +230,8 @@ fn run(plan: &FlowPlan, queue: &SyncQueue, control: Control<()>) -> Result<(), S
         if let Some(e) = failed {
             // Settle what is still in flight (their acknowledgements count), then restart: the next
             // emitter sends only what was not acknowledged, in order.
-            let _ = producer.flush(Duration::from_secs(5));
-            for (id, outcome) in std::mem::take(&mut *producer.context().0.lock().unwrap_or_else(|p| p.into_inner())) {
+            lane.wait_idle(Duration::from_secs(5));
+            for (id, outcome) in reports.take() {
                 if outcome.is_ok() {
                     queue.ack(id);
                 }

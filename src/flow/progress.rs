@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus::IntCounter;
-use rdkafka::ClientContext;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 
 use super::acks::{AckTable, PartitionAck, SourcePartition, StoredPosition, TopicId};
+use crate::clients::internal::Outcome;
+use crate::clients::{Connection, Lane, Outgoing};
 use crate::config::FlowPlan;
 use crate::kafka::{self, KafkaOpError, TopicSpec};
 use crate::metrics::METRICS;
@@ -109,30 +109,24 @@ pub fn topic_spec(plan: &FlowPlan) -> TopicSpec {
     )
 }
 
-/// Delivery reports of progress records (run inside [`ProgressWriter::poll`] on the copy thread).
+/// What a progress record's report does (on the shared producer's thread).
 struct Deliveries {
     acks: Arc<AckTable>,
     commits: IntCounter,
     error: Mutex<Option<String>>,
 }
 
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    /// The partition's slot and the position the record carries.
-    type DeliveryOpaque = Box<(Arc<PartitionAck>, i64)>;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, opaque: Self::DeliveryOpaque) {
-        let (slot, next) = *opaque;
-        match result {
+impl Deliveries {
+    fn report(&self, slot: &Arc<PartitionAck>, next: i64, outcome: Outcome) {
+        match outcome {
             Ok(_) => {
                 slot.set_persisted(next);
                 self.commits.inc();
             }
-            Err((e, _)) => {
+            Err(e) => {
                 // Written again at the next round.
-                self.acks.mark_dirty(&slot);
-                self.error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.to_string());
+                self.acks.mark_dirty(slot);
+                self.error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.text);
             }
         }
     }
@@ -140,9 +134,10 @@ impl ProducerContext for Deliveries {
 
 /// Writes the positions that moved since they were last written, without waiting for the broker: a
 /// round that cannot be delivered (the target is away) is written again later, and the copy loop never
-/// blocks on it.
+/// blocks on it. Records go through the target connection's shared producer for internal topics.
 pub struct ProgressWriter {
-    producer: BaseProducer<Deliveries>,
+    lane: Lane,
+    deliveries: Arc<Deliveries>,
     topic: String,
     source_alias: String,
     flow: String,
@@ -154,17 +149,21 @@ pub struct ProgressWriter {
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
 impl ProgressWriter {
-    pub fn new(plan: &FlowPlan, num_partitions: i32, acks: Arc<AckTable>) -> Result<Self, KafkaOpError> {
-        let mut cfg = kafka::client_config(&plan.target, &plan.id, "progress-producer");
-        cfg.set("acks", "all").set("enable.idempotence", "true").set("linger.ms", "5");
+    pub fn new(
+        plan: &FlowPlan,
+        target: &Connection,
+        num_partitions: i32,
+        acks: Arc<AckTable>,
+    ) -> Result<Self, KafkaOpError> {
         let flow = plan.id.to_string();
-        let context =
-            Deliveries { acks, commits: METRICS.progress_commits.with_label_values(&[&flow]), error: Mutex::new(None) };
-        let producer = cfg
-            .create_with_context(context)
-            .map_err(|e| KafkaOpError::kafka(&plan.target.alias, "create progress producer", e))?;
+        let deliveries = Arc::new(Deliveries {
+            acks,
+            commits: METRICS.progress_commits.with_label_values(&[&flow]),
+            error: Mutex::new(None),
+        });
         Ok(Self {
-            producer,
+            lane: target.internal()?,
+            deliveries,
             topic: connect_offsets::offsets_topic(&plan.id.source),
             source_alias: plan.id.source.clone(),
             flow,
@@ -196,14 +195,18 @@ impl ProgressWriter {
             if slot.epoch() > 0 {
                 headers = headers.insert(Header { key: EPOCH_HEADER, value: Some(epoch.as_bytes()) });
             }
-            let record = BaseRecord::with_opaque_to(&self.topic, Box::new((slot.clone(), next)))
-                .partition(part)
-                .key(&key)
-                .payload(&value)
-                .headers(headers);
-            match self.producer.send(record) {
+            let record = Outgoing {
+                topic: &self.topic,
+                partition: part,
+                key: &key,
+                payload: &value,
+                headers: Some(headers),
+                timestamp: None,
+            };
+            let (deliveries, sent) = (self.deliveries.clone(), slot.clone());
+            match self.lane.send(record, move |outcome| deliveries.report(&sent, next, outcome)) {
                 Ok(()) => queued += 1,
-                Err((e, _)) => {
+                Err(e) => {
                     acks.mark_dirty(&slot);
                     self.warn(&format!("queue progress record for {}-{}: {e}", slot.topic, slot.partition));
                     break;
@@ -213,10 +216,9 @@ impl ProgressWriter {
         queued
     }
 
-    /// Run delivery reports; log (rate-limited) when the progress topic refuses or is away.
+    /// Log (rate-limited) when the progress topic refused or was away since the last call.
     pub fn poll(&mut self) {
-        self.producer.poll(Duration::ZERO);
-        let error = self.producer.context().error.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let error = self.deliveries.error.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(e) = error {
             self.warn(&e);
         }
@@ -232,13 +234,15 @@ impl ProgressWriter {
     /// Wait until everything queued is persisted, or `deadline`.
     pub fn flush(&mut self, deadline: Instant) -> Result<(), String> {
         let left = deadline.saturating_duration_since(Instant::now());
-        let flushed = self.producer.flush(left);
-        let error = self.producer.context().error.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let flushed = self.lane.wait_idle(left);
+        let error = self.deliveries.error.lock().unwrap_or_else(|p| p.into_inner()).take();
         match (flushed, error) {
-            (Ok(()), None) => Ok(()),
-            (Err(e), _) => {
-                Err(format!("persist progress to {}: {e} (the last positions persisted earlier stand)", self.topic))
-            }
+            (true, None) => Ok(()),
+            (false, _) => Err(format!(
+                "persist progress to {}: {} records not acknowledged in time (the last positions persisted earlier stand)",
+                self.topic,
+                self.lane.in_flight()
+            )),
             (_, Some(e)) => Err(format!("persist progress to {}: {e}", self.topic)),
         }
     }

@@ -22,6 +22,7 @@ use super::offset_syncs::{self, SyncQueue};
 use super::pause::PauseSwitch;
 use super::topics::{SetLeading, StopTopics, TopicSync};
 use super::worker::{Deliver, StopWorker, Worker};
+use crate::clients::FlowConnections;
 use crate::config::FlowPlan;
 use crate::flow::Identity;
 use crate::metrics::METRICS;
@@ -117,7 +118,7 @@ pub struct Leadership {
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct GroupMembers {
-    pub members: Option<Vec<super::members::Member>>,
+    pub members: Option<Vec<crate::status::Member>>,
     pub leader: Option<String>,
 }
 
@@ -157,6 +158,8 @@ pub struct StopFlow {
 
 pub struct FlowSupervisor {
     plan: Arc<FlowPlan>,
+    /// The node's shared clients of the flow's two clusters, held for the flow's life.
+    conns: Arc<FlowConnections>,
     status: StatusBoard,
     /// How many times the node started this flow, this start included.
     generation: u64,
@@ -197,6 +200,7 @@ struct Stopping {
 impl FlowSupervisor {
     pub fn new(
         plan: Arc<FlowPlan>,
+        conns: Arc<FlowConnections>,
         status: StatusBoard,
         generation: u64,
         identity: Arc<Identity>,
@@ -207,6 +211,7 @@ impl FlowSupervisor {
         let history = plan.settings.offset_sync_history_per_partition;
         Self {
             plan,
+            conns,
             status,
             generation,
             identity,
@@ -241,11 +246,12 @@ impl FlowSupervisor {
         {
             return; // another node leads; started when this node gains the lease
         }
-        let (me, plan) = (ctx.address(), self.plan.clone());
+        let (me, plan, conns) = (ctx.address(), self.plan.clone(), self.conns.clone());
         match kind {
             ActorKind::Copier => {
                 let w = copier::worker(
                     plan,
+                    conns,
                     self.acks.clone(),
                     self.syncs.clone(),
                     me,
@@ -256,15 +262,15 @@ impl FlowSupervisor {
                 self.copier = Some(w.start());
             }
             ActorKind::OffsetSyncs => {
-                self.offset_syncs = Some(offset_syncs::worker(plan, self.syncs.clone(), me).start())
+                self.offset_syncs = Some(offset_syncs::worker(plan, conns, self.syncs.clone(), me).start())
             }
             ActorKind::Checkpoints => {
-                let w = checkpoints::worker(plan, self.checkpoint_state.clone(), me, self.identity.clone());
+                let w = checkpoints::worker(plan, conns, self.checkpoint_state.clone(), me, self.identity.clone());
                 self.checkpoints = Some(w.start())
             }
-            ActorKind::Heartbeats => self.heartbeats = Some(heartbeats::worker(plan, me).start()),
-            ActorKind::Topics => self.topics = Some(TopicSync::new(plan, me, self.leading).start()),
-            ActorKind::Lease => self.lease = Some(lease::worker(plan, me, self.identity.clone()).start()),
+            ActorKind::Heartbeats => self.heartbeats = Some(heartbeats::worker(plan, conns, me).start()),
+            ActorKind::Topics => self.topics = Some(TopicSync::new(plan, conns, me, self.leading).start()),
+            ActorKind::Lease => self.lease = Some(lease::worker(plan, conns, me, self.identity.clone()).start()),
         }
         let first_start = !self.restarts.contains_key(&kind);
         self.restarts.entry(kind).or_default().started(Instant::now());

@@ -15,6 +15,7 @@ use actix::prelude::*;
 
 use super::copier::Assignment;
 use super::supervisor::{ActorKind, ActorStatusChanged, ChildExited, FlowSupervisor, ItemErrorsChanged, TopicsReady};
+use crate::clients::{Admin, FlowConnections, Isolation, MetaConsumer};
 use crate::config::{FlowPlan, GroupProtocol};
 use crate::failpoints;
 use crate::filter::{ConfigPropertyFilter, should_replicate_topic};
@@ -31,12 +32,12 @@ const RECHECK_HEARTBEATS: Duration = Duration::from_secs(5);
 /// While some topic fails, refresh at least this often (failed topics are retried at each refresh).
 const RETRY_FAILED_TOPICS: Duration = Duration::from_secs(60);
 
-/// Clients of one refresh, shared with the blocking metadata calls.
+/// The connections' shared clients a refresh uses, shared with the blocking metadata calls.
 struct Clients {
-    source_meta: kafka::AssignOnlyConsumer,
-    target_meta: kafka::AssignOnlyConsumer,
-    source_admin: kafka::Admin,
-    target_admin: kafka::Admin,
+    source_meta: MetaConsumer,
+    target_meta: MetaConsumer,
+    source_admin: Admin,
+    target_admin: Admin,
     config_filter: ConfigPropertyFilter,
 }
 
@@ -47,6 +48,7 @@ const CLASSIC_GROUP_WIDTH: i64 = 5_000;
 
 pub struct TopicSync {
     plan: Arc<FlowPlan>,
+    conns: Arc<FlowConnections>,
     supervisor: Addr<FlowSupervisor>,
     clients: Option<Arc<Clients>>,
     refreshing: bool,
@@ -67,10 +69,16 @@ pub struct TopicSync {
 }
 
 impl TopicSync {
-    pub fn new(plan: Arc<FlowPlan>, supervisor: Addr<FlowSupervisor>, leading: bool) -> Self {
+    pub fn new(
+        plan: Arc<FlowPlan>,
+        conns: Arc<FlowConnections>,
+        supervisor: Addr<FlowSupervisor>,
+        leading: bool,
+    ) -> Self {
         Self {
             leading,
             plan,
+            conns,
             supervisor,
             clients: None,
             refreshing: false,
@@ -86,12 +94,12 @@ impl TopicSync {
         if let Some(c) = &self.clients {
             return Ok(c.clone());
         }
-        let p = &self.plan;
+        let (source, target) = (&self.conns.source, &self.conns.target);
         let c = Arc::new(Clients {
-            source_meta: kafka::assign_only_consumer(&p.source, &p.id, "topics-source")?,
-            target_meta: kafka::assign_only_consumer(&p.target, &p.id, "topics-target")?,
-            source_admin: kafka::admin_client(&p.source, &p.id)?,
-            target_admin: kafka::admin_client(&p.target, &p.id)?,
+            source_meta: source.meta(Isolation::AsConfigured)?,
+            target_meta: target.meta(Isolation::AsConfigured)?,
+            source_admin: source.admin()?,
+            target_admin: target.admin()?,
             config_filter: ConfigPropertyFilter::default(),
         });
         self.clients = Some(c.clone());

@@ -28,6 +28,7 @@ mod sync_reader;
 use super::supervisor::{ActorKind, FlowSupervisor, ItemErrorsChanged};
 use super::worker::{Control, Signal, Worker};
 use crate::checkpoint_store::CheckpointStore;
+use crate::clients::{Admin, FlowConnections};
 use crate::config::{FlowPlan, PolicyKind};
 use crate::failpoints;
 use crate::filter::should_replicate_topic;
@@ -132,6 +133,7 @@ fn lock(state: &SharedCheckpointState) -> MutexGuard<'_, CheckpointState> {
 /// The computer as a supervised actor.
 pub fn worker(
     plan: Arc<FlowPlan>,
+    conns: Arc<FlowConnections>,
     state: SharedCheckpointState,
     supervisor: Addr<FlowSupervisor>,
     identity: Arc<Identity>,
@@ -139,7 +141,7 @@ pub fn worker(
     let name = format!("checkpoints {}", plan.id);
     let sup = supervisor.clone();
     Worker::new(ActorKind::Checkpoints, name, supervisor, Vec::new(), move |control| {
-        Computer::new(&plan, state, sup, identity)?.run(control)
+        Computer::new(&plan, &conns, state, sup, identity)?.run(control)
     })
 }
 
@@ -166,12 +168,14 @@ pub fn transactional_id(identity: &Identity, plan: &FlowPlan) -> String {
 
 struct Computer<'a> {
     plan: &'a FlowPlan,
+    conns: &'a FlowConnections,
     state: SharedCheckpointState,
     supervisor: Addr<FlowSupervisor>,
     identity: Arc<Identity>,
     rt: tokio::runtime::Runtime,
-    source_admin: kafka::Admin,
-    target_admin: kafka::Admin,
+    source_admin: Admin,
+    target_admin: Admin,
+    /// The flow's own: its transactional id fences an ex-leader of this flow (see [`transactional_id`]).
     producer: BaseProducer<ErrorCapture>,
     checkpoints_topic: String,
     transactional_id: String,
@@ -184,6 +188,7 @@ fn err(e: KafkaOpError) -> String {
 impl<'a> Computer<'a> {
     fn new(
         plan: &'a FlowPlan,
+        conns: &'a FlowConnections,
         state: SharedCheckpointState,
         supervisor: Addr<FlowSupervisor>,
         identity: Arc<Identity>,
@@ -205,12 +210,13 @@ impl<'a> Computer<'a> {
         })?;
         Ok(Self {
             plan,
+            conns,
             state,
             supervisor,
             identity,
             rt,
-            source_admin: kafka::admin_client(&plan.source, &plan.id).map_err(err)?,
-            target_admin: kafka::admin_client(&plan.target, &plan.id).map_err(err)?,
+            source_admin: conns.source.admin().map_err(err)?,
+            target_admin: conns.target.admin().map_err(err)?,
             producer,
             checkpoints_topic: plan.policy.checkpoints_topic(&plan.id.source),
             transactional_id: txn,
@@ -220,7 +226,7 @@ impl<'a> Computer<'a> {
     fn run(self, control: Control<()>) -> Result<(), String> {
         let plan = self.plan;
         let spec = TopicSpec::compacted(self.checkpoints_topic.clone(), 1, plan.settings.replication_factor);
-        kafka::ensure_topic(&plan.target, &plan.id, &spec).map_err(err)?;
+        self.conns.target.ensure_topic(&plan.id, &spec).map_err(err)?;
         if !lock(&self.state).checkpoints_loaded {
             match load_checkpoints(plan, &self.checkpoints_topic) {
                 Ok(loaded) => {
@@ -246,7 +252,7 @@ impl<'a> Computer<'a> {
             }
             lock(&self.state).checkpoints_loaded = true;
         }
-        let mut syncs = SyncReader::new(plan, &self.state)?;
+        let mut syncs = SyncReader::new(plan, self.conns, &self.state)?;
         let mut early = syncs.read_early(plan, &self.state)?;
         if early.is_none() {
             syncs.read_to_end(&self.state)?;
@@ -314,7 +320,7 @@ impl<'a> Computer<'a> {
     /// Follows the reverse flow's offset syncs once they exist (another node, or MM2, may run that flow).
     /// Problems only mean no reverse checkpoints for now: logged, retried at the next group refresh.
     fn open_reverse(&self) -> Option<SyncReader> {
-        let opened = SyncReader::reverse(self.plan, &self.state).and_then(|r| match r {
+        let opened = SyncReader::reverse(self.plan, self.conns, &self.state).and_then(|r| match r {
             Some(mut r) => r.read_to_end(&self.state).map(|()| Some(r)),
             None => Ok(None),
         });

@@ -31,6 +31,7 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::{CheckpointState, EARLY_SYNCS, SharedCheckpointState, err, lock};
+use crate::clients::{FlowConnections, Isolation};
 use crate::config::{ClusterSpec, FlowId, FlowPlan, OffsetSyncsLocation};
 use crate::flow::offset_syncs::{FLOW_HEADER, syncs_location};
 use crate::kafka::{self, TopicSpec};
@@ -149,19 +150,23 @@ pub(super) struct SyncReader {
 }
 
 impl SyncReader {
-    pub(super) fn new(plan: &FlowPlan, state: &SharedCheckpointState) -> Result<Self, String> {
+    pub(super) fn new(plan: &FlowPlan, conns: &FlowConnections, state: &SharedCheckpointState) -> Result<Self, String> {
         let (cluster, topic) = syncs_location(plan);
         // The emitter creates it too; whoever comes first wins, with the same definition.
         let spec = TopicSpec::compacted(topic.clone(), 1, plan.settings.replication_factor);
-        kafka::ensure_topic(cluster, &plan.id, &spec).map_err(err)?;
+        conns.on(cluster).ensure_topic(&plan.id, &spec).map_err(err)?;
         Self::open(plan, state, cluster, topic, Side::Forward)
     }
 
     /// A reader of the reverse flow's syncs if that topic exists (it is never created here: it is the
     /// other flow's, which may not exist).
-    pub(super) fn reverse(plan: &FlowPlan, state: &SharedCheckpointState) -> Result<Option<Self>, String> {
+    pub(super) fn reverse(
+        plan: &FlowPlan,
+        conns: &FlowConnections,
+        state: &SharedCheckpointState,
+    ) -> Result<Option<Self>, String> {
         let (cluster, topic) = reverse_syncs_location(plan);
-        let probe = kafka::assign_only_consumer(cluster, &plan.id, "reverse-syncs-probe").map_err(err)?;
+        let probe = conns.on(cluster).meta(Isolation::AsConfigured).map_err(err)?;
         let exists = kafka::topic_partitions(&probe, &cluster.alias).map_err(err)?.contains_key(&topic);
         if !exists {
             return Ok(None);

@@ -37,6 +37,7 @@ use super::pause::PauseSwitch;
 use super::progress::{self, ProgressWriter};
 use super::supervisor::{ActorKind, ActorStatusChanged, AssignedPartitions, FlowSupervisor, PartitionProblems};
 use super::worker::{Control, Signal, Worker, panic_message};
+use crate::clients::FlowConnections;
 use crate::config::{FlowPlan, GroupProtocol};
 use crate::failpoints;
 use crate::flow::Identity;
@@ -71,8 +72,10 @@ pub struct Assignment {
 }
 
 /// The copier as a supervised actor.
+#[allow(clippy::too_many_arguments)] // each is a separate piece of the supervisor's state
 pub fn worker(
     plan: Arc<FlowPlan>,
+    conns: Arc<FlowConnections>,
     acks: Arc<AckTable>,
     syncs: Arc<SyncQueue>,
     supervisor: Addr<FlowSupervisor>,
@@ -83,7 +86,7 @@ pub fn worker(
     let name = format!("copier {}", plan.id);
     let sup = supervisor.clone();
     Worker::new(ActorKind::Copier, name, supervisor, initial.into_iter().collect(), move |control| {
-        let mut copier = CopyLoop::new(plan, acks, syncs, control, sup, &identity)?;
+        let mut copier = CopyLoop::new(plan, &conns, acks, syncs, control, sup, &identity)?;
         copier.operator_paused = paused;
         copier.run()
     })
@@ -240,6 +243,7 @@ struct CopyLoop {
 impl CopyLoop {
     fn new(
         plan: Arc<FlowPlan>,
+        conns: &FlowConnections,
         acks: Arc<AckTable>,
         syncs: Arc<SyncQueue>,
         control: Control<Assignment>,
@@ -250,18 +254,17 @@ impl CopyLoop {
         let err = |e: KafkaOpError| e.to_string();
         // Connect's offsets topic has 25 partitions unless someone created it otherwise: key records onto
         // the partitions that really exist. Positions are read when the copier group assigns partitions.
-        let offsets_partitions =
-            kafka::ensure_topic(&plan.target, &plan.id, &progress::topic_spec(&plan)).map_err(err)?;
+        let offsets_partitions = conns.target.ensure_topic(&plan.id, &progress::topic_spec(&plan)).map_err(err)?;
         // Failures of an earlier lifetime are retried by this one, from the frozen positions.
         for slot in acks.take_failed() {
             slot.clear_failure();
         }
-        let progress = ProgressWriter::new(&plan, offsets_partitions, acks.clone()).map_err(err)?;
+        let progress = ProgressWriter::new(&plan, &conns.target, offsets_partitions, acks.clone()).map_err(err)?;
         let shared = Arc::new(Shared::new(acks.clone(), syncs, lifetime_id(), &plan));
         let source_watch = Arc::new(ClusterWatch::default());
         let consumer = source_consumer(&plan, source_watch.clone(), identity).map_err(err)?;
         let producer = target_producer(&plan, shared.clone(), MIN_MESSAGE_BYTES).map_err(err)?;
-        let probe = Probe::start(&plan)?;
+        let probe = Probe::start(&plan, conns)?;
         let book = Book::new(&plan);
         Ok(Self {
             flow,

@@ -41,9 +41,9 @@ use std::time::{Duration, Instant};
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::Consumer;
 
+use crate::clients::{Admin, FlowConnections, Isolation, MetaConsumer};
 use crate::config::FlowPlan;
 use crate::flow::acks::{SourcePartition, TopicId};
-use crate::kafka;
 use crate::raw_admin;
 
 /// How often the ids of the copied topics are checked.
@@ -175,10 +175,11 @@ pub struct Probe {
 }
 
 impl Probe {
-    pub fn start(plan: &Arc<FlowPlan>) -> Result<Probe, String> {
-        let consumer =
-            kafka::assign_only_consumer(&uncommitted(&plan.source), &plan.id, "probe").map_err(|e| e.to_string())?;
-        let admin = kafka::admin_client(&plan.source, &plan.id).map_err(|e| e.to_string())?;
+    pub fn start(plan: &Arc<FlowPlan>, conns: &FlowConnections) -> Result<Probe, String> {
+        // `read_uncommitted`, so that the end offsets it lists are high watermarks (librdkafka's
+        // ListOffsets asks with the client's isolation level).
+        let consumer = conns.source.meta(Isolation::Uncommitted).map_err(|e| e.to_string())?;
+        let admin = conns.source.admin().map_err(|e| e.to_string())?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -235,19 +236,11 @@ impl Drop for Probe {
     }
 }
 
-/// The source as the probe's consumer sees it: `read_uncommitted`, so that the end offsets it lists
-/// are high watermarks (librdkafka's ListOffsets asks with the client's isolation level).
-fn uncommitted(source: &crate::config::ClusterSpec) -> crate::config::ClusterSpec {
-    let mut source = source.clone();
-    source.client.insert("isolation.level".into(), "read_uncommitted".into());
-    source
-}
-
 struct ProbeLoop {
     flow: String,
     cluster: String,
-    consumer: kafka::AssignOnlyConsumer,
-    admin: kafka::Admin,
+    consumer: MetaConsumer,
+    admin: Admin,
     rt: tokio::runtime::Runtime,
     reports: Sender<Report>,
     watched: HashMap<String, Watched>,
@@ -525,23 +518,6 @@ mod tests {
         );
         assert_eq!(decide(Some(120), None, None, 0, 150), Verdict::Start { at: 120, topic_id: None });
         assert!(matches!(decide(Some(151), None, None, 0, 150), Verdict::Reset { to: 0, .. }));
-    }
-
-    #[test]
-    fn the_probe_reads_uncommitted_whatever_the_source_says() {
-        let mut source = crate::config::ClusterSpec {
-            alias: "east".into(),
-            bootstrap_servers: "e:1".into(),
-            client: Default::default(),
-            file_keys: Default::default(),
-            secret_files: Vec::new(),
-            file: "flows.toml".into(),
-        };
-        source.client.insert("isolation.level".into(), "read_committed".into());
-        source.client.insert("client.rack".into(), "r1".into());
-        let probe = uncommitted(&source);
-        assert_eq!(probe.client.get("isolation.level").map(String::as_str), Some("read_uncommitted"));
-        assert_eq!(probe.client.get("client.rack").map(String::as_str), Some("r1"), "everything else kept");
     }
 
     #[test]

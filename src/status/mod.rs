@@ -8,7 +8,9 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
-use crate::reload::ReloadOutcome;
+mod types;
+
+pub use types::{Member, ReloadOutcome, ReloadResult, Trigger};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -143,7 +145,7 @@ pub struct FlowStatus {
     /// Source records the provenance rule did not copy (identity replication), since this node started.
     pub records_skipped: Skipped,
     /// The nodes in the flow's copier group and their partition counts (described every 10 s).
-    pub nodes: Option<Vec<crate::flow::members::Member>>,
+    pub nodes: Option<Vec<Member>>,
     /// The node holding the flow's lease, as the lease group says.
     pub leader_node: Option<String>,
 }
@@ -272,7 +274,7 @@ impl StatusBoard {
         }
     }
 
-    pub fn set_members(&self, flow: &str, nodes: Option<Vec<crate::flow::members::Member>>, leader: Option<String>) {
+    pub fn set_members(&self, flow: &str, nodes: Option<Vec<Member>>, leader: Option<String>) {
         // Never re-adds a flow: a late report may arrive after the flow was removed.
         let mut board = self.inner.write().unwrap_or_else(|p| p.into_inner());
         if let Some(f) = board.get_mut(flow) {

@@ -1,0 +1,199 @@
+//! One producer per connection for ferry's internal topics (offset syncs, progress, heartbeats), shared
+//! by every flow that writes to that cluster.
+//!
+//! Each user sends through a [`Lane`]: the lane counts its own records in flight, and every record
+//! carries its lane and its own completion, so a delivery report reaches the sender that queued the
+//! record and nobody else. A lane waits for *its* records ([`Lane::wait_idle`]); flushing the producer
+//! would wait for every flow's. Internal records are few (a sync per lag or quiet interval, a progress
+//! record per moved partition and round, a heartbeat a second), so one small allocation per record
+//! is nothing next to the round trip.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientContext;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::statistics::Statistics;
+
+use super::stats::{self, StatsContext};
+use crate::config::ClusterSpec;
+use crate::kafka::{self, Captured, KafkaOpError};
+
+/// Where a delivered record landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Landed {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// What a sender learns of one record.
+pub type Outcome = Result<Landed, Captured>;
+
+type Done = Box<dyn FnOnce(Outcome) + Send + Sync>;
+
+/// The opaque each record carries: its lane and its completion.
+pub struct Pending {
+    lane: Arc<LaneState>,
+    done: Option<Done>,
+}
+
+/// Routes reports to the lanes; notes a fatal producer error so the connection replaces the producer.
+pub struct Router {
+    stats: StatsContext,
+    fatal: AtomicBool,
+}
+
+impl ClientContext for Router {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if matches!(error.rdkafka_error_code(), Some(rdkafka::types::RDKafkaErrorCode::Fatal)) {
+            self.fatal.store(true, Ordering::Release);
+        }
+        self.stats.error(error, reason);
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        self.stats.stats(statistics);
+    }
+}
+
+impl ProducerContext for Router {
+    type DeliveryOpaque = Box<Pending>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, mut pending: Box<Pending>) {
+        let outcome = match result {
+            Ok(m) => Ok(Landed { partition: m.partition(), offset: m.offset() }),
+            Err((e, _)) => {
+                if matches!(e, KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::Fatal)) {
+                    self.fatal.store(true, Ordering::Release);
+                }
+                Err(Captured { text: e.to_string(), refused: kafka::authorization_error(e) })
+            }
+        };
+        if let Some(done) = pending.done.take() {
+            done(outcome);
+        }
+        pending.lane.settled();
+    }
+}
+
+/// The shared producer (acks=all, idempotent, a short linger: internal records are small and few).
+pub struct InternalProducer {
+    producer: ThreadedProducer<Router>,
+}
+
+impl InternalProducer {
+    pub fn new(cluster: &ClusterSpec) -> Result<Self, KafkaOpError> {
+        let mut cfg = kafka::client_config(cluster, &"ferry", "internal-producer");
+        cfg.set("acks", "all").set("enable.idempotence", "true").set("linger.ms", "5");
+        stats::enable(&mut cfg);
+        let router =
+            Router { stats: StatsContext::new(&cluster.alias, "internal-producer"), fatal: AtomicBool::new(false) };
+        let producer = cfg
+            .create_with_context(router)
+            .map_err(|e| KafkaOpError::kafka(&cluster.alias, "create internal-topics producer", e))?;
+        Ok(Self { producer })
+    }
+
+    pub fn is_fatal(&self) -> bool {
+        self.producer.context().fatal.load(Ordering::Acquire)
+    }
+}
+
+#[derive(Default)]
+struct LaneState {
+    in_flight: Mutex<usize>,
+    changed: Condvar,
+}
+
+impl LaneState {
+    fn settled(&self) {
+        let mut n = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        *n = n.saturating_sub(1);
+        self.changed.notify_all();
+    }
+}
+
+/// One record to send.
+pub struct Outgoing<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub key: &'a [u8],
+    pub payload: &'a [u8],
+    pub headers: Option<OwnedHeaders>,
+    pub timestamp: Option<i64>,
+}
+
+/// One sender's share of the connection's internal producer.
+pub struct Lane {
+    producer: Arc<InternalProducer>,
+    state: Arc<LaneState>,
+}
+
+impl Lane {
+    pub(super) fn new(producer: Arc<InternalProducer>) -> Self {
+        Self { producer, state: Arc::default() }
+    }
+
+    /// Queue `record`; `done` runs on the producer's thread with the outcome. Refused at once (queue
+    /// full, unknown partition, fatal producer): `done` does not run.
+    pub fn send(
+        &self,
+        record: Outgoing<'_>,
+        done: impl FnOnce(Outcome) + Send + Sync + 'static,
+    ) -> Result<(), KafkaError> {
+        if self.producer.is_fatal() {
+            return Err(KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::Fatal));
+        }
+        let pending = Box::new(Pending { lane: self.state.clone(), done: Some(Box::new(done)) });
+        let mut r = BaseRecord::with_opaque_to(record.topic, pending)
+            .partition(record.partition)
+            .key(record.key)
+            .payload(record.payload);
+        if let Some(h) = record.headers {
+            r = r.headers(h);
+        }
+        if let Some(ts) = record.timestamp {
+            r = r.timestamp(ts);
+        }
+        *self.state.in_flight.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        match self.producer.producer.send(r) {
+            Ok(()) => Ok(()),
+            Err((e, _)) => {
+                self.state.settled();
+                Err(e)
+            }
+        }
+    }
+
+    /// This lane's records not yet reported.
+    pub fn in_flight(&self) -> usize {
+        *self.state.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wait until every record of this lane is reported, at most `timeout`. True if none is left.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        let mut n = self.state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        while *n > 0 {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            n = self.state.changed.wait_timeout(n, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        true
+    }
+
+    /// Wait until one of this lane's records is reported (or none is in flight), at most `timeout`.
+    pub fn wait_report(&self, timeout: Duration) {
+        let n = self.state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        if *n == 0 {
+            return;
+        }
+        let before = *n;
+        let _ = self.state.changed.wait_timeout_while(n, timeout, |n| *n == before);
+    }
+}

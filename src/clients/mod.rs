@@ -1,0 +1,310 @@
+//! The node's Kafka clients, one set per cluster connection.
+//!
+//! Every librdkafka client brings a thread per broker plus two of its own, a metadata refresh timer and
+//! its share of idle wake-ups; a flow that owned each of its clients (about a dozen) made a 50-flow node
+//! run 2,700 threads and 1.8 cores while idle. Here the node owns them per *connection*: the same
+//! bootstrap servers and client properties are one connection, whatever alias names them. Flows take
+//! handles ([`Connection`]) and the clients go when the last handle does (a reload that changes a
+//! cluster's properties gets a new connection; flows on other connections never notice).
+//!
+//! What a connection shares, because none of it carries per-flow state:
+//! - an admin client (independent requests);
+//! - a metadata consumer per isolation level (metadata and watermarks, never assigned);
+//! - a producer for ferry's internal topics (offset syncs, progress, heartbeats), whose delivery
+//!   reports go back to the lane that sent each record (see [`internal`]).
+//!
+//! What stays per flow, and why (see the modules that create them):
+//! - the copier's consumer: its group is the flow's, and splits the flow's partitions between nodes;
+//! - the copier's producer: its `message.max.bytes` grows with the flow's topics, and a handover flushes
+//!   and purges only the flow's own records;
+//! - the lease consumer: its group membership *is* the flow's leadership;
+//! - the checkpoint computer's transactional producer: its `transactional.id` fences per flow;
+//! - readers of internal topics with positions of their own (offset syncs, checkpoints, progress).
+//!
+//! This module sits below `flow`: it imports no flow code.
+
+pub mod internal;
+pub mod stats;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use rdkafka::admin::AdminClient;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::BaseConsumer;
+
+use crate::config::ClusterSpec;
+use crate::kafka::{self, KafkaOpError};
+
+pub use internal::{InternalProducer, Lane, Outgoing};
+pub use stats::StatsContext;
+
+/// An admin client shared by every flow and actor of this node that talks to the same cluster.
+pub type Admin = Arc<AdminClient<StatsContext>>;
+
+/// A consumer that is never assigned: metadata and watermarks of one connection.
+pub type MetaConsumer = Arc<BaseConsumer<StatsContext>>;
+
+/// How a metadata consumer reads high watermarks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isolation {
+    /// The cluster's client properties decide (librdkafka's default is `read_committed`).
+    AsConfigured,
+    /// `read_uncommitted`: end offsets count records of open transactions too.
+    Uncommitted,
+}
+
+/// Which clients two cluster definitions may share: the same address and client properties.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ConnectionKey {
+    bootstrap: String,
+    client: Vec<(String, String)>,
+}
+
+impl ConnectionKey {
+    fn of(cluster: &ClusterSpec) -> Self {
+        Self {
+            bootstrap: cluster.bootstrap_servers.clone(),
+            client: cluster.client.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        }
+    }
+}
+
+/// The node's registry of live connections. Cheap to clone a handle to ([`Arc`]).
+#[derive(Default)]
+pub struct Clients {
+    live: Mutex<HashMap<ConnectionKey, Weak<Connection>>>,
+}
+
+impl Clients {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// The connection for `cluster`: the live one of the same address and properties, or a new one.
+    /// Nothing is created or contacted until a client is asked for.
+    pub fn connection(&self, cluster: &ClusterSpec) -> Arc<Connection> {
+        let key = ConnectionKey::of(cluster);
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.retain(|_, w| w.strong_count() > 0);
+        if let Some(c) = live.get(&key).and_then(Weak::upgrade) {
+            return c;
+        }
+        let c = Arc::new(Connection::new(cluster.clone()));
+        live.insert(key, Arc::downgrade(&c));
+        c
+    }
+
+    /// The aliases of the connections some flow still holds, one per connection (for status and tests).
+    pub fn live_connections(&self) -> Vec<String> {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<String> = live.values().filter_map(Weak::upgrade).map(|c| c.alias().to_string()).collect();
+        out.sort();
+        out
+    }
+}
+
+/// A flow's two connections. The flow's supervisor holds them for the flow's life, so restarted actors
+/// find the same clients.
+#[derive(Clone, Debug)]
+pub struct FlowConnections {
+    pub source: Arc<Connection>,
+    pub target: Arc<Connection>,
+    /// The flow's name of its source (a shared connection carries the alias of whoever opened it).
+    source_alias: String,
+}
+
+impl FlowConnections {
+    pub fn new(clients: &Clients, source: &ClusterSpec, target: &ClusterSpec) -> Arc<Self> {
+        Arc::new(Self {
+            source: clients.connection(source),
+            target: clients.connection(target),
+            source_alias: source.alias.clone(),
+        })
+    }
+
+    /// The connection of `cluster`, which is the flow's source or its target (offset syncs live on
+    /// either).
+    pub fn on(&self, cluster: &ClusterSpec) -> &Arc<Connection> {
+        if cluster.alias == self.source_alias { &self.source } else { &self.target }
+    }
+}
+
+/// One lazily created client (creation can fail on bad properties: the caller's error, tried again
+/// on the next call).
+struct Slot<T>(Mutex<Option<T>>);
+
+impl<T: Clone> Slot<T> {
+    fn new() -> Self {
+        Self(Mutex::new(None))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<T>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get_or_try(&self, make: impl FnOnce() -> Result<T, KafkaOpError>) -> Result<T, KafkaOpError> {
+        let mut slot = self.lock();
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let c = make()?;
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+}
+
+/// The shared clients of one cluster connection. Dropped with the last flow that holds it, and its
+/// clients with it.
+pub struct Connection {
+    /// The definition that opened the connection (its alias names the connection in logs and metrics).
+    cluster: ClusterSpec,
+    admin: Slot<Admin>,
+    meta: Slot<MetaConsumer>,
+    meta_uncommitted: Slot<MetaConsumer>,
+    internal: Slot<Arc<InternalProducer>>,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection").field("cluster", &self.cluster.alias).finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    fn new(cluster: ClusterSpec) -> Self {
+        Self { cluster, admin: Slot::new(), meta: Slot::new(), meta_uncommitted: Slot::new(), internal: Slot::new() }
+    }
+
+    /// A connection of its own, outside any registry (one-shot commands such as `ferry translate`).
+    pub fn standalone(cluster: &ClusterSpec) -> Arc<Self> {
+        Arc::new(Self::new(cluster.clone()))
+    }
+
+    pub fn alias(&self) -> &str {
+        &self.cluster.alias
+    }
+
+    pub fn cluster(&self) -> &ClusterSpec {
+        &self.cluster
+    }
+
+    /// The connection's admin client.
+    pub fn admin(&self) -> Result<Admin, KafkaOpError> {
+        self.admin.get_or_try(|| {
+            let mut cfg = kafka::client_config(&self.cluster, &"ferry", "admin");
+            cfg.set("client.id", "ferry|admin");
+            let admin = cfg
+                .create_with_context(StatsContext::new(&self.cluster.alias, "admin"))
+                .map_err(|e| KafkaOpError::kafka(&self.cluster.alias, "create admin client", e))?;
+            Ok(Arc::new(admin))
+        })
+    }
+
+    /// The connection's metadata consumer (metadata, watermarks; never assigned).
+    pub fn meta(&self, isolation: Isolation) -> Result<MetaConsumer, KafkaOpError> {
+        let slot = match isolation {
+            Isolation::AsConfigured => &self.meta,
+            Isolation::Uncommitted => &self.meta_uncommitted,
+        };
+        slot.get_or_try(|| {
+            let (role, cfg) = self.meta_config(isolation);
+            let consumer = cfg
+                .create_with_context(StatsContext::new(&self.cluster.alias, role))
+                .map_err(|e| KafkaOpError::kafka(&self.cluster.alias, format!("create {role} consumer"), e))?;
+            Ok(Arc::new(consumer))
+        })
+    }
+
+    fn meta_config(&self, isolation: Isolation) -> (&'static str, ClientConfig) {
+        let role = match isolation {
+            Isolation::AsConfigured => "metadata",
+            Isolation::Uncommitted => "metadata-uncommitted",
+        };
+        let mut cfg = kafka::client_config(&self.cluster, &"ferry", role);
+        cfg.set("group.id", format!("ferry-{role}-unused"))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false");
+        if isolation == Isolation::Uncommitted {
+            cfg.set("isolation.level", "read_uncommitted");
+        }
+        stats::enable(&mut cfg);
+        (role, cfg)
+    }
+
+    /// A lane of the connection's producer for internal topics. A producer that hit a fatal error
+    /// (an idempotence failure) is replaced here: its lanes fail their senders, who come back for a new one.
+    pub fn internal(&self) -> Result<Lane, KafkaOpError> {
+        let mut slot = self.internal.lock();
+        if slot.as_ref().is_some_and(|p| p.is_fatal()) {
+            tracing::warn!(cluster = %self.cluster.alias, "the internal-topics producer failed fatally; replacing it");
+            *slot = None;
+        }
+        let producer = match slot.as_ref() {
+            Some(p) => p.clone(),
+            None => {
+                let p = Arc::new(InternalProducer::new(&self.cluster)?);
+                *slot = Some(p.clone());
+                p
+            }
+        };
+        Ok(Lane::new(producer))
+    }
+
+    /// Create `spec` unless it exists; wait until it shows in metadata. Returns its partition count.
+    pub fn ensure_topic(&self, flow: &impl fmt::Display, spec: &kafka::TopicSpec) -> Result<i32, KafkaOpError> {
+        kafka::ensure_topic(&*self.admin()?, &self.cluster.alias, flow, spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn spec(alias: &str, props: &[(&str, &str)]) -> ClusterSpec {
+        ClusterSpec {
+            alias: alias.into(),
+            bootstrap_servers: "localhost:1".into(),
+            client: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+            file_keys: Default::default(),
+            secret_files: Vec::new(),
+            file: "clusters.toml".into(),
+        }
+    }
+
+    #[test]
+    fn same_address_and_properties_share_a_connection_whatever_the_alias() {
+        let clients = Clients::new();
+        let a = clients.connection(&spec("a", &[]));
+        let b = clients.connection(&spec("b", &[]));
+        assert!(Arc::ptr_eq(&a, &b), "aliases of one cluster share");
+        let other = clients.connection(&spec("a", &[("socket.timeout.ms", "30001")]));
+        assert!(!Arc::ptr_eq(&a, &other), "other properties are another connection");
+        assert_eq!(clients.live_connections().len(), 2);
+    }
+
+    #[test]
+    fn the_uncommitted_metadata_consumer_reads_uncommitted_whatever_the_cluster_says() {
+        let clients = Clients::new();
+        let c = clients.connection(&spec("east", &[("isolation.level", "read_committed"), ("client.rack", "r1")]));
+        let (_, cfg) = c.meta_config(Isolation::Uncommitted);
+        assert_eq!(cfg.get("isolation.level"), Some("read_uncommitted"));
+        assert_eq!(cfg.get("client.rack"), Some("r1"), "everything else kept");
+        assert_eq!(c.meta_config(Isolation::AsConfigured).1.get("isolation.level"), Some("read_committed"));
+    }
+
+    #[test]
+    fn a_connection_goes_with_its_last_holder() {
+        let clients = Clients::new();
+        let a = clients.connection(&spec("a", &[]));
+        let admin = a.admin().expect("admin");
+        assert!(Arc::ptr_eq(&admin, &a.admin().expect("admin")), "one admin client per connection");
+        drop(a);
+        assert!(clients.live_connections().is_empty());
+        let again = clients.connection(&spec("a", &[]));
+        assert!(!Arc::ptr_eq(&admin, &again.admin().expect("admin")), "a new connection, new clients");
+    }
+}
