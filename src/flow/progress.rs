@@ -151,7 +151,7 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 impl ProgressWriter {
     pub fn new(
         plan: &FlowPlan,
-        target: &Connection,
+        target: &Arc<Connection>,
         num_partitions: i32,
         acks: Arc<AckTable>,
     ) -> Result<Self, KafkaOpError> {
@@ -176,8 +176,16 @@ impl ProgressWriter {
     /// how many were queued.
     pub fn persist(&mut self, acks: &AckTable) -> usize {
         let mut queued = 0;
+        let mut refused = false;
         for slot in acks.take_dirty() {
             slot.take_dirty();
+            if refused {
+                // The producer refused this round (queue full, producer failed): the rest waits for
+                // the next round. Re-marking needs the flag cleared first (`mark_dirty` queues a slot
+                // only when its flag goes up), or the slot would never be written again.
+                acks.mark_dirty(&slot);
+                continue;
+            }
             let Some(next) = slot.next() else { continue };
             if slot.persisted() == Some(next) {
                 continue;
@@ -209,7 +217,7 @@ impl ProgressWriter {
                 Err(e) => {
                     acks.mark_dirty(&slot);
                     self.warn(&format!("queue progress record for {}-{}: {e}", slot.topic, slot.partition));
-                    break;
+                    refused = true;
                 }
             }
         }

@@ -9,6 +9,9 @@ pub fn topic_partitions<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     cluster: &str,
 ) -> Result<HashMap<String, i32>, KafkaOpError> {
+    // A consumer used only for metadata is never polled otherwise: serve its queued events (errors
+    // and logs librdkafka queues while a cluster is away) so they do not pile up.
+    let _ = consumer.poll(Duration::ZERO);
     let md: Metadata =
         consumer.fetch_metadata(None, ADMIN_TIMEOUT).map_err(|e| KafkaOpError::kafka(cluster, "fetch metadata", e))?;
     Ok(md
