@@ -93,3 +93,4 @@ impl fmt::Display for ReloadOutcome {
         Ok(())
     }
 }
+
