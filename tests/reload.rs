@@ -504,7 +504,10 @@ fn disabling_a_flow_stops_it_and_enabling_resumes_where_it_stopped() {
     ferry.wait_log("flow stopped flow=east->west", Duration::from_secs(30));
     let (_, _, state) = flow_info(&ferry, "east->west");
     assert_eq!(state, "stopped");
-    assert_eq!(health(ferry.listen_addr())["flows"]["east->west"]["enabled"], false);
+    // The status board learns of the stop from the supervisor, a moment after the log line.
+    wait_for(Duration::from_secs(10), "/flows saying the flow is disabled", || {
+        health(ferry.listen_addr())["flows"]["east->west"]["enabled"] == false
+    });
     produce(&east.bootstrap, &a, &records("a", 100..200, 1));
     std::thread::sleep(Duration::from_secs(2)); // observation window: a disabled flow copies nothing
     assert_eq!(total(&west.bootstrap, &remote), 100, "a disabled flow copies nothing");
@@ -608,7 +611,10 @@ fn a_change_rolled_back_during_an_outage_is_applied_by_a_later_rescan() {
     assert_eq!(r["trigger"], "rescan", "{r}");
     assert!(r["attempt"].as_u64().is_some_and(|n| n >= 2), "the outcome counts the attempts: {r}");
     assert!(r["retry"].is_null(), "{r}");
-    assert_eq!(flow_info(&ferry, "east->north").0, before.0 + 1, "the flow runs its new plan");
+    // The outcome is recorded when the new supervisor is started; /flows shows it once it runs.
+    wait_for(Duration::from_secs(10), "the flow running its new plan (next generation)", || {
+        flow_info(&ferry, "east->north").0 == before.0 + 1
+    });
     assert!(reloads(&ferry, "rolled_back") >= 1.0);
     produce(&east.bootstrap, &a, &fresh("a", 50..60));
     wait_for(ARRIVAL, "the new plan copying", || {
