@@ -16,8 +16,12 @@
 #                     record CreateTime), first 10 s skipped; limit = the same consumer on the source [ferry,mm2,limit]
 #   partitions-2000   1,000,000 records of 100 B over 2,000 partitions (round robin) [ferry,mm2,limit]
 #   partitions-10000  the same over 10,000 partitions [ferry,mm2,limit]
-#   flows             1, 10 and 50 idle flows eK->wK (aliases of the same two clusters): threads, idle CPU
-#                     over 30 s, RSS [ferry,mm2]
+#   flows             idle flows eK->wK (aliases of the same two clusters), ferry at 1, 10, 50 and 100, MM2 at
+#                     1, 10 and 50, each count for both engines back to back: threads, idle CPU over 30 s,
+#                     wake-ups, RSS, and the idle CPU per kind of thread (names without the flow) [ferry,mm2]
+#   flows-busy        20 flows copying a topic each at once (1,000,000 records of 512 B over 20 topics of 4
+#                     partitions) against one flow copying the same 20 topics: copy rate and CPU per record,
+#                     whole copy and steady part (10-90 % of the records) [ferry]
 #   checkpoint        1,000,000 offset syncs (MM2's format) on the offset-syncs topic, a lagging group on
 #                     the source: time from start to its first checkpoint, and the records a failover to
 #                     the checkpointed offsets would re-read [ferry,mm2]
@@ -37,7 +41,12 @@
 #   --engines LIST      a subset of ferry, mm2, limit
 #   --records N, --size BYTES, --partitions P      override the scenario's data
 #   --rate R, --duration S, --warmup S             latency: the steady load, seconds left out
-#   --flows 1,10,50, --window S                    flows: flow counts, idle measurement window
+#   --flows 1,10,50,100, --window S                flows: ferry's flow counts (MM2's too unless
+#                                                  --mm2-flows), idle measurement window; flows-busy: --flows N
+#   --mm2-flows 1,10,50                            flows: MM2's flow counts
+#   --heartbeats-interval S                        flows: every flow's heartbeat interval, both engines
+#                                                  (default 1 s, MM2's; with n flows from one source cluster
+#                                                  every flow copies every reverse heartbeat: n²/S records/s)
 #   --syncs N                                      checkpoint: offset syncs on the topic
 #   --timeout S         longest an engine run may take (default 900)
 #   --note TEXT         recorded with the results (e.g. "machine busy: other engineers' tests")
@@ -56,6 +65,7 @@
 # (east.<topic>, mm2-offsets.east.internal, heartbeats, east.checkpoints.internal on the target;
 # mm2-offset-syncs.<target>.internal on the source), so nothing one engine wrote is seen by the next.
 # The flows scenario also restarts the source per run (its `heartbeats` topic collects reverse heartbeats).
+# Flow scenarios name the clusters eK (the source) and wK (the target), K = 1..n, one alias per flow.
 # Both clusters are stopped at the end.
 #
 # Engines. ferry: `ferry run` with a flow east -> westN for the scenario's topic, ferry's defaults (lz4,

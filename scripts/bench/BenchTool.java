@@ -5,10 +5,10 @@
 // once into ~/.cache/ferry-bench/classes. Output is one event per line, "EVENT EPOCH_MS [fields]", or a
 // JSON object for results; bench.py reads them as they come.
 //
-//   watch BOOTSTRAP TOPIC[,TOPIC...] EXPECT INTERVAL_MS TIMEOUT_S
+//   watch BOOTSTRAP TOPIC[,TOPIC...] EXPECT INTERVAL_MS TIMEOUT_S [COUNT_EVERY_MS]
 //       polls the topics' log-end offsets (one ListOffsets per interval) and prints
-//       "exists MS PARTITIONS", "first MS COUNT" (first record seen), "count MS COUNT" (about every second)
-//       and "done MS COUNT" once the topic holds EXPECT records. The same watcher measures ferry, MM2 and
+//       "exists MS PARTITIONS", "first MS COUNT" (first record seen), "count MS COUNT" (about every
+//       COUNT_EVERY_MS, default 1000) and "done MS COUNT" once the topic holds EXPECT records. The same watcher measures ferry, MM2 and
 //       the limit, so its cost (one small admin request per interval) is the same for all.
 //   latency BOOTSTRAP TOPIC COUNT_FROM_MS STATS_FROM_MS EXPECT TIMEOUT_S
 //       consumes every partition from the beginning (no group), prints "ready MS" once positioned, and
@@ -128,6 +128,7 @@ public class BenchTool {
         long expect = Long.parseLong(a[2]);
         long interval = Long.parseLong(a[3]);
         long deadline = now() + Long.parseLong(a[4]) * 1000;
+        long countEvery = a.length > 5 ? Long.parseLong(a[5]) : 1000;
         try (Admin admin = admin(a[0])) {
             Map<TopicPartition, OffsetSpec> spec = new HashMap<>();
             for (String topic : topics) {
@@ -159,7 +160,7 @@ public class BenchTool {
                     out("done " + t + " " + count);
                     return 0;
                 }
-                if (t - lastPrint >= 1000) {
+                if (t - lastPrint >= countEvery) {
                     out("count " + t + " " + count);
                     lastPrint = t;
                 }

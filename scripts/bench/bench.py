@@ -78,12 +78,17 @@ SCENARIOS: dict[str, dict] = {
     "limit": dict(kind="copy", records=1_000_000, size=512, partitions=8, engines="limit"),
     "latency": dict(kind="latency", rate=20_000, duration=60, warmup=10, size=512, partitions=8,
                     engines="ferry,mm2,limit"),
-    "flows": dict(kind="flows", flows="1,10,50", settle=15, window=30, engines="ferry,mm2"),
+    # ferry at 1, 10, 50 and 100 flows, MM2 (a herder per flow and one per reverse pair) up to 50
+    "flows": dict(kind="flows", flows="1,10,50,100", mm2_flows="1,10,50", settle=15, window=30, heartbeats=1,
+                  engines="ferry,mm2"),
+    # 20 flows copying a topic each at once against one flow copying the same 20 topics
+    "flows-busy": dict(kind="busy", flows=20, records=1_000_000, size=512, partitions=4, engines="ferry"),
     "checkpoint": dict(kind="checkpoint", syncs=1_000_000, partitions=8, step=100, engines="ferry,mm2"),
     # the old interface: scripts/bench.sh [--mm2] [RECORDS] [BYTES] [PARTITIONS]
     "copy": dict(kind="copy", records=1_000_000, size=100, partitions=6, engines="ferry"),
 }
-ALL = ["headline", "small", "lz4", "latency", "partitions-2000", "partitions-10000", "flows", "checkpoint"]
+ALL = ["headline", "small", "lz4", "latency", "partitions-2000", "partitions-10000", "flows", "flows-busy",
+       "checkpoint"]
 
 # Producer settings. The source data is written once per scenario (not measured); the limit's producer
 # is tuned like MM2's below, since it stands for the copy's produce side.
@@ -202,6 +207,58 @@ def proc_cpu(pid: int) -> float | None:
         return (int(fields[11]) + int(fields[12])) / CLK
     except (OSError, IndexError):
         return None
+
+
+def thread_sample(pid: int) -> dict[int, tuple[str, int, int]]:
+    """Every thread of the process: tid -> (name, user+system CPU ticks, context switches). Voluntary
+    switches are the times a thread went to sleep (so, woke up again): its wake-ups; involuntary ones
+    are preemptions, counted too since on a loaded machine a wake-up may be preempted instead."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tids:
+        try:
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                raw = f.read()
+            name = raw.split("(", 1)[1].rsplit(")", 1)[0]
+            fields = raw.rsplit(")", 1)[1].split()
+            ticks = int(fields[11]) + int(fields[12])
+            switches = 0
+            with open(f"/proc/{pid}/task/{t}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        switches += int(line.split()[1])
+            out[int(t)] = (name, ticks, switches)
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+    return out
+
+
+def thread_group(name: str) -> str:
+    """A thread's kind: ferry names its threads `<actor> <flow>` (the flow dropped here), librdkafka
+    `rdk:main`, `rdk:broker<node id>` (-1: its internal and bootstrap brokers), the JVM `<pool>-<n>`;
+    numbers become N."""
+    head = name.split(" ", 1)[0]
+    return re.sub(r"\d+", "N", head)
+
+
+def thread_groups(before: dict, after: dict, seconds: float) -> list[dict]:
+    """Per kind of thread between two samples: threads alive at the end, CPU in % of a core and
+    wake-ups per second (threads started in between count from zero)."""
+    groups: dict[str, dict] = {}
+    for tid, (name, ticks, sw) in after.items():
+        _, t0, s0 = before.get(tid, (name, 0, 0))
+        g = groups.setdefault(thread_group(name), {"group": thread_group(name), "threads": 0, "ticks": 0, "switches": 0})
+        g["threads"] += 1
+        g["ticks"] += ticks - t0
+        g["switches"] += sw - s0
+    out = []
+    for g in groups.values():
+        out.append({"group": g["group"], "threads": g["threads"], "cpu_pct": 100 * g["ticks"] / CLK / seconds,
+                    "wakeups_s": g["switches"] / seconds})
+    return sorted(out, key=lambda g: (-g["cpu_pct"], -g["wakeups_s"], g["group"]))
 
 
 def machine_busy() -> float:
@@ -365,7 +422,7 @@ def ferry_flow(src: str, dst: str, topics: list[str], **extra) -> dict:
 
 
 def mm2_props(pairs: list[tuple[str, str, str]], clusters: dict[str, str], extra: dict | None = None,
-              reverse_heartbeats=True) -> str:
+              reverse_heartbeats=True, reverse_extra: dict | None = None) -> str:
     """Dedicated-mode MM2 as the issue measured it: tasks.max = 2, a tuned producer (linger 20 ms, 256 KiB
     batches, lz4), replication factor 1 everywhere (single-broker clusters). `pairs`: (source, target,
     topics regex). Heartbeat herders only for the flows and their reverse pairs (what a ferry flow emits),
@@ -386,6 +443,7 @@ def mm2_props(pairs: list[tuple[str, str, str]], clusters: dict[str, str], extra
                   f"{s}->{t}.producer.override.compression.type = lz4"]
         if reverse_heartbeats:
             lines.append(f"{t}->{s}.emit.heartbeats.enabled = true")
+            lines += [f"{t}->{s}.{k} = {v}" for k, v in (reverse_extra or {}).items()]
         for k, v in (extra or {}).items():
             lines.append(f"{s}->{t}.{k} = {v}")
     return "\n".join(lines) + "\n"
@@ -409,7 +467,14 @@ def describe(name: str, sc: dict) -> str:
         return (f"steady {sc['rate']:,} records/s of {sc['size']} B for {sc['duration']} s over {sc['partitions']} "
                 f"partitions; arrival on the target - CreateTime")
     if k == "flows":
-        return "idle flows eK->wK (aliases of the same two clusters), each copying one empty topic"
+        d = "idle flows eK->wK (aliases of the same two clusters), each copying one empty topic"
+        if sc.get("heartbeats", 1) != 1:
+            d += f", heartbeats every {sc['heartbeats']} s"
+        return d
+    if k == "busy":
+        return (f"{sc['flows']} flows eK->wK copying a topic each at once ({sc['records'] // sc['flows']:,} records of "
+                f"{sc['size']} B over {sc['partitions']} partitions per topic) against one flow copying all "
+                f"{sc['flows']} topics")
     return f"first checkpoint of a lagging group with {sc['syncs']:,} offset syncs on the topic"
 
 
@@ -743,16 +808,28 @@ class Bench:
             f"CPU {fmt(res.get('cpu_load_pct'), '.1f')} % of a core {res.get('error', '')}")
         return res
 
+    def flow_counts(self, sc: dict) -> dict[str, list[int]]:
+        """Flow counts per engine: ferry's from --flows (default the scenario's), MM2's from --mm2-flows
+        (default: the scenario's, or --flows when only that is given)."""
+        def parse(v) -> list[int]:
+            return [int(x) for x in str(v).split(",") if x.strip()]
+        ferry = parse(self.args.flows or sc["flows"])
+        mm2 = parse(self.args.mm2_flows or (self.args.flows if self.args.flows else sc.get("mm2_flows", sc["flows"])))
+        return {"ferry": ferry, "mm2": mm2}
+
     def scenario_flows(self, name: str, sc: dict) -> dict:
-        counts = [int(x) for x in str(self.args.flows or sc["flows"]).split(",")]
+        per_engine = self.flow_counts(sc)
+        engines = self.engines(sc)
+        counts = sorted({n for e in engines for n in per_engine.get(e, [])})
         rounds = []
         for r in range(self.args.runs):
             rnd = {}
-            for n in counts:
-                for e in self.engines(sc):
-                    rnd[f"{e}@{n}"] = self.flows_run(e, n, sc)
+            for n in counts:  # both engines at a count back to back: they meet the same machine load
+                for e in engines:
+                    if n in per_engine.get(e, []):
+                        rnd[f"{e}@{n}"] = self.flows_run(e, n, sc)
             rounds.append(rnd)
-        return {"rounds": rounds, "counts": counts}
+        return {"rounds": rounds, "counts": counts, "per_engine": {e: per_engine[e] for e in engines}}
 
     def flows_run(self, engine: str, n: int, sc: dict) -> dict:
         work, _ = self.next_run(f"{engine}-{n}flows")
@@ -766,13 +843,17 @@ class Bench:
         hl = Lines(hb, work / "heartbeats.log")
         time.sleep(1.5)
         t0 = time.time()
+        hb_s = sc.get("heartbeats", 1)
+        hb_s = int(hb_s) if float(hb_s).is_integer() else hb_s  # MM2's interval is a whole number
         if engine == "ferry":
-            proc = self.ferry().start(work, "e1", [ferry_flow(f"e{k}", f"w{k}", [f"idle-{k}"])
+            extra = {} if hb_s == 1 else {"emit_heartbeats_interval_seconds": hb_s}
+            proc = self.ferry().start(work, "e1", [ferry_flow(f"e{k}", f"w{k}", [f"idle-{k}"], **extra)
                                                    for k in range(1, n + 1)], clusters)
         else:
+            extra = {} if hb_s == 1 else {"emit.heartbeats.interval.seconds": hb_s}
             proc = MM2(self.tools).start(work, mm2_props([(f"e{k}", f"w{k}", f"idle-{k}") for k in range(1, n + 1)],
-                                                         clusters))
-        res = {"engine": engine, "flows": n}
+                                                         clusters, extra=extra, reverse_extra=extra))
+        res = {"engine": engine, "flows": n, "heartbeats_interval_s": hb_s}
         while True:
             line = hl.get(1.0)
             if proc.poll() is not None:
@@ -788,21 +869,122 @@ class Bench:
         if "error" not in res:
             time.sleep(sc["settle"])
             window = CpuWindow(self.src_pids() + [proc.pid])
+            per_thread0 = thread_sample(proc.pid)
             c0, t1 = proc_cpu(proc.pid), time.time()
             threads = []
             while time.time() - t1 < sc["window"]:
                 threads.append(proc_status(proc.pid).get("Threads", 0))
                 time.sleep(1)
             c1, t2 = proc_cpu(proc.pid), time.time()
+            per_thread1 = thread_sample(proc.pid)
             st = proc_status(proc.pid)
+            groups = thread_groups(per_thread0, per_thread1, t2 - t1)
             res.update(idle_cpu_pct=100 * (c1 - c0) / (t2 - t1), threads=max(threads), rss_mib=st["VmRSS"] / 2**20,
                        peak_rss_mib=st["VmHWM"] / 2**20, others_cores=window.others_cores([proc.pid]),
-                       window_s=t2 - t1)
+                       window_s=t2 - t1, thread_groups=groups,
+                       wakeups_s=sum(g["wakeups_s"] for g in groups), load=os.getloadavg()[0])
         stop(proc)
         res["work"] = str(work)
         log(f"flows {engine} x{n}: {res.get('threads')} threads, idle CPU {fmt(res.get('idle_cpu_pct'), '.2f')} %, "
-            f"RSS {fmt(res.get('rss_mib'), '.0f')} MiB, ready after {fmt(res.get('ready_s'), '.1f')} s "
-            f"{res.get('error', '')}")
+            f"{fmt(res.get('wakeups_s'), ',.0f')} wake-ups/s, RSS {fmt(res.get('rss_mib'), '.0f')} MiB, ready after "
+            f"{fmt(res.get('ready_s'), '.1f')} s {res.get('error', '')}")
+        return res
+
+    def scenario_busy(self, name: str, sc: dict) -> dict:
+        """`flows-busy`: the same data (n topics) copied by n flows, a topic each, and by one flow."""
+        n = sc["flows"]
+        topics = [f"busy-{k}" for k in range(1, n + 1)]
+        fresh_cluster("bsrc")
+        t = time.time()
+        self.create(SRC, sc["partitions"], *topics)
+        out = self.tools.call("produce", SRC, ",".join(topics), str(sc["partitions"]), str(sc["records"]),
+                              str(payload_file(sc["size"])), *SOURCE_PROPS, "compression.type=none")
+        log(f"source: {sc['records']:,} records of {sc['size']} B over {n} topics of {sc['partitions']} partitions "
+            f"in {time.time() - t:.1f} s ({out.strip().splitlines()[-1]})")
+        rounds = []
+        for r in range(self.args.runs):
+            rnd = {}
+            for e in self.engines(sc):
+                for k in (1, n):  # one flow first, then n, back to back: the same machine load
+                    rnd[f"{e}@{k}"] = self.busy_run(e, k, topics, sc)
+            rounds.append(rnd)
+        return {"rounds": rounds, "counts": [1, n]}
+
+    def busy_run(self, engine: str, k: int, topics: list[str], sc: dict) -> dict:
+        """`k` = 1: flow e1->w1 copies every topic; otherwise flow eK->wK copies busy-K. CPU and copy rate
+        over the whole copy and over its steady part (10 % to 90 % of the records on the target, where
+        every flow is running: the n flows' group joins do not end at the same moment)."""
+        records = sc["records"]
+        work, _ = self.next_run(f"{engine}-{k}flows")
+        fresh_cluster("bdst")
+        if k == 1:
+            pairs = [("e1", "w1", topics)]
+        else:
+            pairs = [(f"e{i}", f"w{i}", [t]) for i, t in enumerate(topics, 1)]
+        clusters = {**{s: SRC for s, _, _ in pairs}, **{d: DST for _, d, _ in pairs}}
+        remote = ",".join(f"{s}.{t}" for s, _, ts in pairs for t in ts)
+        watcher = spawn(self.tools.tool("watch", DST, remote, str(records), "100", str(self.args.timeout), "100"),
+                        stdout=subprocess.PIPE)
+        lines = Lines(watcher, work / "watch.log")
+        time.sleep(1.5)
+        window = CpuWindow(self.src_pids() + [watcher.pid])
+        t0 = time.time()
+        if engine == "ferry":
+            proc = self.ferry().start(work, "e1", [ferry_flow(s, d, ts) for s, d, ts in pairs], clusters)
+        else:
+            proc = MM2(self.tools).start(work, mm2_props([(s, d, ", ".join(ts)) for s, d, ts in pairs], clusters))
+        res = {"engine": engine, "flows": k, "records": records, "size": sc["size"],
+               "partitions": sc["partitions"] * len(topics), "topics": len(topics)}
+        samples = []  # (seconds since start, records on the target, CPU seconds of the replicator)
+        peak_threads = 0
+        deadline = t0 + self.args.timeout
+        while True:
+            peak_threads = max(peak_threads, proc_status(proc.pid).get("Threads", 0))
+            line = lines.get(0.2)
+            if line is None:
+                res["error"] = "watcher ended without 'done'"
+                break
+            if line:
+                ev, ms, *rest = line.split()
+                if ev in ("first", "count", "done"):
+                    samples.append((int(ms) / 1000 - t0, int(rest[0]), proc_cpu(proc.pid)))
+                if ev == "first":
+                    res["first_s"] = int(ms) / 1000 - t0
+                elif ev == "done":
+                    res["done_s"] = int(ms) / 1000 - t0
+                    res["cpu_s"] = proc_cpu(proc.pid)
+                    st = proc_status(proc.pid)
+                    res["peak_rss_mib"] = st.get("VmHWM", 0) / 2**20
+                    res["threads"] = max(peak_threads, st.get("Threads", 0))
+                    res["others_cores"] = window.others_cores([proc.pid])
+                    break
+                elif ev == "timeout":
+                    res["error"] = f"timeout with {rest} records on the target"
+                    break
+            if proc.poll() is not None:
+                res["error"] = f"{engine} exited with {proc.returncode} (log: {work})"
+                break
+            if time.time() > deadline:
+                res["error"] = f"no completion within {self.args.timeout} s"
+                break
+        stop(proc)
+        stop(watcher)
+        if "first_s" in res and "done_s" in res:
+            copy = res["done_s"] - res["first_s"]
+            res["rate"] = records / copy if copy > 0 else None
+            res["cpu_us_per_record"] = res["cpu_s"] / records * 1e6
+            lo = next((s for s in samples if s[1] >= records * 0.1), None)
+            hi = next((s for s in samples if s[1] >= records * 0.9), None)
+            if lo and hi and hi[0] > lo[0] and hi[1] > lo[1]:
+                res["steady_rate"] = (hi[1] - lo[1]) / (hi[0] - lo[0])
+                res["steady_cpu_us_per_record"] = (hi[2] - lo[2]) / (hi[1] - lo[1]) * 1e6
+                res["steady_cpu_cores"] = (hi[2] - lo[2]) / (hi[0] - lo[0])
+        res["samples"] = samples
+        res["work"] = str(work)
+        log(f"busy {engine} x{k}: first record after {fmt(res.get('first_s'), '.1f')} s, done after "
+            f"{fmt(res.get('done_s'), '.1f')} s, {fmt_rate(res.get('rate'))} (steady {fmt_rate(res.get('steady_rate'))}), "
+            f"CPU {fmt(res.get('cpu_s'), '.2f')} s = {fmt(res.get('cpu_us_per_record'), '.1f')} µs/record (steady "
+            f"{fmt(res.get('steady_cpu_us_per_record'), '.1f')}), {res.get('threads')} threads {res.get('error', '')}")
         return res
 
     def scenario_checkpoint(self, name: str, sc: dict) -> dict:
@@ -1196,8 +1378,8 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
                    f"record (one clock: both clusters are on this machine), skipping the first {sc['warmup']} s. The "
                    f"limit row is that consumer on the source topic: the brokers' own produce-to-consume latency."]
     elif kind == "flows":
-        md += ["| engine | flows | threads | threads per flow | idle CPU | RSS | peak RSS | all flows heartbeating after | others' load |",
-               "|---|---|---|---|---|---|---|---|---|"]
+        md += ["| engine | flows | threads | threads per flow | idle CPU | wake-ups/s | RSS | peak RSS | all flows heartbeating after | load average | others' load |",
+               "|---|---|---|---|---|---|---|---|---|---|---|"]
         for n in result["counts"]:
             for e in ("ferry", "mm2"):
                 k = f"{e}@{n}"
@@ -1207,20 +1389,91 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
                 err = next((r[k]["error"] for r in rounds if k in r and "error" in r[k]), None)
                 md.append(f"| {'MM2' if e == 'mm2' else e} | {n} | {fmt(th)} | {fmt(th and th / n, '.1f')} "
                           f"| {fmt(med(rounds, k, 'idle_cpu_pct'), '.2f', ' % of a core')} "
+                          f"| {fmt(med(rounds, k, 'wakeups_s'), ',.0f')} "
                           f"| {fmt(med(rounds, k, 'rss_mib'), ',.0f', ' MiB')} | {fmt(med(rounds, k, 'peak_rss_mib'), ',.0f', ' MiB')} "
-                          f"| {fmt(med(rounds, k, 'ready_s'), '.1f', ' s')} | {fmt(med(rounds, k, 'others_cores'), '.2f', ' cores')} |"
+                          f"| {fmt(med(rounds, k, 'ready_s'), '.1f', ' s')} | {fmt(med(rounds, k, 'load'), '.1f')} "
+                          f"| {fmt(med(rounds, k, 'others_cores'), '.2f', ' cores')} |"
                           + (f" failed: {err}" if err and th is None else ""))
-        n50 = max(result["counts"])
-        th, cpu = med(rounds, f"ferry@{n50}", "threads"), med(rounds, f"ferry@{n50}", "idle_cpu_pct")
-        md += ["", f"Targets at {n50} flows: under 500 threads: {check(th, lambda v: v < 500)}; idle CPU under 2 % of a "
-                   f"core: {check(cpu, lambda v: v < 2)}.",
-               "", f"Method: flows eK->wK, K = 1..n, where every eK is the source cluster and every wK the target "
+        ferry_counts = [n for n in result["counts"] if any(f"ferry@{n}" in r for r in rounds)]
+        goal_n = 50 if 50 in ferry_counts else (max(ferry_counts) if ferry_counts else None)
+        if goal_n is not None:
+            th = med(rounds, f"ferry@{goal_n}", "threads")
+            cpu = med(rounds, f"ferry@{goal_n}", "idle_cpu_pct")
+            rss = med(rounds, f"ferry@{goal_n}", "rss_mib")
+            below = []
+            for n in result["counts"]:
+                for key in ("threads", "idle_cpu_pct", "rss_mib"):
+                    f_, m_ = med(rounds, f"ferry@{n}", key), med(rounds, f"mm2@{n}", key)
+                    if f_ is not None and m_ is not None:
+                        below.append(f_ < m_)
+            md += ["", f"Targets at {goal_n} flows (issue 18): under 500 threads: {check(th, lambda v: v < 500)}; idle CPU "
+                       f"under 10 % of a core: {check(cpu, lambda v: v < 10)}; RSS under 150 MiB: "
+                       f"{check(rss, lambda v: v < 150)}; below MM2 on every figure at every count both ran: "
+                       f"{check(all(below) if below else None, lambda v: v)}."]
+        hb = sc.get("heartbeats", 1)
+        nmax = max(result["counts"])
+        md += ["", f"Method: flows eK->wK, K = 1..n, where every eK is the source cluster and every wK the target "
                    f"(fresh clusters per run); each flow copies one empty topic idle-K. Ready = the target's "
                    f"`heartbeats` holds a heartbeat of every flow; then {sc['settle']} s to settle and CPU over "
-                   f"{sc['window']} s, threads (peak of 1 s samples) and RSS from /proc. MM2: one herder per flow plus "
+                   f"{sc['window']} s, threads (peak of 1 s samples) and RSS from /proc; wake-ups: context switches "
+                   f"per second summed over the process's threads (/proc/PID/task/*/status). MM2: one herder per flow plus "
                    f"its reverse heartbeat herder (what a ferry flow does), tasks.max = 2. Because all eK are one "
                    f"cluster, its `heartbeats` topic receives every flow's reverse heartbeat and every flow copies all "
-                   f"of them (n² records/s; both engines): with {n50} flows the idle node copies {n50 * n50:,} heartbeats/s."]
+                   f"of them (n²/{hb:g} records/s; both engines): with {nmax} flows the idle node copies "
+                   f"{nmax * nmax / hb:,.0f} heartbeats/s (a node of flows from n distinct sources would copy n/s)."]
+        # where the idle CPU goes, per kind of thread, at the goal's count (round 1)
+        for e in ("ferry", "mm2"):
+            n = 50 if any(f"{e}@50" in r for r in rounds) else max(
+                (n for n in result["counts"] if any(f"{e}@{n}" in r for r in rounds)), default=None)
+            run_ = next((r[f"{e}@{n}"] for r in rounds if f"{e}@{n}" in r and "thread_groups" in r[f"{e}@{n}"]), None)
+            if not run_:
+                continue
+            groups = run_["thread_groups"]
+            top, rest = groups[:14], groups[14:]
+            md += ["", f"Idle CPU by thread kind, {'MM2' if e == 'mm2' else e} at {n} flows (round 1; thread names "
+                       f"without the flow, numbers as N):", "",
+                   "| threads named | count | CPU | wake-ups/s |", "|---|---|---|---|"]
+            for g in top:
+                md.append(f"| `{g['group']}` | {g['threads']:,} | {g['cpu_pct']:.2f} % | {g['wakeups_s']:,.0f} |")
+            if rest:
+                md.append(f"| {len(rest)} other kinds | {sum(g['threads'] for g in rest):,} "
+                          f"| {sum(g['cpu_pct'] for g in rest):.2f} % | {sum(g['wakeups_s'] for g in rest):,.0f} |")
+    elif kind == "busy":
+        n = result["counts"][-1]
+        md += ["| engine | flows | wall incl. startup | to first record | copy rate | steady rate (10-90 %) | CPU "
+               "| CPU per record (all, steady) | CPU while steady | peak RSS | threads | others' load |",
+               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for e in ("ferry", "mm2"):
+            for k in result["counts"]:
+                key = f"{e}@{k}"
+                if not any(key in r for r in rounds):
+                    continue
+                md.append(f"| {'MM2' if e == 'mm2' else e} | {k} | {fmt(med(rounds, key, 'done_s'), '.1f', ' s')} "
+                          f"| {fmt(med(rounds, key, 'first_s'), '.1f', ' s')} | {fmt_rate(med(rounds, key, 'rate'))} "
+                          f"| {fmt_rate(med(rounds, key, 'steady_rate'))} | {fmt(med(rounds, key, 'cpu_s'), '.2f', ' s')} "
+                          f"| {fmt(med(rounds, key, 'cpu_us_per_record'), '.1f')}, "
+                          f"{fmt(med(rounds, key, 'steady_cpu_us_per_record'), '.1f', ' µs')} "
+                          f"| {fmt(med(rounds, key, 'steady_cpu_cores') and med(rounds, key, 'steady_cpu_cores') * 100, '.0f', ' % of a core')} "
+                          f"| {fmt(med(rounds, key, 'peak_rss_mib'), ',.0f', ' MiB')} | {fmt(med(rounds, key, 'threads'))} "
+                          f"| {fmt(med(rounds, key, 'others_cores'), '.2f', ' cores')} |")
+            if not any(f"{e}@{n}" in r for r in rounds):
+                continue
+            rate = ratio_med(rounds, f"{e}@{n}", f"{e}@1", "rate")
+            srate = ratio_med(rounds, f"{e}@{n}", f"{e}@1", "steady_rate")
+            cpu = ratio_med(rounds, f"{e}@{n}", f"{e}@1", "cpu_us_per_record")
+            scpu = ratio_med(rounds, f"{e}@{n}", f"{e}@1", "steady_cpu_us_per_record")
+            md += ["", f"{'MM2' if e == 'mm2' else e}, {n} flows / 1 flow: copy rate **{fmt(rate, '.2f', 'x')}** (steady "
+                       f"{fmt(srate, '.2f', 'x')}), CPU per record **{fmt(cpu, '.2f', 'x')}** (steady {fmt(scpu, '.2f', 'x')}). "
+                       f"Goal, within 10 % of one flow: rate {check(rate, lambda v: v >= 0.9)}, CPU "
+                       f"{check(cpu, lambda v: v <= 1.1)}."]
+        md += ["", f"Method: {n} topics busy-K of {sc['partitions']} partitions on the source, {sc['records'] // n:,} records "
+                   f"of {sc['size']} B each (uncompressed), written once. Each run gets a fresh target: either {n} flows "
+                   f"eK->wK (aliases of the two clusters), flow K copying busy-K, or one flow e1->w1 copying all {n} topics "
+                   f"(the same partitions, records and batches: only the split into flows differs). Copy rate: records / "
+                   f"(last - first record on the target), watched by one admin client polling the log-end offsets every "
+                   f"0.1 s; steady: between the moments 10 % and 90 % of the records were there (the flows' group joins "
+                   f"end at different moments), with the replicator's CPU over the same span. CPU: user+system of the "
+                   f"process from its start to the last record."]
     elif kind == "checkpoint":
         groups = result["groups"]
         md += ["| engine | first checkpoint after process start | after its checkpoint task started | every group and "
@@ -1295,7 +1548,11 @@ def main() -> None:
     ap.add_argument("--rate", type=int, help="latency: records/s")
     ap.add_argument("--duration", type=int, help="latency: seconds of steady load")
     ap.add_argument("--warmup", type=int, help="latency: seconds of the load left out of the percentiles")
-    ap.add_argument("--flows", help="flows: comma list of flow counts (default 1,10,50)")
+    ap.add_argument("--flows", help="flows: comma list of flow counts (default 1,10,50,100); flows-busy: the "
+                                    "number of busy flows (default 20)")
+    ap.add_argument("--mm2-flows", help="flows: MM2's flow counts (default 1,10,50, or --flows when given)")
+    ap.add_argument("--heartbeats-interval", type=float, dest="heartbeats",
+                    help="flows: seconds between heartbeats of every flow, both engines (default 1, MM2's)")
     ap.add_argument("--window", type=int, help="flows: seconds of idle CPU measurement")
     ap.add_argument("--syncs", type=int, help="checkpoint: offset syncs on the topic")
     ap.add_argument("--timeout", type=int, default=900, help="seconds an engine run may take")
@@ -1328,9 +1585,12 @@ def main() -> None:
     try:
         for n in names:
             sc = dict(SCENARIOS[n])
-            for k in ("records", "size", "partitions", "topics", "rate", "duration", "warmup", "window", "syncs"):
+            for k in ("records", "size", "partitions", "topics", "rate", "duration", "warmup", "window", "syncs",
+                      "heartbeats"):
                 if getattr(args, k) is not None:
                     sc[k] = getattr(args, k)
+            if sc["kind"] == "busy" and args.flows:
+                sc["flows"] = int(args.flows)
             sc["what"] = describe(n, sc)
             if args.scenario == "profile":
                 if sc["kind"] != "copy":
