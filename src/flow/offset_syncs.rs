@@ -41,8 +41,20 @@ struct Queued {
 
 #[derive(Default)]
 struct Inner {
+    /// Consecutive ids, oldest first (entries leave only from the front).
     entries: VecDeque<Queued>,
     next_id: u64,
+}
+
+impl Inner {
+    /// Unacknowledged entries after id `after` (all with `None`), oldest first.
+    fn pending(&self, after: Option<u64>) -> impl Iterator<Item = &Queued> {
+        let skip = match (after, self.entries.front()) {
+            (Some(a), Some(front)) => usize::try_from((a + 1).saturating_sub(front.id)).unwrap_or(usize::MAX),
+            _ => 0,
+        };
+        self.entries.range(skip.min(self.entries.len())..).filter(|e| !e.acked)
+    }
 }
 
 /// Syncs waiting to be published, in the order the rule produced them.
@@ -103,15 +115,15 @@ impl SyncQueue {
     }
 
     /// Up to `n` unacknowledged syncs queued after id `after` (from the front with `None`), oldest
-    /// first, waiting up to `wait` for one to arrive.
+    /// first, waiting up to `wait` for one to arrive. Ids in the queue are consecutive, so the first
+    /// candidate is found by arithmetic: the cost is the syncs returned, not the syncs in flight.
     fn unsent(&self, after: Option<u64>, n: usize, wait: Duration) -> Vec<(u64, MarkedSync)> {
-        let pending = |e: &&Queued| after.is_none_or(|a| e.id > a) && !e.acked;
         let q = self.lock();
         let (q, _) = self
             .ready
-            .wait_timeout_while(q, wait, |q| !q.entries.iter().any(|e| pending(&e)))
+            .wait_timeout_while(q, wait, |q| q.pending(after).next().is_none())
             .unwrap_or_else(|p| p.into_inner());
-        q.entries.iter().filter(pending).take(n).map(|e| (e.id, e.sync.clone())).collect()
+        q.pending(after).take(n).map(|e| (e.id, e.sync.clone())).collect()
     }
 
     /// The broker acknowledged sync `id`: it leaves the queue as soon as everything before it has.
@@ -152,6 +164,12 @@ pub fn worker(plan: Arc<FlowPlan>, queue: Arc<SyncQueue>, supervisor: Addr<FlowS
 #[derive(Default)]
 struct Deliveries(Mutex<Vec<(u64, Result<(), kafka::Captured>)>>);
 
+impl Deliveries {
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
 impl ClientContext for Deliveries {}
 
 impl ProducerContext for Deliveries {
@@ -162,6 +180,23 @@ impl ProducerContext for Deliveries {
             .map(|_| ())
             .map_err(|(e, _)| kafka::Captured { text: e.to_string(), refused: kafka::authorization_error(e) });
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push((*id, outcome));
+    }
+}
+
+/// How long the emitter waits for new syncs while some are in flight before it serves delivery reports.
+const DELIVERY_POLL_GAP: Duration = Duration::from_millis(5);
+
+/// Run the delivery reports that are ready, without waiting. Never a timed `poll`: rdkafka asks
+/// librdkafka for the whole milliseconds left of the timeout, 0 once less than one is left, and loops
+/// until the deadline, so each timed poll spins through its last millisecond (a tenth of a core for the
+/// 10 ms polls this loop made). `poll(0)` serves at most one event: call it while reports come in.
+fn serve_deliveries(producer: &BaseProducer<Deliveries>) {
+    for _ in 0..64 {
+        let before = producer.context().len();
+        producer.poll(Duration::ZERO);
+        if producer.context().len() == before {
+            return;
+        }
     }
 }
 
@@ -186,7 +221,9 @@ fn run(plan: &FlowPlan, queue: &SyncQueue, control: Control<()>) -> Result<(), S
             Some(Signal::Msg(())) | None => {}
         }
         if in_flight < IN_FLIGHT {
-            let wait = if in_flight == 0 { Duration::from_millis(100) } else { Duration::ZERO };
+            // Wait for new syncs: long while nothing is in flight, else only until the deliveries are
+            // looked at again.
+            let wait = if in_flight == 0 { Duration::from_millis(100) } else { DELIVERY_POLL_GAP };
             let batch = queue.unsent(last_sent, IN_FLIGHT - in_flight, wait);
             if !batch.is_empty() {
                 failpoints::check(failpoints::OFFSET_SYNCS_SEND)?;
@@ -208,7 +245,10 @@ fn run(plan: &FlowPlan, queue: &SyncQueue, control: Control<()>) -> Result<(), S
                 in_flight += 1;
             }
         }
-        producer.poll(Duration::from_millis(if in_flight > 0 { 10 } else { 0 }));
+        if in_flight >= IN_FLIGHT {
+            std::thread::sleep(DELIVERY_POLL_GAP);
+        }
+        serve_deliveries(&producer);
         let reports = std::mem::take(&mut *producer.context().0.lock().unwrap_or_else(|p| p.into_inner()));
         let mut failed = None;
         for (id, outcome) in reports {
@@ -277,5 +317,22 @@ mod tests {
         q.ack(1);
         assert_eq!(q.len(), 2, "1 and the already acknowledged 2 leave together");
         assert_eq!(q.unsent(Some(3), 10, Duration::ZERO).len(), 1);
+    }
+
+    #[test]
+    fn unsent_syncs_are_found_from_any_last_sent_id() {
+        let q = SyncQueue::new("q->test2");
+        for i in 0..10 {
+            q.push(sync(i), SyncReason::LagExceeded);
+        }
+        q.ack(0);
+        q.ack(1);
+        q.ack(5);
+        let ids = |v: Vec<(u64, MarkedSync)>| v.into_iter().map(|(id, _)| id).collect::<Vec<_>>();
+        assert_eq!(ids(q.unsent(Some(0), 3, Duration::ZERO)), [2, 3, 4], "`after` already left the queue");
+        assert_eq!(ids(q.unsent(Some(4), 3, Duration::ZERO)), [6, 7, 8], "acknowledged 5 is skipped");
+        assert!(q.unsent(Some(9), 3, Duration::ZERO).is_empty(), "nothing after the newest");
+        assert!(q.unsent(Some(50), 3, Duration::ZERO).is_empty());
+        assert_eq!(ids(q.unsent(None, 2, Duration::ZERO)), [2, 3]);
     }
 }
