@@ -71,9 +71,14 @@ pub struct TopicSync {
     checking: bool,
     /// The timer of the next writability check.
     next_check: Option<SpawnHandle>,
-    /// Since when some remote partitions have been waiting to take writes (for the log).
+    /// Since when some remote partitions have been waiting to take writes, and when that was last
+    /// logged as a warning.
     waiting_since: Option<Instant>,
+    waiting_warned: Option<Instant>,
 }
+
+/// Remote partitions that have not taken writes for this long are warned about (again every as long).
+const WRITABLE_WARN_AFTER: Duration = Duration::from_secs(60);
 
 /// While remote partitions do not take writes yet, ask again this often.
 const WRITABLE_RECHECK: Duration = Duration::from_secs(1);
@@ -100,6 +105,7 @@ impl TopicSync {
             checking: false,
             next_check: None,
             waiting_since: None,
+            waiting_warned: None,
         }
     }
 
@@ -245,10 +251,18 @@ impl TopicSync {
                 me.supervisor.do_send(TopicsReady(ready));
             }
             if me.writable.waiting() == 0 {
+                me.waiting_warned = None;
                 if let Some(since) = me.waiting_since.take() {
                     tracing::info!(flow = %me.plan.id, waited_s = since.elapsed().as_secs_f64(), "every remote partition takes writes");
                 }
             } else {
+                let since = me.waiting_since.unwrap_or_else(Instant::now);
+                if since.elapsed() >= WRITABLE_WARN_AFTER
+                    && me.waiting_warned.is_none_or(|t| t.elapsed() >= WRITABLE_WARN_AFTER)
+                {
+                    me.waiting_warned = Some(Instant::now());
+                    tracing::warn!(flow = %me.plan.id, partitions = me.writable.waiting(), waited_s = since.elapsed().as_secs(), last_answer = me.writable.reason().unwrap_or("none"), "remote partitions still do not take writes; they are not copied until they do");
+                }
                 me.next_check = Some(ctx.run_later(WRITABLE_RECHECK, |me, ctx| {
                     me.next_check = None;
                     me.check_writable(ctx);

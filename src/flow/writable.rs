@@ -31,6 +31,8 @@ pub struct Writable {
     found: Assignment,
     /// Source partitions of `found` whose remote partition has not answered yet, with that partition.
     waiting: BTreeMap<SourcePartition, RemotePartition>,
+    /// What the target said about one of the waiting partitions, last time it was asked.
+    reason: Option<String>,
 }
 
 impl Writable {
@@ -62,18 +64,32 @@ impl Writable {
         self.waiting.len()
     }
 
+    /// What the target last said about a waiting partition (`topic-partition: error`).
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
     /// The broker's answers about [`Writable::to_check`]. Returns the new assignment if partitions
     /// became copyable.
     pub fn answered(&mut self, answers: &HashMap<RemotePartition, Answer>) -> Option<Assignment> {
         let before = self.waiting.len();
         let known = &mut self.known;
+        let mut reason = None;
         self.waiting.retain(|_, (topic, partition)| {
-            let writable = answers.get(&(topic.clone(), *partition)).is_some_and(takes_writes);
+            let answer = answers.get(&(topic.clone(), *partition));
+            let writable = answer.is_some_and(takes_writes);
             if writable {
                 known.entry(topic.clone()).or_default().insert(*partition);
+            } else if reason.is_none()
+                && let Some(Answer::Refused(e) | Answer::Unanswered(e)) = answer
+            {
+                reason = Some(format!("{topic}-{partition}: {e}"));
             }
             !writable
         });
+        if reason.is_some() {
+            self.reason = reason;
+        }
         (self.waiting.len() < before).then(|| self.ready())
     }
 
@@ -171,6 +187,7 @@ mod tests {
         let ready = w.answered(&answers).expect("a-0 became copyable");
         assert_eq!(ready.partitions, [("a".to_string(), 0)].into_iter().collect());
         assert_eq!(w.waiting(), 2);
+        assert!(w.reason().is_some_and(|r| r.starts_with("src.a-1: ")), "{:?}", w.reason());
         assert!(w.answered(&answers).is_none(), "nothing new");
         let later: HashMap<RemotePartition, Answer> =
             [(("src.a".to_string(), 1), Answer::Offset(5)), (("src.b".to_string(), 0), Answer::Offset(0))]

@@ -197,6 +197,11 @@ impl Book {
             }
         }
         self.forget.extend(wanted.deleted.iter().cloned());
+        // Only a topic the book already copied can grow; a new one is not in the producer's metadata
+        // yet and is looked up on its first record anyway (a refresh per new topic cost the copy thread
+        // a blocking metadata request for each of a wide flow's topics at start).
+        let had: BTreeSet<String> =
+            self.topics.iter().filter(|(_, e)| !e.parts.is_empty()).map(|(t, _)| t.clone()).collect();
         let now = Instant::now();
         for (topic, partition) in wanted.partitions {
             let entry = self.topics.entry(topic.clone()).or_insert_with(|| {
@@ -219,7 +224,7 @@ impl Book {
                 }
                 continue;
             }
-            if !entry.parts.is_empty() {
+            if had.contains(&topic) {
                 grown.insert(entry.remote.clone());
             }
             let part = Part {
