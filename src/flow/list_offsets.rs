@@ -54,27 +54,30 @@ pub fn list_offsets<C: ConsumerContext>(
     out
 }
 
-/// [`list_offsets`] with up to `threads` calls at a time: for questions whose calls may each take the
-/// whole `timeout` (librdkafka retries a call while one of its partitions has no leader).
+/// [`list_offsets`] in calls of `chunk` partitions, up to `threads` calls at a time: for questions whose
+/// calls may each take the whole `timeout` (librdkafka retries a call while one of its partitions has no
+/// leader, and looks its partitions' leaders up with another quadratic search).
 pub fn list_offsets_concurrently<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     tps: &[SourcePartition],
     at: Offset,
     timeout: Duration,
+    chunk: usize,
     threads: usize,
 ) -> HashMap<SourcePartition, Answer> {
-    let chunks: Vec<&[SourcePartition]> = tps.chunks(CHUNK).collect();
+    let chunks: Vec<&[SourcePartition]> = tps.chunks(chunk.max(1)).collect();
     let threads = threads.clamp(1, chunks.len().max(1));
-    if threads == 1 {
-        return list_offsets(consumer, tps, at, timeout);
-    }
+
     let next = AtomicUsize::new(0);
     let out = Mutex::new(HashMap::with_capacity(tps.len()));
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {
                 while let Some(chunk) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let answered = list_offsets(consumer, chunk, at, timeout);
+                    let answered = match list_chunk(consumer, chunk, at, timeout) {
+                        Ok(answered) => answered,
+                        Err(e) => chunk.iter().map(|tp| (tp.clone(), Answer::Unanswered(e.clone()))).collect(),
+                    };
                     out.lock().unwrap_or_else(|p| p.into_inner()).extend(answered);
                 }
             });

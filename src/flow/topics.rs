@@ -228,7 +228,7 @@ impl TopicSync {
             return;
         }
         let Some(clients) = self.clients.clone() else { return };
-        let tps = self.writable.to_check();
+        let tps = self.writable.to_check(writable::wave(WRITABLE_THREADS));
         if self.waiting_since.is_none() {
             self.waiting_since = Some(Instant::now());
             tracing::info!(flow = %self.plan.id, partitions = tps.len(), "remote partitions do not take writes yet (the target is still creating them); each is copied once it does");

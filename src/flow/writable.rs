@@ -8,7 +8,7 @@
 //! metadata would fill its producer with records for every partition, and librdkafka would retry the
 //! batches and refresh the topic's metadata over and over meanwhile: measured at 2,000 partitions,
 //! 8 s of ferry's CPU in 130 s of waiting (bench/results.md), load on a broker already busy. Asking
-//! costs one ListOffsets per [`list_offsets::CHUNK`] partitions per second while some are waiting, and
+//! costs one ListOffsets per [`CHECK_CHUNK`] partitions about every second while some are waiting, and
 //! nothing once every partition answered (a partition that answered once is not asked again).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -33,6 +33,9 @@ pub struct Writable {
     waiting: BTreeMap<SourcePartition, RemotePartition>,
     /// What the target said about one of the waiting partitions, last time it was asked.
     reason: Option<String>,
+    /// Checks so far: each starts one wave further into the waiting partitions, so that a wave that
+    /// never answers (a partition whose leader is away) does not keep the others from being asked.
+    turn: usize,
 }
 
 impl Writable {
@@ -54,9 +57,15 @@ impl Writable {
         self.ready()
     }
 
-    /// The remote partitions to ask about.
-    pub fn to_check(&self) -> Vec<RemotePartition> {
-        self.waiting.values().cloned().collect()
+    /// The remote partitions to ask about, starting `wave` partitions further than the last time.
+    pub fn to_check(&mut self, wave: usize) -> Vec<RemotePartition> {
+        let mut tps: Vec<RemotePartition> = self.waiting.values().cloned().collect();
+        if !tps.is_empty() {
+            let start = self.turn.wrapping_mul(wave) % tps.len();
+            tps.rotate_left(start);
+        }
+        self.turn = self.turn.wrapping_add(1);
+        tps
     }
 
     /// Source partitions still waiting.
@@ -135,16 +144,42 @@ fn not_led_yet(e: &KafkaError) -> bool {
     )
 }
 
-/// Ask the target about `tps`, [`list_offsets::CHUNK`] partitions per call, up to `threads` calls at a
-/// time (a chunk with one partition that is not led yet takes the whole `timeout`: librdkafka retries
-/// the call until then).
+/// Partitions per call of the check. Smaller than [`list_offsets::CHUNK`]: the check repeats every
+/// second or so while partitions wait, and a chunk answers only once all of its partitions are led.
+const CHECK_CHUNK: usize = 200;
+
+/// Partitions in one wave of calls of [`check`] with `threads` calls at a time.
+pub fn wave(threads: usize) -> usize {
+    CHECK_CHUNK * threads.max(1)
+}
+
+/// Ask the target about `tps`, [`CHECK_CHUNK`] partitions per call, `threads` calls at a time. A chunk
+/// with one partition that is not led yet takes the whole `timeout` (librdkafka retries the call until
+/// then), so once a wave of calls finds nothing writable the rest waits for the next check: while a
+/// broker creates thousands of partitions, a check costs one wave, not one call per chunk.
 pub fn check<C: rdkafka::consumer::ConsumerContext>(
     consumer: &rdkafka::consumer::BaseConsumer<C>,
     tps: &[RemotePartition],
     timeout: std::time::Duration,
     threads: usize,
 ) -> HashMap<RemotePartition, Answer> {
-    list_offsets::list_offsets_concurrently(consumer, tps, rdkafka::Offset::End, timeout, threads)
+    let mut answers = HashMap::with_capacity(tps.len());
+    for wave in tps.chunks(wave(threads)) {
+        let answered = list_offsets::list_offsets_concurrently(
+            consumer,
+            wave,
+            rdkafka::Offset::End,
+            timeout,
+            CHECK_CHUNK,
+            threads,
+        );
+        let any = answered.values().any(takes_writes);
+        answers.extend(answered);
+        if !any {
+            break;
+        }
+    }
+    answers
 }
 
 #[cfg(test)]
@@ -173,7 +208,7 @@ mod tests {
         let ready = w.found(assignment(&[("a", 0), ("a", 1), ("b", 0)]), remote);
         assert!(ready.partitions.is_empty(), "nothing answered yet");
         assert_eq!(ready.max_message_bytes.len(), 1, "the record limits pass through");
-        assert_eq!(w.to_check().len(), 3);
+        assert_eq!(w.to_check(2).len(), 3);
         let answers: HashMap<RemotePartition, Answer> = [
             (("src.a".to_string(), 0), Answer::Offset(0)),
             (("src.a".to_string(), 1), not_led()),
@@ -198,7 +233,7 @@ mod tests {
         // The next refresh asks nothing about partitions that answered once, only about new ones.
         let ready = w.found(assignment(&[("a", 0), ("a", 1), ("a", 2), ("b", 0)]), remote);
         assert_eq!(ready.partitions.len(), 3);
-        assert_eq!(w.to_check(), [("src.a".to_string(), 2)]);
+        assert_eq!(w.to_check(2), [("src.a".to_string(), 2)]);
     }
 
     #[test]
@@ -208,6 +243,19 @@ mod tests {
         w.answered(&[(("src.a".to_string(), 0), Answer::Offset(0))].into_iter().collect());
         assert!(w.found(assignment(&[]), remote).partitions.is_empty());
         assert!(w.found(assignment(&[("a", 0)]), remote).partitions.is_empty(), "asked again (re-created?)");
+    }
+
+    #[test]
+    fn each_check_starts_one_wave_further() {
+        let mut w = Writable::default();
+        w.found(assignment(&[("a", 0), ("a", 1), ("a", 2), ("a", 3), ("a", 4)]), remote);
+        let first = |v: Vec<RemotePartition>| v[0].1;
+        assert_eq!(first(w.to_check(2)), 0);
+        assert_eq!(first(w.to_check(2)), 2);
+        assert_eq!(first(w.to_check(2)), 4);
+        let all = w.to_check(2);
+        assert_eq!(all.len(), 5, "every waiting partition, rotated");
+        assert_eq!(first(all), 1);
     }
 
     #[test]
