@@ -88,9 +88,12 @@ ALL = ["headline", "small", "lz4", "latency", "partitions-2000", "partitions-100
 # Producer settings. The source data is written once per scenario (not measured); the limit's producer
 # is tuned like MM2's below, since it stands for the copy's produce side.
 SOURCE_PROPS = ["acks=1", "linger.ms=20", "batch.size=262144"]
-# Round robin over thousands of partitions: small batches that wait to fill, and room for them all.
+# Round robin over thousands of partitions: small batches that wait to fill, and room for them all. A
+# source broker on a busy machine took up to 120 s to acknowledge some batches, producer-perf's default
+# delivery timeout: records were lost and the copy never reached its count; allow ten minutes.
 ROUND_ROBIN_PROPS = ["partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner",
-                     "linger.ms=500", "batch.size=16384", "buffer.memory=536870912"]
+                     "linger.ms=500", "batch.size=16384", "buffer.memory=536870912",
+                     "delivery.timeout.ms=600000", "request.timeout.ms=120000"]
 LIMIT_PROPS = ["acks=all", "linger.ms=20", "batch.size=262144", "compression.type=lz4"]
 LATENCY_SOURCE_PROPS = ["acks=1", "linger.ms=5", "batch.size=65536"]
 

@@ -229,10 +229,6 @@ impl TopicSync {
         }
         let Some(clients) = self.clients.clone() else { return };
         let tps = self.writable.to_check(writable::wave(WRITABLE_THREADS));
-        if self.waiting_since.is_none() {
-            self.waiting_since = Some(Instant::now());
-            tracing::info!(flow = %self.plan.id, partitions = tps.len(), "remote partitions do not take writes yet (the target is still creating them); each is copied once it does");
-        }
         self.checking = true;
         let (tx, rx) = tokio::sync::oneshot::channel();
         // A thread of its own, like the metadata calls: a check of partitions without a leader takes
@@ -256,7 +252,10 @@ impl TopicSync {
                     tracing::info!(flow = %me.plan.id, waited_s = since.elapsed().as_secs_f64(), "every remote partition takes writes");
                 }
             } else {
-                let since = me.waiting_since.unwrap_or_else(Instant::now);
+                let since = *me.waiting_since.get_or_insert_with(|| {
+                    tracing::info!(flow = %me.plan.id, partitions = me.writable.waiting(), last_answer = me.writable.reason().unwrap_or("none"), "remote partitions do not take writes yet (the target may still be creating them); each is copied once it does");
+                    Instant::now()
+                });
                 if since.elapsed() >= WRITABLE_WARN_AFTER
                     && me.waiting_warned.is_none_or(|t| t.elapsed() >= WRITABLE_WARN_AFTER)
                 {
