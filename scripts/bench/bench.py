@@ -1046,7 +1046,8 @@ def summarise(r: dict) -> str:
         return f"FAILED: {r['error']}"
     return (f"first record after {fmt(r.get('first_s'), '.1f')} s, done after {fmt(r.get('done_s'), '.1f')} s, "
             f"{fmt_rate(r.get('rate'))}, {fmt(r.get('mb_s'), '.1f')} MB/s, peak RSS {fmt(r.get('peak_rss_mib'))} MiB, "
-            f"CPU {fmt(r.get('cpu_s'), '.2f')} s, others {fmt(r.get('others_cores'), '.2f')} cores")
+            f"CPU {fmt(r.get('cpu_s'), '.2f')} s ({fmt(r.get('cpu_at_first_s'), '.2f')} s of it before the first "
+            f"record), others {fmt(r.get('others_cores'), '.2f')} cores")
 
 
 def resolve_ferry(args) -> tuple[Path, str]:
