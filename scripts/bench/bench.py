@@ -93,9 +93,12 @@ ALL = ["headline", "small", "lz4", "latency", "partitions-2000", "partitions-100
 # Producer settings. The source data is written once per scenario (not measured); the limit's producer
 # is tuned like MM2's below, since it stands for the copy's produce side.
 SOURCE_PROPS = ["acks=1", "linger.ms=20", "batch.size=262144"]
-# Round robin over thousands of partitions: small batches that wait to fill, and room for them all.
+# Round robin over thousands of partitions: small batches that wait to fill, and room for them all. A
+# source broker on a busy machine took up to 120 s to acknowledge some batches, producer-perf's default
+# delivery timeout: records were lost and the copy never reached its count; allow ten minutes.
 ROUND_ROBIN_PROPS = ["partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner",
-                     "linger.ms=500", "batch.size=16384", "buffer.memory=536870912"]
+                     "linger.ms=500", "batch.size=16384", "buffer.memory=536870912",
+                     "delivery.timeout.ms=600000", "request.timeout.ms=120000"]
 LIMIT_PROPS = ["acks=all", "linger.ms=20", "batch.size=262144", "compression.type=lz4"]
 LATENCY_SOURCE_PROPS = ["acks=1", "linger.ms=5", "batch.size=65536"]
 
@@ -1225,7 +1228,8 @@ def summarise(r: dict) -> str:
         return f"FAILED: {r['error']}"
     return (f"first record after {fmt(r.get('first_s'), '.1f')} s, done after {fmt(r.get('done_s'), '.1f')} s, "
             f"{fmt_rate(r.get('rate'))}, {fmt(r.get('mb_s'), '.1f')} MB/s, peak RSS {fmt(r.get('peak_rss_mib'))} MiB, "
-            f"CPU {fmt(r.get('cpu_s'), '.2f')} s, others {fmt(r.get('others_cores'), '.2f')} cores")
+            f"CPU {fmt(r.get('cpu_s'), '.2f')} s ({fmt(r.get('cpu_at_first_s'), '.2f')} s of it before the first "
+            f"record), others {fmt(r.get('others_cores'), '.2f')} cores")
 
 
 def resolve_ferry(args) -> tuple[Path, str]:
