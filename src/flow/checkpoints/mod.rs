@@ -188,6 +188,8 @@ impl<'a> Computer<'a> {
         supervisor: Addr<FlowSupervisor>,
         identity: Arc<Identity>,
     ) -> Result<Self, String> {
+        // The start of the computer's start-up (transactions, topics, the offset syncs), for the record.
+        tracing::info!(flow = %plan.id, "checkpoint computer starting");
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -283,6 +285,9 @@ impl<'a> Computer<'a> {
                 reader.poll(&self.state, Duration::ZERO)?;
                 if syncs.backlog_read(&self.state, backlog)? {
                     early = None;
+                    // The whole history is in: groups older than the newest syncs translate now, not
+                    // an emission interval (60 s by default) later.
+                    next_emit = Instant::now();
                 }
             }
             if let Some(r) = &mut reverse {
