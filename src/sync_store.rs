@@ -533,11 +533,22 @@ impl SyncStore {
         }
     }
 
-    /// MM2's `initializationMustReadToEnd`: call with `true` before reading the backlog when previous
-    /// checkpoints could not be loaded. Until [`SyncStore::set_read_to_end`], each sync then replaces
-    /// its partition's history.
+    /// MM2's `initializationMustReadToEnd`: call with `true` when previous checkpoints could not be
+    /// loaded. Until [`SyncStore::set_read_to_end`], each sync then replaces its partition's history.
+    ///
+    /// It may come while the backlog is being read (ferry reads it while it loads the checkpoints):
+    /// what was read so far then shrinks to each partition's newest sync, which is exactly what
+    /// reading it latest-only would have left (every sync taken in ends up as its partition's newest,
+    /// and the checks of positions, marks and owners do not depend on the mode).
     pub fn set_backlog_latest_only(&mut self, latest_only: bool) {
         self.backlog_latest_only = latest_only;
+        if latest_only && !self.read_to_end {
+            for p in self.partitions.values_mut().flat_map(HashMap::values_mut) {
+                let newest = p.newest().sync;
+                p.reset(newest);
+            }
+            self.len = self.partition_count;
+        }
     }
 
     pub fn is_backlog_latest_only(&self) -> bool {
@@ -1495,6 +1506,57 @@ mod tests {
         assert_eq!(f.store.len(), 2);
         assert_eq!(f.tr(89), Translation::TooOld);
         assert_eq!(f.tr(95), Translation::Exact(95));
+    }
+
+    #[test]
+    fn latest_only_switched_on_while_the_backlog_is_read_equals_latest_only_from_the_start() {
+        // The computer reads the backlog while it loads the published checkpoints, and learns only then
+        // whether the backlog is to be read latest-only.
+        let mut rng = SplitMix(11);
+        for round in 0..40 {
+            let mut syncs = Vec::new();
+            let (mut up, mut down, mut seq) = ([0i64; 3], [0i64; 3], [0u64; 3]);
+            for position in 0..rng.range(50, 3000) {
+                let p = rng.range(0, 3) as usize;
+                if rng.chance(3) {
+                    up[p] = (up[p] - rng.range(0, 300)).max(0); // a rewind
+                } else if rng.chance(2) {
+                    down[p] = (down[p] - rng.range(0, 50)).max(0); // the target went back
+                }
+                up[p] += rng.range(1, 40);
+                down[p] += rng.range(1, 40);
+                let mut mark = SyncMark { lifetime: 1, seq: seq[p], epoch: 0 };
+                seq[p] += 1;
+                if rng.chance(5) {
+                    mark.seq = mark.seq.saturating_sub(2); // republished
+                }
+                let mark = (round % 2 == 0).then_some(mark);
+                let position = if rng.chance(3) { position - 1 } else { position };
+                syncs.push((p as i32, StoredSync { upstream: up[p], downstream: down[p], mark, position }));
+            }
+            let switch = rng.range(0, syncs.len() as i64 + 1) as usize;
+            let (mut from_start, mut switched) = (SyncStore::new(64), SyncStore::new(64));
+            from_start.set_backlog_latest_only(true);
+            for (i, (p, s)) in syncs.iter().enumerate() {
+                if i == switch {
+                    switched.set_backlog_latest_only(true);
+                }
+                from_start.handle("t", *p, *s);
+                switched.handle("t", *p, *s);
+            }
+            if switch == syncs.len() {
+                switched.set_backlog_latest_only(true);
+            }
+            check_invariants(&switched);
+            assert_eq!(switched.len(), from_start.len(), "round {round}");
+            from_start.set_read_to_end();
+            switched.set_read_to_end();
+            for p in 0..3 {
+                for g in (0..=up[p as usize] + 50).step_by(3) {
+                    assert_eq!(switched.translate("t", p, g), from_start.translate("t", p, g), "round {round}, {p} at {g}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -24,6 +24,8 @@
 //! MM2 running the reverse flow with the other setting writes unmarked syncs into this flow's topic,
 //! which cannot be told from this flow's own: not supported (MM2's own checkpoints mix them up too).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
@@ -184,7 +186,13 @@ pub(super) struct SyncReader {
     /// This flow's id and the reverse flow's, as [`FLOW_HEADER`] names them.
     this: String,
     reverse: String,
+    /// Set to stop a reader that reads on a thread of its own ([`super::backlog`]): reading to the
+    /// end then gives up with [`STOPPED`].
+    cancel: Arc<AtomicBool>,
 }
+
+/// The error of a read given up because its reader was stopped.
+pub(super) const STOPPED: &str = "stopped before the offset syncs were read";
 
 impl SyncReader {
     pub(super) fn new(plan: &FlowPlan, state: &SharedCheckpointState) -> Result<Self, String> {
@@ -227,7 +235,18 @@ impl SyncReader {
             side,
             this: plan.id.to_string(),
             reverse: reverse_flow(&plan.id),
+            cancel: Arc::default(),
         })
+    }
+
+    /// The reader, stopped (with the readers it opens) when `cancel` is set.
+    pub(super) fn cancelled_by(mut self, cancel: Arc<AtomicBool>) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
+    fn check_cancel(&self) -> Result<(), String> {
+        if self.cancel.load(Ordering::Relaxed) { Err(STOPPED.to_string()) } else { Ok(()) }
     }
 
     pub(super) fn position(&self, state: &SharedCheckpointState) -> i64 {
@@ -243,6 +262,7 @@ impl SyncReader {
             .map_err(|e| format!("cluster `{}`: watermarks of {}: {e}", self.cluster, self.topic))?;
         let mut backlog = Backlog { end: high, progress: (Instant::now(), self.position(state)) };
         while !self.reached(state, high)? {
+            self.check_cancel()?;
             self.check_progress(state, &mut backlog)?;
             self.poll(state, Duration::from_millis(200))?;
         }
@@ -284,7 +304,7 @@ impl SyncReader {
             st.early_position = high - EARLY_SYNCS;
         }
         let (cluster, _) = syncs_location(plan);
-        let mut early = Self::open(plan, state, cluster, self.topic.clone(), Side::Early)?;
+        let mut early = Self::open(plan, state, cluster, self.topic.clone(), Side::Early)?.cancelled_by(self.cancel.clone());
         early.read_to_end(state)?;
         tracing::info!(
             flow = %plan.id, topic = %self.topic, backlog = high - from,
