@@ -1553,7 +1553,11 @@ mod tests {
             switched.set_read_to_end();
             for p in 0..3 {
                 for g in (0..=up[p as usize] + 50).step_by(3) {
-                    assert_eq!(switched.translate("t", p, g), from_start.translate("t", p, g), "round {round}, {p} at {g}");
+                    assert_eq!(
+                        switched.translate("t", p, g),
+                        from_start.translate("t", p, g),
+                        "round {round}, {p} at {g}"
+                    );
                 }
             }
         }

@@ -892,6 +892,17 @@ class Bench:
             started = started or log_time(work / "ferry.log", "starting flow")
         else:
             started = log_time(work / "mm2.log", "Starting task MirrorCheckpointConnector-0")
+        if engine == "ferry" and started:
+            # ferry's start-up split: when the offset-sync backlog was read to its end, and when the
+            # published checkpoints were loaded (after the checkpoint producer's transactions), both
+            # after the computer started; the history is complete when both are done
+            log_text = (work / "ferry.log").read_text(errors="replace")
+            m = re.search(r"offset-sync history complete.*read_s=([\d.]+)", log_text)
+            if m:
+                res["syncs_read_s"] = float(m.group(1))
+            loaded = log_time(work / "ferry.log", "loaded published checkpoints")
+            if loaded:
+                res["checkpoints_loaded_s"] = loaded - started
         if started and "first_checkpoint_ms" in res:
             res["first_after_task_start_s"] = res["first_checkpoint_ms"] / 1000 - started
             res["task_start_s"] = started - t0
@@ -1257,6 +1268,12 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
                          for g in groups]
                 per_group.append(f"{'MM2' if e == 'mm2' else e}: " + ", ".join(times))
         md += ["", "Each group checkpointed on every partition, after process start: " + "; ".join(per_group) + "."]
+        if med(rounds, "ferry", "syncs_read_s") is not None or med(rounds, "ferry", "checkpoints_loaded_s") is not None:
+            md += ["", f"ferry's start-up, after its checkpoint computer started: the offset-sync backlog read to its end "
+                       f"after {fmt(med(rounds, 'ferry', 'syncs_read_s'), '.2f', ' s')} (a thread of its own, from the "
+                       f"start); the published checkpoints loaded after "
+                       f"{fmt(med(rounds, 'ferry', 'checkpoints_loaded_s'), '.2f', ' s')} (after the checkpoint "
+                       f"producer's transactions were initialised on the fresh target). The first emission needs both."]
         logged = all(r["ferry"].get("task_start_logged") for r in rounds if "ferry" in r)
         task = ("its log line `checkpoint computer starting`" if logged else
                 "the flow's start, an upper bound: this binary does not log the computer's start")

@@ -13,10 +13,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::SharedCheckpointState;
-use super::sync_reader::SyncReader;
+use super::sync_reader::{STOPPED, SyncReader};
+use super::{SharedCheckpointState, lock};
 use crate::config::FlowPlan;
 use crate::failpoints;
 
@@ -57,8 +57,8 @@ impl BacklogThread {
         self.join().map(Some)
     }
 
-    /// Stops reading (within about [`POLL`]) and returns the reader, e.g. for a final catch-up; an
-    /// error if it had not opened yet or failed.
+    /// Stops reading (within about [`POLL`]) and returns the reader if the history was complete, e.g.
+    /// for a final catch-up; an error otherwise.
     pub(super) fn stop(mut self) -> Result<SyncReader, String> {
         self.stop.store(true, Ordering::Relaxed);
         self.join()
@@ -84,30 +84,60 @@ impl Drop for BacklogThread {
 }
 
 /// The thread: opens the reader, reads the newest syncs of a long backlog first, then the rest.
+///
+/// The history counts as complete only once the computer has loaded the published checkpoints (or
+/// found it cannot): that decides whether the backlog is read latest-only, which must be known before
+/// the store is marked read. Until then the reading goes on.
 fn read(
     plan: &FlowPlan,
     state: &SharedCheckpointState,
     stop: &Arc<AtomicBool>,
     ready: &AtomicBool,
 ) -> Result<SyncReader, String> {
+    let started = Instant::now();
     let mut syncs = SyncReader::new(plan, state)?.cancelled_by(stop.clone());
-    let Some((mut early, mut backlog)) = syncs.read_early(plan, state)? else {
-        syncs.read_to_end(state)?;
+    let mut early = syncs.read_early(plan, state)?;
+    if early.is_some() {
         ready.store(true, Ordering::Release);
-        return Ok(syncs);
-    };
-    ready.store(true, Ordering::Release);
-    while !stop.load(Ordering::Relaxed) {
-        if failpoints::held(failpoints::CHECKPOINTS_BACKLOG) {
-            std::thread::sleep(POLL);
-            backlog.held();
-        } else {
-            syncs.poll(state, POLL)?;
+    }
+    // When the backlog was read to its end (its completion may wait for the published checkpoints).
+    let mut at_end = None;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(STOPPED.to_string());
         }
-        early.poll(state, Duration::ZERO)?;
-        if syncs.backlog_read(state, &mut backlog)? {
-            break;
+        match &mut early {
+            Some((_, backlog)) if failpoints::held(failpoints::CHECKPOINTS_BACKLOG) => {
+                std::thread::sleep(POLL);
+                backlog.held();
+            }
+            _ => syncs.poll(state, POLL)?,
+        }
+        if let Some((tail, backlog)) = &mut early {
+            tail.poll(state, Duration::ZERO)?;
+            if at_end.is_none() && syncs.reached(state, backlog.end())? {
+                at_end = Some(started.elapsed());
+            }
+        }
+        if !lock(state).checkpoints_loaded {
+            continue;
+        }
+        match &mut early {
+            Some((_, backlog)) => {
+                if syncs.backlog_read(state, backlog)? {
+                    let read_s = at_end.unwrap_or_else(|| started.elapsed()).as_secs_f64();
+                    tracing::info!(
+                        flow = %plan.id, read_s, complete_s = started.elapsed().as_secs_f64(),
+                        "offset-sync history complete: backlog read to its end after read_s, complete (published checkpoints loaded) after complete_s"
+                    );
+                    return Ok(syncs);
+                }
+            }
+            None => {
+                syncs.read_to_end(state)?;
+                ready.store(true, Ordering::Release);
+                return Ok(syncs);
+            }
         }
     }
-    Ok(syncs)
 }

@@ -154,6 +154,8 @@ pub fn worker(
     let name = format!("checkpoints {}", plan.id);
     let sup = supervisor.clone();
     Worker::new(ActorKind::Checkpoints, name, supervisor, Vec::new(), move |control| {
+        // The start of its start-up (offset syncs, transactions, topics), for the record.
+        tracing::info!(flow = %plan.id, "checkpoint computer starting");
         // The offset syncs are read from the start, while the producer and the topics are set up.
         let syncs = BacklogThread::start(plan.clone(), state.clone())?;
         Computer::new(&plan, state, sup, identity)?.run(control, syncs)
@@ -205,8 +207,6 @@ impl<'a> Computer<'a> {
         supervisor: Addr<FlowSupervisor>,
         identity: Arc<Identity>,
     ) -> Result<Self, String> {
-        // The start of the computer's start-up (transactions, topics, the offset syncs), for the record.
-        tracing::info!(flow = %plan.id, "checkpoint computer starting");
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -256,7 +256,7 @@ impl<'a> Computer<'a> {
                     };
                     // MM2's fallback: without the published checkpoints, start empty and read the offset
                     // syncs keeping only the latest per partition, so no group is translated below a
-                    // sync an earlier generation may have used.
+                    // sync an earlier generation may have used (what was read meanwhile shrinks to it).
                     tracing::warn!(
                         flow = %plan.id, topic = %self.checkpoints_topic, error = %refusal,
                         "cannot read the published checkpoints; starting without them, with latest-only offset-sync history"

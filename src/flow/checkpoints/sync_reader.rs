@@ -133,6 +133,11 @@ pub(super) struct Backlog {
 }
 
 impl Backlog {
+    /// The offset the backlog ends before.
+    pub(super) fn end(&self) -> i64 {
+        self.end
+    }
+
     /// Reading was held back on purpose (a failpoint): that is not the cluster failing to answer.
     pub(super) fn held(&mut self) {
         self.progress.0 = Instant::now();
@@ -304,7 +309,8 @@ impl SyncReader {
             st.early_position = high - EARLY_SYNCS;
         }
         let (cluster, _) = syncs_location(plan);
-        let mut early = Self::open(plan, state, cluster, self.topic.clone(), Side::Early)?.cancelled_by(self.cancel.clone());
+        let mut early =
+            Self::open(plan, state, cluster, self.topic.clone(), Side::Early)?.cancelled_by(self.cancel.clone());
         early.read_to_end(state)?;
         tracing::info!(
             flow = %plan.id, topic = %self.topic, backlog = high - from,
