@@ -242,8 +242,9 @@ fn produce_quota(bootstrap: &str, client_id: &str, bytes_per_second: Option<u64>
 #[test]
 fn a_partition_given_back_while_it_drains_is_copied_again() {
     let (east, west) = shared_pair();
-    // Own aliases: the quota names the copier's client id, `<flow>|ferry|replication-producer`, and must
-    // not slow the other tests' `east->west` flows.
+    // Own aliases, and the target's own `client.id`: the quota names the record producer's client id,
+    // `<client.id>|record-producer`, and must not slow the other tests' flows (nor other nodes' shared
+    // `ferry|record-producer`).
     let (source, target) = ("slowsrc", "slowdst");
     let flow_id = format!("{source}->{target}");
     let topic = unique("given-back");
@@ -266,10 +267,15 @@ fn a_partition_given_back_while_it_drains_is_copied_again() {
         .map(|i| support::Rec::new(i % partitions, format!("g{i}-{}", noise()).as_bytes(), 1_000 + i64::from(i)))
         .collect();
     produce(&east.bootstrap, &topic, &recs);
-    let client_id = format!("{flow_id}|ferry|replication-producer");
+    let client_id = format!("{}|record-producer", unique("slow-target"));
     produce_quota(&west.bootstrap, &client_id, Some(20_000));
     let dir =
         dir_for(source, target, east, west, &flow(source, target, &[&topic], "refresh_topics_interval_seconds = 2\n"));
+    let clusters = dir.path().join("clusters.toml");
+    let text = std::fs::read_to_string(&clusters).expect("clusters.toml");
+    let prefix = client_id.trim_end_matches("|record-producer");
+    std::fs::write(&clusters, format!("{text}[clusters.{target}.client]\n\"client.id\" = \"{prefix}\"\n"))
+        .expect("write clusters.toml");
     let deployment = unique("given-back-deploy");
     let mut node = start_node(dir.path(), "n1", &deployment);
     wait_for(ARRIVAL, "the first records on the slow target", || {

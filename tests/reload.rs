@@ -720,7 +720,10 @@ fn a_dry_run_lists_the_flow_that_would_restart_and_nothing_restarts() {
     println!("{text}");
     assert_eq!(code, 0, "{text}{err}");
     assert!(text.contains("  restarted     east->west\n") && text.contains("  started       west->east\n"), "{text}");
-    assert_eq!(flow_info(&ferry, "east->west").0, before.0 + 1, "restarted: a new generation");
+    // The generation shows in /flows a moment after the reload's answer.
+    wait_for(Duration::from_secs(30), "restarted: a new generation", || {
+        flow_info(&ferry, "east->west").0 == before.0 + 1
+    });
     assert_eq!(all_reloads(&ferry), 2.0);
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }

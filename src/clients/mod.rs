@@ -11,12 +11,13 @@
 //! - an admin client (independent requests);
 //! - a metadata consumer per isolation level (metadata and watermarks, never assigned);
 //! - a producer for ferry's internal topics (offset syncs, progress, heartbeats), whose delivery
-//!   reports go back to the lane that sent each record (see [`internal`]).
+//!   reports go back to the lane that sent each record (see [`internal`]);
+//! - a producer of copied records per tuning (compression, linger, batch size), shared by the
+//!   at-least-once flows that copy into the cluster, each flow within its own share of the queue
+//!   (see [`records`]).
 //!
 //! What stays per flow, and why (see the modules that create them):
 //! - the copier's consumer: its group is the flow's, and splits the flow's partitions between nodes;
-//! - the copier's producer: its `message.max.bytes` grows with the flow's topics, and a handover flushes
-//!   and purges only the flow's own records;
 //! - the lease consumer: its group membership *is* the flow's leadership;
 //! - the checkpoint computer's transactional producer: its `transactional.id` fences per flow;
 //! - readers of internal topics with positions of their own (offset syncs, checkpoints, progress).
@@ -24,6 +25,7 @@
 //! This module sits below `flow`: it imports no flow code.
 
 pub mod internal;
+pub mod records;
 pub mod stats;
 
 use std::collections::HashMap;
@@ -38,6 +40,7 @@ use crate::config::ClusterSpec;
 use crate::kafka::{self, KafkaOpError};
 
 pub use internal::{InternalProducer, Lane, Outgoing};
+pub use records::{RecordLane, RecordSink, RecordTuning};
 pub use stats::StatsContext;
 
 /// An admin client shared by every flow and actor of this node that talks to the same cluster.
@@ -164,6 +167,7 @@ pub struct Connection {
     meta: Slot<MetaConsumer>,
     meta_uncommitted: Slot<MetaConsumer>,
     internal: Slot<Arc<InternalProducer>>,
+    records: records::RecordProducers,
 }
 
 impl fmt::Debug for Connection {
@@ -174,7 +178,14 @@ impl fmt::Debug for Connection {
 
 impl Connection {
     fn new(cluster: ClusterSpec) -> Self {
-        Self { cluster, admin: Slot::new(), meta: Slot::new(), meta_uncommitted: Slot::new(), internal: Slot::new() }
+        Self {
+            cluster,
+            admin: Slot::new(),
+            meta: Slot::new(),
+            meta_uncommitted: Slot::new(),
+            internal: Slot::new(),
+            records: records::RecordProducers::default(),
+        }
     }
 
     /// A connection of its own, outside any registry (one-shot commands such as `ferry translate`).
@@ -256,6 +267,25 @@ impl Connection {
             }
         };
         Ok(producer)
+    }
+
+    /// A lane of the connection's record producer for `tuning`, whose reports go to `sink`.
+    pub fn record_lane(
+        self: &Arc<Self>,
+        tuning: RecordTuning,
+        sink: Arc<dyn RecordSink>,
+    ) -> Result<RecordLane, KafkaOpError> {
+        RecordLane::new(self.clone(), tuning, sink)
+    }
+
+    /// The live record producer of `tuning` (a new one if none, or if it failed fatally).
+    pub(super) fn record_producer(&self, tuning: &RecordTuning) -> Result<Arc<records::RecordProducer>, KafkaOpError> {
+        self.records.get(&self.cluster, tuning)
+    }
+
+    /// Record producers in use on this connection.
+    pub fn record_producers(&self) -> usize {
+        self.records.live()
     }
 
     /// Create `spec` unless it exists; wait until it shows in metadata. Returns its partition count.

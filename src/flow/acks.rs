@@ -324,6 +324,23 @@ impl AckTable {
         slot.mark_dirty(self);
     }
 
+    /// Records sent and not yet settled, over every partition (a new copier lifetime waits for its
+    /// predecessor's to reach zero; cost: one pass over the slots, at start only).
+    pub fn in_flight(&self) -> i64 {
+        self.slots.read().unwrap_or_else(|p| p.into_inner()).values().map(|s| s.in_flight().max(0)).sum()
+    }
+
+    /// Forget failures that late reports of an ended ownership left (see
+    /// [`PartitionAck::settled_unowned`]): a new copier lifetime copies those partitions again from
+    /// their frozen positions. Only while nothing is in flight.
+    pub fn clear_unowned_failures(&self) {
+        for slot in self.slots.read().unwrap_or_else(|p| p.into_inner()).values() {
+            if slot.failed.load(Ordering::Acquire) && slot.in_flight() == 0 {
+                slot.clear_failure();
+            }
+        }
+    }
+
     /// Slots frozen by a failed delivery since the last call.
     pub fn take_failed(&self) -> Vec<Arc<PartitionAck>> {
         if !self.any_failed.swap(false, Ordering::AcqRel) {

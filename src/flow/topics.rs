@@ -422,20 +422,13 @@ async fn refresh_once(
         }
     };
 
-    // Source configs of every selected topic: what a created remote topic carries, what config sync
-    // compares, and each topic's record size limit for the copier's producer.
+    // Source configs of every selected topic: what a created remote topic carries and what config sync
+    // compares.
     let names: Vec<String> = selected.keys().cloned().collect();
     let source_configs = kafka::describe_topics_configs(&clients.source_admin, &plan.source.alias, &names).await?;
-    let mut max_message_bytes = BTreeMap::new();
     for (topic, configs) in &source_configs {
-        match configs {
-            Ok(entries) => {
-                if let Some(v) = entries.iter().find(|e| e.name == "max.message.bytes").and_then(|e| e.value.as_deref())
-                {
-                    max_message_bytes.insert(topic.clone(), v.parse::<i64>().unwrap_or(0));
-                }
-            }
-            Err(e) => fail(topic, format!("source topic configs: {e}")),
+        if let Err(e) = configs {
+            fail(topic, format!("source topic configs: {e}"));
         }
     }
 
@@ -539,7 +532,7 @@ async fn refresh_once(
     }
     let deleted = previously.iter().filter(|t| !source_topics.contains_key(*t)).cloned().collect();
     Ok(Refreshed {
-        assignment: Assignment { partitions, max_message_bytes, deleted },
+        assignment: Assignment { partitions, deleted },
         source_has_heartbeats,
         selected: selected_names,
         outcomes,

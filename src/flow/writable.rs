@@ -105,7 +105,6 @@ impl Writable {
     fn ready(&self) -> Assignment {
         Assignment {
             partitions: self.found.partitions.iter().filter(|tp| !self.waiting.contains_key(*tp)).cloned().collect(),
-            max_message_bytes: self.found.max_message_bytes.clone(),
             deleted: self.found.deleted.clone(),
         }
     }
@@ -187,11 +186,7 @@ mod tests {
     use super::*;
 
     fn assignment(tps: &[(&str, i32)]) -> Assignment {
-        Assignment {
-            partitions: tps.iter().map(|(t, p)| (t.to_string(), *p)).collect(),
-            max_message_bytes: [("a".to_string(), 1_000)].into_iter().collect(),
-            deleted: BTreeSet::new(),
-        }
+        Assignment { partitions: tps.iter().map(|(t, p)| (t.to_string(), *p)).collect(), deleted: BTreeSet::new() }
     }
 
     fn remote(t: &str) -> String {
@@ -207,7 +202,6 @@ mod tests {
         let mut w = Writable::default();
         let ready = w.found(assignment(&[("a", 0), ("a", 1), ("b", 0)]), remote);
         assert!(ready.partitions.is_empty(), "nothing answered yet");
-        assert_eq!(ready.max_message_bytes.len(), 1, "the record limits pass through");
         assert_eq!(w.to_check(2).len(), 3);
         let answers: HashMap<RemotePartition, Answer> = [
             (("src.a".to_string(), 0), Answer::Offset(0)),

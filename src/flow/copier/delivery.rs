@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use prometheus::{Histogram, IntCounter};
-use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::producer::{DeliveryResult, ProducerContext};
+use rdkafka::producer::DeliveryResult;
 
+use crate::clients::RecordSink;
 use crate::flow::acks::{AckTable, DeliveryFailure, PartitionAck};
 use crate::flow::offset_syncs::SyncQueue;
 use crate::kafka::ClusterWatch;
@@ -250,22 +250,16 @@ pub fn is_permanent(code: Option<RDKafkaErrorCode>) -> bool {
     )
 }
 
-/// The producer's context: routes each delivery report to its partition.
+/// This copier lifetime's end of the shared record producer: each delivery report of its records
+/// comes here, to its partition.
 pub struct DeliveryContext(pub Arc<Shared>);
 
-impl ClientContext for DeliveryContext {
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.0.watch.record(&error, reason);
-        tracing::warn!(error = %error, reason, "target client error");
+impl RecordSink for DeliveryContext {
+    fn client_error(&self, error: &KafkaError, reason: &str) {
+        self.0.watch.record(error, reason);
     }
-}
 
-impl ProducerContext for DeliveryContext {
-    /// The upstream offset of the record.
-    type DeliveryOpaque = usize;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, upstream: usize) {
-        let upstream = upstream as i64;
+    fn delivered(&self, result: &DeliveryResult<'_>, upstream: i64) {
         let shared = &self.0;
         let remotes = shared.remotes.read().unwrap_or_else(|p| p.into_inner());
         let msg = match result {

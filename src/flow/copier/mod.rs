@@ -2,7 +2,8 @@
 //! topic on the target, same partition, key, value, headers and timestamp.
 //!
 //! Records never pass through an actor mailbox: the copy loop runs on its own thread with rdkafka's
-//! consumer and a threaded producer, and the actor only carries control (assignments, stop) to it.
+//! consumer and its lane of the target's shared record producer ([`crate::clients::records`]), and the
+//! actor only carries control (assignments, stop) to it.
 //! Delivery reports advance the supervisor-owned [`AckTable`]; every [`PERSIST_INTERVAL`] the loop
 //! persists the positions that moved, in MM2's offsets topic. At-least-once: a source position counts
 //! only after the target acknowledged the record.
@@ -18,7 +19,7 @@ mod partitions;
 mod probe;
 pub mod provenance;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,6 @@ use actix::Addr;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, Producer, PurgeConfig, ThreadedProducer};
 
 use self::delivery::{DeliveryContext, Shared};
 use self::partitions::Book;
@@ -37,7 +37,8 @@ use super::pause::PauseSwitch;
 use super::progress::{self, ProgressWriter};
 use super::supervisor::{ActorKind, ActorStatusChanged, AssignedPartitions, FlowSupervisor, PartitionProblems};
 use super::worker::{Control, Signal, Worker, panic_message};
-use crate::clients::FlowConnections;
+use crate::clients::records::Record;
+use crate::clients::{FlowConnections, RecordLane, RecordTuning};
 use crate::config::{FlowPlan, GroupProtocol};
 use crate::failpoints;
 use crate::flow::Identity;
@@ -53,21 +54,15 @@ const PERSIST_INTERVAL: Duration = Duration::from_millis(250);
 const POLL_WAIT: Duration = Duration::from_millis(100);
 /// How often partitions that went quiet get their newest position published as an offset sync.
 const QUIET_CHECK: Duration = Duration::from_millis(200);
-/// The producer's `message.max.bytes` never goes below librdkafka's default...
-const MIN_MESSAGE_BYTES: i64 = 1_000_000;
-/// ...nor above this: it also bounds a ProduceRequest, which brokers refuse above
-/// `socket.request.max.bytes` (100 MiB by default).
-const MAX_MESSAGE_BYTES: i64 = 100_000_000;
-/// Room for record framing and headers on top of a topic's `max.message.bytes`.
-const MESSAGE_HEADROOM: i64 = 64 * 1024;
+/// How long a new copier lifetime waits at most for the reports of the records its predecessor left in
+/// flight (librdkafka reports each record within its `message.timeout.ms`, five minutes).
+const PREDECESSOR_SETTLE_MAX: Duration = Duration::from_secs(330);
 
 /// What the copier should copy, from the topic synchroniser.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Assignment {
     /// Every source partition to copy (each one's remote partition exists on the target).
     pub partitions: BTreeSet<SourcePartition>,
-    /// `max.message.bytes` of each source topic: the largest record batch it can hold.
-    pub max_message_bytes: BTreeMap<String, i64>,
     /// Topics that no longer exist on the source: everything kept for them is dropped.
     pub deleted: BTreeSet<String>,
 }
@@ -223,9 +218,8 @@ struct CopyLoop {
     held_since: Option<Instant>,
     /// When this copy loop was created (for [`PAUSE_UNKNOWN_HOLD`]).
     created: Instant,
-    producer: Option<ThreadedProducer<DeliveryContext>>,
-    /// The producer's current `message.max.bytes`.
-    producer_limit: i64,
+    /// This lifetime's lane of the target's shared record producer (`None` once shut down).
+    lane: Option<RecordLane>,
     progress: ProgressWriter,
     probe: Probe,
     book: Book,
@@ -256,15 +250,20 @@ impl CopyLoop {
         // Connect's offsets topic has 25 partitions unless someone created it otherwise: key records onto
         // the partitions that really exist. Positions are read when the copier group assigns partitions.
         let offsets_partitions = conns.target.ensure_topic(&plan.id, &progress::topic_spec(&plan)).map_err(err)?;
+        // Records the previous lifetime left in flight on the shared producer report to it, not here;
+        // until they have, their partitions' positions may still move and fail.
+        let (pending, stop) = wait_for_predecessor(&plan, &acks, &control);
         // Failures of an earlier lifetime are retried by this one, from the frozen positions.
         for slot in acks.take_failed() {
             slot.clear_failure();
         }
+        acks.clear_unowned_failures();
         let progress = ProgressWriter::new(&plan, &conns.target, offsets_partitions, acks.clone()).map_err(err)?;
         let shared = Arc::new(Shared::new(acks.clone(), syncs, lifetime_id(), &plan));
         let source_watch = Arc::new(ClusterWatch::default());
         let consumer = source_consumer(&plan, source_watch.clone(), identity).map_err(err)?;
-        let producer = target_producer(&plan, shared.clone(), MIN_MESSAGE_BYTES).map_err(err)?;
+        let lane =
+            conns.target.record_lane(record_tuning(&plan), Arc::new(DeliveryContext(shared.clone()))).map_err(err)?;
         let probe = Probe::start(&plan, conns)?;
         let book = Book::new(&plan);
         Ok(Self {
@@ -282,15 +281,14 @@ impl CopyLoop {
             operator_paused: Arc::default(),
             held_since: None,
             created: Instant::now(),
-            producer: Some(producer),
-            producer_limit: MIN_MESSAGE_BYTES,
+            lane: Some(lane),
             progress,
             probe,
             book,
             source_watch,
             problems: Arc::new(Mutex::new(None)),
-            stop: None,
-            pending: None,
+            stop,
+            pending,
             consumer_errors: RateLimitedLog::new(Duration::from_secs(10)),
             provenance: provenance::Provenance::for_plan(&plan),
             plan,
@@ -307,8 +305,8 @@ impl CopyLoop {
             &self.shared.watch,
             &self.problems,
         )?;
-        // A panic in the loop still goes through the ordered shutdown below: in-flight records are flushed
-        // rather than purged, and the final position of every partition is published.
+        // A panic in the loop still goes through the ordered shutdown below: in-flight records are waited
+        // for, and the final position of every partition is published.
         let copied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.copy()));
         let outcome: Result<Instant, String> =
             copied.unwrap_or_else(|panic| Err(format!("panicked: {}", panic_message(&panic))));
@@ -399,7 +397,7 @@ impl CopyLoop {
         }
         let wanted = self.operator_paused.wanted();
         let applied = if wanted {
-            let settled = self.producer.as_ref().is_none_or(|p| p.in_flight_count() == 0)
+            let settled = self.lane.as_ref().is_none_or(|l| l.in_flight() == 0)
                 || self.held_since.is_some_and(|t| t.elapsed() >= PAUSE_SETTLE_MAX);
             self.held && settled
         } else {
@@ -419,19 +417,8 @@ impl CopyLoop {
         }
     }
 
-    /// A new assignment: grow the producer's record limit if a topic needs it, then let the book start
-    /// and stop partitions.
+    /// A new assignment: subscribe to its topics and let the book start and stop partitions.
     fn reassign(&mut self, wanted: Assignment) -> Result<(), String> {
-        let needed = wanted
-            .partitions
-            .iter()
-            .filter_map(|(t, _)| wanted.max_message_bytes.get(t))
-            .map(|b| b + MESSAGE_HEADROOM)
-            .max()
-            .unwrap_or(0);
-        if needed > self.producer_limit {
-            self.rebuild_producer(needed)?;
-        }
         let topics: BTreeSet<String> = wanted.partitions.iter().map(|(t, _)| t.clone()).collect();
         // A subscribed topic that grew: the consumer's metadata must show it before the group can assign
         // the new partitions (librdkafka refreshes it only every few minutes by itself).
@@ -463,11 +450,7 @@ impl CopyLoop {
     /// The book copies what the group gave this node and the topic synchroniser made ready.
     fn update_book(&mut self) {
         let partitions = self.ready.partitions.intersection(&self.assigned).cloned().collect();
-        let wanted = Assignment {
-            partitions,
-            max_message_bytes: self.ready.max_message_bytes.clone(),
-            deleted: self.ready.deleted.clone(),
-        };
+        let wanted = Assignment { partitions, deleted: self.ready.deleted.clone() };
         for remote in self.book.want(&self.plan, &self.acks, wanted) {
             self.refresh_producer_metadata(&remote);
         }
@@ -521,8 +504,10 @@ impl CopyLoop {
     /// When the handover cannot be clean (the assignment was lost: this node was presumed dead, e.g.
     /// frozen past its session timeout, and another node copies the partitions already; or the target
     /// did not acknowledge within [`HANDOVER_TIMEOUT`]), the partitions' deliveries stop counting at once
-    /// (no position, no offset sync from them: the next owner's must not be contradicted) and records
-    /// not yet sent are purged from the producer's queue rather than written behind the next owner's.
+    /// (no position, no offset sync from them: the next owner's must not be contradicted). Records of
+    /// them still queued are not purged (the producer is shared by other flows, and librdkafka purges
+    /// per producer): they may reach the target after the next owner's copies, as duplicates, at most
+    /// this flow's share of the queue.
     fn revoke(&mut self, tps: Vec<SourcePartition>) -> Result<(), String> {
         let lost = self.consumer.assignment_lost();
         let mut tpl = rdkafka::TopicPartitionList::new();
@@ -532,23 +517,18 @@ impl CopyLoop {
         }
         let _ = self.consumer.pause(&tpl);
         let clean = !lost
-            && match &self.producer {
-                Some(producer) => match producer.flush(HANDOVER_TIMEOUT) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        tracing::warn!(flow = %self.flow, error = %e, in_flight = producer.in_flight_count(), "records of revoked partitions not acknowledged within the handover time; they are dropped here and the next owner copies them again");
-                        false
+            && match &self.lane {
+                Some(lane) => {
+                    let settled = lane.wait_idle(HANDOVER_TIMEOUT);
+                    if !settled {
+                        tracing::warn!(flow = %self.flow, in_flight = lane.in_flight(), "records of revoked partitions not acknowledged within the handover time; they no longer count here and the next owner copies them again");
                     }
-                },
+                    settled
+                }
                 None => true,
             };
         if !clean {
             self.book.revoke_deliveries(&tps);
-            if let Some(producer) = &self.producer {
-                // Queued records of every partition go (librdkafka purges per producer): those of
-                // partitions this node keeps fail and are copied again from their positions.
-                producer.purge(PurgeConfig::default().queue());
-            }
             METRICS.unclean_handovers.with_label_values(&[&self.flow]).inc_by(tps.len() as u64);
         }
         self.update_book();
@@ -571,31 +551,11 @@ impl CopyLoop {
     /// librdkafka refreshes a producer's metadata every few minutes; a remote topic that just grew must be
     /// known at once, or records for its new partitions fail as unknown partitions.
     fn refresh_producer_metadata(&self, remote: &str) {
-        if let Some(p) = &self.producer
-            && let Err(e) = p.client().fetch_metadata(Some(remote), kafka::ADMIN_TIMEOUT)
+        if let Some(l) = &self.lane
+            && let Err(e) = l.client().fetch_metadata(Some(remote), kafka::ADMIN_TIMEOUT)
         {
             tracing::warn!(flow = %self.flow, topic = remote, error = %e, "cannot refresh the target's metadata of a grown topic");
         }
-    }
-
-    /// Replace the producer by one with a larger `message.max.bytes` (a librdkafka setting of the whole
-    /// client). In-flight records are flushed first; the delivery context carries over.
-    fn rebuild_producer(&mut self, needed: i64) -> Result<(), String> {
-        let limit = needed.clamp(MIN_MESSAGE_BYTES, MAX_MESSAGE_BYTES);
-        if limit <= self.producer_limit {
-            return Ok(());
-        }
-        if let Some(old) = self.producer.take()
-            && let Err(e) = old.flush(kafka::ADMIN_TIMEOUT)
-        {
-            tracing::warn!(flow = %self.flow, error = %e, "records still in flight when the producer was replaced; they are copied again");
-            old.purge(PurgeConfig::default().queue().inflight());
-        }
-        self.producer =
-            Some(target_producer(&self.plan, self.shared.clone(), limit).map_err(|e: KafkaOpError| e.to_string())?);
-        tracing::info!(flow = %self.flow, from = self.producer_limit, to = limit, "producer record limit raised (message.max.bytes)");
-        self.producer_limit = limit;
-        Ok(())
     }
 
     /// Copy what the consumer has buffered (up to a budget), then come back to the control channel.
@@ -651,8 +611,8 @@ impl CopyLoop {
             // Provenance: a record that has been on the target is never copied back (see `provenance`).
             let mut stamp = None;
             if let Some(provenance) = self.provenance.as_mut() {
-                let producer = self.producer.as_ref().expect("the producer exists until the loop ends");
-                match provenance.decide(&msg, remote, self.consumer.client(), producer.client())? {
+                let lane = self.lane.as_ref().expect("the lane exists until the loop ends");
+                match provenance.decide(&msg, remote, self.consumer.client(), lane.client())? {
                     Some(header) => stamp = Some(header),
                     None => {
                         part.ack.skipped(&self.acks, msg.offset());
@@ -660,9 +620,9 @@ impl CopyLoop {
                     }
                 }
             }
-            let producer = self.producer.as_ref().expect("the producer exists until the loop ends");
+            let lane = self.lane.as_mut().expect("the lane exists until the loop ends");
             part.ack.sent();
-            match send(producer, &self.control, &mut self.pending, remote, &msg, stamp) {
+            match send(lane, &self.control, &mut self.pending, remote, &msg, stamp) {
                 Sent::Ok => {
                     if pause {
                         self.book.pause_after_send(msg.topic(), msg.partition());
@@ -675,16 +635,6 @@ impl CopyLoop {
                 }
                 Sent::Refused(code, error) => {
                     let size = msg.payload_len() + msg.key().map_or(0, <[u8]>::len);
-                    if code == Some(RDKafkaErrorCode::MessageSizeTooLarge) && self.producer_limit < MAX_MESSAGE_BYTES {
-                        // Larger than the producer allows (a compressed source batch can hold a record
-                        // above the topic's limit): raise the limit and copy the partition from there.
-                        part.ack.unsent();
-                        let (topic, partition, offset) = (msg.topic().to_string(), msg.partition(), msg.offset());
-                        drop(msg);
-                        self.rebuild_producer(size as i64 * 5 / 4 + MESSAGE_HEADROOM)?;
-                        self.book.restart_at(&topic, partition, offset);
-                        return Ok(());
-                    }
                     let failure = DeliveryFailure {
                         offset: msg.offset(),
                         size,
@@ -743,14 +693,16 @@ impl CopyLoop {
         let left = deadline.saturating_duration_since(Instant::now());
         // Keep a share of the time for the final persist.
         let flush_until = Instant::now() + left.mul_f64(0.75);
-        if let Some(producer) = self.producer.take() {
-            if let Err(e) = producer.flush(flush_until.saturating_duration_since(Instant::now())) {
-                tracing::warn!(flow = %self.flow, error = %e, in_flight = producer.in_flight_count(), "not every record was acknowledged before the deadline; they are copied again after the restart");
-                // Unacknowledged records fail their partitions (frozen before them) instead of being
-                // waited for; destroying the producer is then immediate.
-                producer.purge(PurgeConfig::default().queue().inflight());
+        if let Some(lane) = self.lane.take() {
+            if !lane.wait_idle(flush_until.saturating_duration_since(Instant::now())) {
+                tracing::warn!(flow = %self.flow, in_flight = lane.in_flight(), "not every record was acknowledged before the deadline; they no longer count here and are copied again after the restart");
+                // Their late reports must not move what is persisted now; the next lifetime waits for
+                // them before it starts (the producer is shared: nothing here can purge them).
+                self.book.revoke_every_delivery();
             }
-            drop(producer); // joins the delivery thread: every report is in the ack table now
+            // The last lane of the producer takes it along: librdkafka purges what is left, and the
+            // reports of the purged records arrive before the drop returns.
+            drop(lane);
         }
         // Publish the final position of every partition, so translation is exact after the stop.
         self.shared.publish_quiet(Instant::now(), true);
@@ -772,7 +724,7 @@ enum Sent {
 /// full (backpressure on the consumer), but keeps listening for a stop; an assignment that arrives
 /// meanwhile is kept in `pending` for the loop.
 fn send(
-    producer: &ThreadedProducer<DeliveryContext>,
+    lane: &mut RecordLane,
     control: &Control<Assignment>,
     pending: &mut Option<Assignment>,
     remote: &str,
@@ -782,8 +734,7 @@ fn send(
     if let Err(e) = failpoints::check(failpoints::COPIER_DELIVER) {
         return Sent::Refused(None, e);
     }
-    let mut record =
-        BaseRecord::<[u8], [u8], usize>::with_opaque_to(remote, msg.offset() as usize).partition(msg.partition());
+    let mut record: Record<'_> = lane.record(remote, msg.offset()).partition(msg.partition());
     if let Some(key) = msg.key() {
         record = record.key(key);
     }
@@ -811,7 +762,7 @@ fn send(
         );
     }
     loop {
-        match producer.send(record) {
+        match lane.send(record) {
             Ok(()) => return Sent::Ok,
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                 record = back;
@@ -1005,26 +956,45 @@ fn source_consumer(
     .map_err(|e| KafkaOpError::kafka(&plan.source.alias, "create replication consumer", e))
 }
 
-fn target_producer(
-    plan: &FlowPlan,
-    shared: Arc<Shared>,
-    message_max_bytes: i64,
-) -> Result<ThreadedProducer<DeliveryContext>, KafkaOpError> {
+/// The flow's settings that its record producer is made with: flows that agree share one.
+fn record_tuning(plan: &FlowPlan) -> RecordTuning {
     let s = &plan.settings;
-    let mut cfg = kafka::client_config(&plan.target, &plan.id, "replication-producer");
-    cfg.set("acks", "all")
-        .set("enable.idempotence", "true")
-        .set("compression.type", &s.compression)
-        .set("linger.ms", format!("{}", s.linger.as_secs_f64() * 1000.0))
-        .set("batch.size", s.batch_size_bytes.to_string())
-        .set("message.max.bytes", message_max_bytes.to_string())
-        // Five requests of 1 MB in flight plus a lingering batch per partition fit easily; more only
-        // holds memory while the target is slow (the copier waits on a full queue either way); 64 MiB
-        // measured no faster.
-        .set("queue.buffering.max.kbytes", "32768")
-        // A record that cannot be delivered within five minutes fails its partition, which is retried
-        // from its last acknowledged position, instead of hiding an outage forever.
-        .set("message.timeout.ms", "300000");
-    cfg.create_with_context(DeliveryContext(shared))
-        .map_err(|e| KafkaOpError::kafka(&plan.target.alias, "create replication producer", e))
+    RecordTuning {
+        compression: s.compression.clone(),
+        linger_ms: format!("{}", s.linger.as_secs_f64() * 1000.0),
+        batch_size: s.batch_size_bytes,
+    }
+}
+
+/// Wait until nothing the flow's previous copier lifetime sent is in flight (at most
+/// [`PREDECESSOR_SETTLE_MAX`], and never past a stop). Immediate unless that lifetime ended while the
+/// target was not acknowledging. Returns the newest assignment and a stop that arrived meanwhile, for
+/// the loop.
+fn wait_for_predecessor(
+    plan: &FlowPlan,
+    acks: &AckTable,
+    control: &Control<Assignment>,
+) -> (Option<Assignment>, Option<Instant>) {
+    let started = Instant::now();
+    let mut logged = false;
+    let mut pending = None;
+    loop {
+        let left = acks.in_flight();
+        if left == 0 {
+            return (pending, None);
+        }
+        if started.elapsed() >= PREDECESSOR_SETTLE_MAX {
+            tracing::warn!(flow = %plan.id, in_flight = left, "records of the previous copier lifetime still unreported; starting anyway");
+            return (pending, None);
+        }
+        if !logged && started.elapsed() >= Duration::from_secs(1) {
+            tracing::info!(flow = %plan.id, in_flight = left, "waiting for the target to acknowledge or time out the previous copier lifetime's records");
+            logged = true;
+        }
+        match control.next_within(Duration::from_millis(20)) {
+            Some(Signal::Stop { deadline }) => return (pending, Some(deadline)),
+            Some(Signal::Msg(a)) => pending = Some(a),
+            None => {}
+        }
+    }
 }

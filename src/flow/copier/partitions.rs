@@ -416,6 +416,15 @@ impl Book {
         }
     }
 
+    /// Every partition's deliveries stop counting (the copier lifetime ends with records unreported).
+    pub fn revoke_every_delivery(&mut self) {
+        for topic in self.topics.values() {
+            for live in topic.parts.values().filter_map(|p| p.live.as_ref()) {
+                live.revoke();
+            }
+        }
+    }
+
     /// A record at `offset` was polled while the flow is held: it is not sent now, and the partition
     /// is sought back to the first such record when the hold ends.
     pub fn hold_back(&mut self, topic: &str, partition: i32, offset: i64) {
@@ -444,12 +453,6 @@ impl Book {
     pub fn pause_after_send(&mut self, topic: &str, partition: i32) {
         let tp = (topic.to_string(), partition);
         self.stop_copying(&tp, After::Resume { at: None, topic_id: None, rewind: false });
-    }
-
-    /// Copy the partition again from `offset` (after the producer was replaced).
-    pub fn restart_at(&mut self, topic: &str, partition: i32, offset: i64) {
-        let tp = (topic.to_string(), partition);
-        self.stop_copying(&tp, After::Resume { at: Some(offset), topic_id: None, rewind: false });
     }
 
     fn set_problem(
