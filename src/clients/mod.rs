@@ -269,13 +269,21 @@ impl Connection {
         Ok(producer)
     }
 
-    /// A lane of the connection's record producer for `tuning`, whose reports go to `sink`.
+    /// A lane of the connection's record producer for `tuning`, sending for `owner` (a flow), whose
+    /// reports go to `sink`.
     pub fn record_lane(
         self: &Arc<Self>,
+        owner: &str,
         tuning: RecordTuning,
         sink: Arc<dyn RecordSink>,
     ) -> Result<RecordLane, KafkaOpError> {
-        RecordLane::new(self.clone(), tuning, sink)
+        RecordLane::new(self.clone(), owner, tuning, sink)
+    }
+
+    /// Records that `owner`'s lanes sent on this connection's record producers and that are not
+    /// reported yet (also those of lanes that ended: a flow's next copier waits for them).
+    pub fn records_in_flight(&self, owner: &str) -> usize {
+        self.records.in_flight_of(owner)
     }
 
     /// The live record producer of `tuning` (a new one if none, or if it failed fatally).

@@ -59,6 +59,8 @@ pub trait RecordSink: Send + Sync {
 
 /// One lane's share: its sink and what it has queued or in flight.
 struct Share {
+    /// Who sends (the flow): a later lane of the same owner can wait for this one's records.
+    owner: String,
     sink: Arc<dyn RecordSink>,
     records: AtomicUsize,
     bytes: AtomicUsize,
@@ -165,6 +167,17 @@ impl RecordProducer {
         self.producer.context().fatal.load(Ordering::Acquire)
     }
 
+    /// Records of `owner`'s lanes (live or ended) not yet reported.
+    fn in_flight_of(&self, owner: &str) -> usize {
+        let shares = self.producer.context().shares.lock().unwrap_or_else(|p| p.into_inner());
+        shares
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|s| s.owner == owner)
+            .map(|s| s.records.load(Ordering::Acquire))
+            .sum()
+    }
+
     fn register(&self, share: &Arc<Share>) {
         let mut shares = self.producer.context().shares.lock().unwrap_or_else(|p| p.into_inner());
         shares.retain(|s| s.strong_count() > 0);
@@ -196,6 +209,13 @@ impl RecordProducers {
         Ok(p)
     }
 
+    /// Records that lanes of `owner` sent on any of these producers and that are not reported yet.
+    pub(super) fn in_flight_of(&self, owner: &str) -> usize {
+        let live: Vec<Arc<RecordProducer>> =
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).values().filter_map(Weak::upgrade).collect();
+        live.iter().map(|p| p.in_flight_of(owner)).sum()
+    }
+
     /// Record producers some lane still holds (for tests and status).
     pub(super) fn live(&self) -> usize {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).values().filter(|w| w.strong_count() > 0).count()
@@ -213,11 +233,17 @@ pub struct RecordLane {
 impl RecordLane {
     pub(super) fn new(
         conn: Arc<super::Connection>,
+        owner: &str,
         tuning: RecordTuning,
         sink: Arc<dyn RecordSink>,
     ) -> Result<Self, KafkaOpError> {
         let producer = conn.record_producer(&tuning)?;
-        let share = Arc::new(Share { sink, records: AtomicUsize::new(0), bytes: AtomicUsize::new(0) });
+        let share = Arc::new(Share {
+            owner: owner.to_string(),
+            sink,
+            records: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
+        });
         producer.register(&share);
         Ok(Self { conn, tuning, producer, share })
     }

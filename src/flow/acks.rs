@@ -325,7 +325,7 @@ impl AckTable {
     }
 
     /// Records sent and not yet settled, over every partition (a new copier lifetime waits for its
-    /// predecessor's to reach zero; cost: one pass over the slots, at start only).
+    /// predecessor's to reach zero; one pass over the slots, every 100 ms while it waits).
     pub fn in_flight(&self) -> i64 {
         self.slots.read().unwrap_or_else(|p| p.into_inner()).values().map(|s| s.in_flight().max(0)).sum()
     }

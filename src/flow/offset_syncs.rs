@@ -170,6 +170,10 @@ pub fn worker(
     })
 }
 
+/// How long the emitter waits for new syncs, or for a report while the cluster does not answer: a
+/// wake-up of each idle emitter (one per flow) this often.
+const IDLE_WAIT: Duration = Duration::from_millis(250);
+
 /// Delivery reports of the emitter's records, collected for its loop (they arrive on the shared
 /// producer's thread).
 #[derive(Default)]
@@ -200,13 +204,22 @@ fn run(plan: &FlowPlan, conns: &FlowConnections, queue: &SyncQueue, control: Con
             Some(Signal::Stop { deadline }) => stopping = Some(deadline),
             Some(Signal::Msg(())) | None => {}
         }
+        // A send that failed for another reason than a full queue: the round ends there, and the
+        // emitter restarts once what went out is settled.
+        let mut send_error: Option<String> = None;
         if in_flight == 0 {
-            let batch = queue.unsent(last_sent, ROUND, Duration::from_millis(100));
+            let batch = queue.unsent(last_sent, ROUND, IDLE_WAIT);
             if !batch.is_empty() {
                 failpoints::check(failpoints::OFFSET_SYNCS_SEND)?;
             }
             for (id, s) in batch {
-                let key = s.sync.encode_key().map_err(|e| format!("encode offset sync: {e}"))?;
+                let key = match s.sync.encode_key() {
+                    Ok(key) => key,
+                    Err(e) => {
+                        send_error = Some(format!("encode offset sync: {e}"));
+                        break;
+                    }
+                };
                 let value = s.sync.encode_value();
                 let mark = s.mark.encode();
                 let headers = OwnedHeaders::new_with_capacity(2)
@@ -221,17 +234,32 @@ fn run(plan: &FlowPlan, conns: &FlowConnections, queue: &SyncQueue, control: Con
                     timestamp: None,
                 };
                 let reports = reports.clone();
-                lane.send(record, move |outcome| {
+                match lane.send(record, move |outcome| {
                     reports.0.lock().unwrap_or_else(|p| p.into_inner()).push((id, outcome.map(|_| ())));
-                })
-                .map_err(|e| format!("queue offset sync to {topic}: {e}"))?;
-                last_sent = Some(id);
-                in_flight += 1;
+                }) {
+                    Ok(()) => {
+                        last_sent = Some(id);
+                        in_flight += 1;
+                    }
+                    // The shared queue or this lane is full: the round ends here, the rest follows
+                    // once this part is acknowledged (or shortly, if nothing of it went out).
+                    Err(e) if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) => {
+                        if in_flight == 0 {
+                            std::thread::sleep(IDLE_WAIT);
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        send_error = Some(format!("queue offset sync to {topic}: {e}"));
+                        break;
+                    }
+                }
             }
         }
         if in_flight > 0 {
-            // The round in flight is acknowledged within a round trip; woken by each report.
-            lane.wait_report(Duration::from_millis(10));
+            // Woken by each report of the round in flight; the timeout matters only while the cluster
+            // does not answer.
+            lane.wait_report(IDLE_WAIT);
         }
         let mut failed = None;
         for (id, outcome) in reports.take() {
@@ -243,7 +271,7 @@ fn run(plan: &FlowPlan, conns: &FlowConnections, queue: &SyncQueue, control: Con
                 }
             }
         }
-        if let Some(e) = failed {
+        if failed.is_some() || send_error.is_some() {
             // Settle what is still in flight (their acknowledgements count), then restart: the next
             // emitter sends only what was not acknowledged, in order.
             lane.wait_idle(Duration::from_secs(5));
@@ -252,11 +280,15 @@ fn run(plan: &FlowPlan, conns: &FlowConnections, queue: &SyncQueue, control: Con
                     queue.ack(id);
                 }
             }
-            return Err(match e.refused {
-                Some(code) => {
-                    kafka::not_authorized(&format!("offset-syncs topic {topic}"), &cluster.alias, "Write", code)
-                }
-                None => format!("publish offset syncs to {topic}: {e}"),
+            return Err(match (failed, send_error) {
+                (Some(e), _) => match e.refused {
+                    Some(code) => {
+                        kafka::not_authorized(&format!("offset-syncs topic {topic}"), &cluster.alias, "Write", code)
+                    }
+                    None => format!("publish offset syncs to {topic}: {e}"),
+                },
+                (None, Some(e)) => e,
+                (None, None) => unreachable!("checked above"),
             });
         }
         if let Some(deadline) = stopping {

@@ -55,8 +55,10 @@ const POLL_WAIT: Duration = Duration::from_millis(100);
 /// How often partitions that went quiet get their newest position published as an offset sync.
 const QUIET_CHECK: Duration = Duration::from_millis(200);
 /// How long a new copier lifetime waits at most for the reports of the records its predecessor left in
-/// flight (librdkafka reports each record within its `message.timeout.ms`, five minutes).
-const PREDECESSOR_SETTLE_MAX: Duration = Duration::from_secs(330);
+/// flight: librdkafka reports each record within its `message.timeout.ms` (five minutes) plus a
+/// request's timeout. Beyond it the copier fails (and is restarted to wait again) rather than copy
+/// while a late report could still move a position under it.
+const PREDECESSOR_SETTLE_MAX: Duration = Duration::from_secs(400);
 
 /// What the copier should copy, from the topic synchroniser.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -252,8 +254,9 @@ impl CopyLoop {
         let offsets_partitions = conns.target.ensure_topic(&plan.id, &progress::topic_spec(&plan)).map_err(err)?;
         // Records the previous lifetime left in flight on the shared producer report to it, not here;
         // until they have, their partitions' positions may still move and fail.
-        let (pending, stop) = wait_for_predecessor(&plan, &acks, &control);
-        // Failures of an earlier lifetime are retried by this one, from the frozen positions.
+        let (pending, stop) = wait_for_predecessor(&plan, conns, &acks, &control)?;
+        // Failures of an earlier lifetime are retried by this one, from the frozen positions (nothing
+        // of that lifetime is in flight any more).
         for slot in acks.take_failed() {
             slot.clear_failure();
         }
@@ -262,8 +265,10 @@ impl CopyLoop {
         let shared = Arc::new(Shared::new(acks.clone(), syncs, lifetime_id(), &plan));
         let source_watch = Arc::new(ClusterWatch::default());
         let consumer = source_consumer(&plan, source_watch.clone(), identity).map_err(err)?;
-        let lane =
-            conns.target.record_lane(record_tuning(&plan), Arc::new(DeliveryContext(shared.clone()))).map_err(err)?;
+        let lane = conns
+            .target
+            .record_lane(&flow, record_tuning(&plan), Arc::new(DeliveryContext(shared.clone())))
+            .map_err(err)?;
         let probe = Probe::start(&plan, conns)?;
         let book = Book::new(&plan);
         Ok(Self {
@@ -516,16 +521,20 @@ impl CopyLoop {
             self.assigned.remove(&(t.clone(), *p));
         }
         let _ = self.consumer.pause(&tpl);
+        // Only the revoked partitions' records are waited for: another partition of the flow that the
+        // target does not take must not make every handover unclean.
+        let slots: Vec<_> = tps.iter().map(|(t, p)| self.acks.slot(t, *p)).collect();
         let clean = !lost
-            && match &self.lane {
-                Some(lane) => {
-                    let settled = lane.wait_idle(HANDOVER_TIMEOUT);
-                    if !settled {
-                        tracing::warn!(flow = %self.flow, in_flight = lane.in_flight(), "records of revoked partitions not acknowledged within the handover time; they no longer count here and the next owner copies them again");
-                    }
-                    settled
+            && {
+                let until = Instant::now() + HANDOVER_TIMEOUT;
+                while slots.iter().any(|s| s.in_flight() > 0) && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(2));
                 }
-                None => true,
+                let left: i64 = slots.iter().map(|s| s.in_flight().max(0)).sum();
+                if left > 0 {
+                    tracing::warn!(flow = %self.flow, in_flight = left, "records of revoked partitions not acknowledged within the handover time; they no longer count here and the next owner copies them again");
+                }
+                left == 0
             };
         if !clean {
             self.book.revoke_deliveries(&tps);
@@ -966,33 +975,38 @@ fn record_tuning(plan: &FlowPlan) -> RecordTuning {
     }
 }
 
-/// Wait until nothing the flow's previous copier lifetime sent is in flight (at most
-/// [`PREDECESSOR_SETTLE_MAX`], and never past a stop). Immediate unless that lifetime ended while the
-/// target was not acknowledging. Returns the newest assignment and a stop that arrived meanwhile, for
-/// the loop.
+/// Wait until nothing the flow's previous copier lifetimes sent is in flight, in this generation (its
+/// ack table) or an earlier one (the target connection counts each flow's records on its shared
+/// producers), at most [`PREDECESSOR_SETTLE_MAX`], and never past a stop. Immediate unless a lifetime
+/// ended while the target was not acknowledging. Returns the newest assignment and a stop that arrived
+/// meanwhile, for the loop.
 fn wait_for_predecessor(
     plan: &FlowPlan,
+    conns: &FlowConnections,
     acks: &AckTable,
     control: &Control<Assignment>,
-) -> (Option<Assignment>, Option<Instant>) {
+) -> Result<(Option<Assignment>, Option<Instant>), String> {
+    let flow = plan.id.to_string();
     let started = Instant::now();
     let mut logged = false;
     let mut pending = None;
     loop {
-        let left = acks.in_flight();
+        let left = (acks.in_flight().max(0) as usize).max(conns.target.records_in_flight(&flow));
         if left == 0 {
-            return (pending, None);
+            return Ok((pending, None));
         }
         if started.elapsed() >= PREDECESSOR_SETTLE_MAX {
-            tracing::warn!(flow = %plan.id, in_flight = left, "records of the previous copier lifetime still unreported; starting anyway");
-            return (pending, None);
+            return Err(format!(
+                "{left} records of the previous copier still unreported by the target after {} s",
+                PREDECESSOR_SETTLE_MAX.as_secs()
+            ));
         }
         if !logged && started.elapsed() >= Duration::from_secs(1) {
-            tracing::info!(flow = %plan.id, in_flight = left, "waiting for the target to acknowledge or time out the previous copier lifetime's records");
+            tracing::info!(flow = %plan.id, in_flight = left, "waiting for the target to acknowledge or time out the previous copier's records");
             logged = true;
         }
-        match control.next_within(Duration::from_millis(20)) {
-            Some(Signal::Stop { deadline }) => return (pending, Some(deadline)),
+        match control.next_within(Duration::from_millis(100)) {
+            Some(Signal::Stop { deadline }) => return Ok((pending, Some(deadline))),
             Some(Signal::Msg(a)) => pending = Some(a),
             None => {}
         }

@@ -570,6 +570,9 @@ impl Book {
                 if part.live.is_some() {
                     shared.remove(&entry.remote, tp.1);
                 }
+                // A failure while it drained (or a late report of a revoked delivery) froze the slot:
+                // should the group give the partition back, it is copied again from that position.
+                part.ack.clear_failure();
                 let had_problem = part.problem.is_some();
                 entry.parts.remove(&tp.1);
                 self.problems_changed |= had_problem;
