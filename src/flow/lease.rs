@@ -12,7 +12,6 @@
 //! fences it: the new leader's producer, with the same transactional id, makes the old one's commits fail
 //! (its checkpoints and its group offsets alike, both written in that producer's transactions).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -80,10 +79,10 @@ pub fn worker(
     let sup = supervisor.clone();
     Worker::new(ActorKind::Lease, name, supervisor, Vec::new(), move |control| {
         // Alongside the elector: who copies what and who leads, for /flows (ends with the worker).
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(members::Stop::default());
         let watcher = members::spawn(plan.clone(), conns.clone(), identity.clone(), sup.clone(), stop.clone());
         let result = run(&plan, &conns, &sup, &identity, control);
-        stop.store(true, Ordering::Release);
+        stop.set();
         let _ = watcher.join();
         result
     })

@@ -3,8 +3,7 @@
 //! [`INTERVAL`] by a thread of the lease worker, for `/flows/{id}` and `ferry status`: an operator sees
 //! where every partition went without asking each node.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::Addr;
@@ -69,13 +68,41 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Ends the members thread: set once, waited on between rounds (an idle flow's thread wakes once per
+/// [`INTERVAL`], not several times a second to look at a flag).
+#[derive(Default)]
+pub struct Stop {
+    stopped: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Stop {
+    pub fn set(&self) {
+        *self.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits until `until` or the stop; true once stopped.
+    fn wait_until(&self, until: Instant) -> bool {
+        let mut stopped = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        while !*stopped {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            stopped = self.changed.wait_timeout(stopped, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        true
+    }
+}
+
 /// Describe both groups every [`INTERVAL`] until `stop`, reporting to the supervisor.
 pub fn spawn(
     plan: Arc<FlowPlan>,
     conns: Arc<FlowConnections>,
     identity: Arc<Identity>,
     supervisor: Addr<FlowSupervisor>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
         .name(format!("members {}", plan.id))
@@ -84,15 +111,14 @@ pub fn spawn(
             let (Ok(source), Ok(target)) = (conns.source.admin(), conns.target.admin()) else { return };
             let copier = copier_group(&identity, &plan);
             let lease = lease_group(&identity, &plan);
-            let mut next = Instant::now();
-            while !stop.load(Ordering::Acquire) {
-                if Instant::now() >= next {
-                    next = Instant::now() + INTERVAL;
-                    let members = describe(&source, &copier).map(|m| copier_members(&m));
-                    let leader = describe(&target, &lease).map(|m| lease_holder(&m));
-                    supervisor.do_send(GroupMembers { members, leader: leader.flatten() });
+            loop {
+                let next = Instant::now() + INTERVAL;
+                let members = describe(&source, &copier).map(|m| copier_members(&m));
+                let leader = describe(&target, &lease).map(|m| lease_holder(&m));
+                supervisor.do_send(GroupMembers { members, leader: leader.flatten() });
+                if stop.wait_until(next) {
+                    return;
                 }
-                std::thread::sleep(Duration::from_millis(200));
             }
         })
         .expect("spawn the members thread")
