@@ -4,6 +4,7 @@
 //! The registry is process-wide; `/metrics` renders it. Hot paths cache the labelled children they
 //! use instead of looking labels up per record.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
 
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
@@ -454,63 +455,73 @@ impl Metrics {
         self.build_info.with_label_values(&[env!("CARGO_PKG_VERSION"), revision]).set(1);
     }
 
-    /// Sum of a metric's samples whose labels include `flow`, if it has any.
-    fn flow_sum(&self, name: &str, flow: &str) -> Option<f64> {
-        let mut found = false;
-        let mut sum = 0.0;
-        for family in self.registry.gather().iter().filter(|f| f.name() == name) {
-            let counter = family.get_field_type() == prometheus::proto::MetricType::COUNTER;
-            for m in family.get_metric() {
-                if m.get_label().iter().any(|l| l.name() == "flow" && l.value() == flow) {
-                    found = true;
-                    sum += if counter { m.get_counter().get_value() } else { m.get_gauge().get_value() };
-                }
-            }
-        }
-        found.then_some(sum)
-    }
-
-    /// The flow's figures for `/flows`: `previous` is the last call's (records copied, when) for rates.
+    /// Every flow's figures for `/flows`, from one pass over the few series they come from (never the
+    /// whole registry: that is every series of every flow, and this runs each second on the node's
+    /// thread). `previous` holds each flow's last (records copied, when), for rates.
     pub fn figures(
         &self,
-        flow: &str,
-        previous: Option<(f64, std::time::Instant)>,
-    ) -> (crate::status::FlowFigures, (f64, std::time::Instant)) {
-        let now = std::time::Instant::now();
-        let copied = self.flow_sum("ferry_records_copied_total", flow).unwrap_or(0.0);
-        let rate = previous.and_then(|(before, at)| {
-            let dt = now.duration_since(at).as_secs_f64();
-            (dt > 0.0).then(|| ((copied - before).max(0.0) / dt * 10.0).round() / 10.0)
-        });
-        let last_checkpoint = self
-            .checkpoint_last_success
-            .collect()
-            .iter()
-            .flat_map(|f| f.get_metric().iter())
-            .filter(|m| m.get_label().iter().any(|l| l.name() == "flow" && l.value() == flow))
-            .map(|m| m.get_gauge().get_value() as u64)
-            .max()
-            .filter(|t| *t > 0)
-            .map(|t| crate::status::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t)));
-        let mut skipped = crate::status::Skipped::default();
-        for m in self.records_skipped.collect().iter().flat_map(|f| f.get_metric().iter()) {
-            let label = |name: &str| m.get_label().iter().find(|l| l.name() == name).map(|l| l.value().to_string());
-            if label("flow").as_deref() != Some(flow) {
-                continue;
-            }
-            let n = m.get_counter().get_value() as u64;
-            skipped.total += n;
-            *skipped.by_reason.entry(label("reason").unwrap_or_default()).or_insert(0) += n;
+        flows: &[String],
+        previous: &BTreeMap<String, (f64, std::time::Instant)>,
+    ) -> Vec<(String, crate::status::FlowFigures, (f64, std::time::Instant))> {
+        fn flow_of(m: &prometheus::proto::Metric) -> Option<&str> {
+            m.get_label().iter().find(|l| l.name() == "flow").map(|l| l.value())
         }
-        let figures = crate::status::FlowFigures {
-            leading: self.leader.with_label_values(&[flow, "checkpoints"]).get() == 1,
-            partitions: self.partitions_assigned.with_label_values(&[flow]).get(),
-            lag_records: self.flow_sum("ferry_source_lag_records", flow).map(|l| l as i64),
-            records_per_second: rate,
-            last_checkpoint_at: last_checkpoint,
-            records_skipped: skipped,
-        };
-        (figures, (copied, now))
+        let now = std::time::Instant::now();
+        let mut copied: HashMap<&str, f64> = HashMap::new();
+        let copied_families = self.records_copied.collect();
+        for m in copied_families.iter().flat_map(|f| f.get_metric().iter()) {
+            if let Some(flow) = flow_of(m) {
+                *copied.entry(flow).or_default() += m.get_counter().get_value();
+            }
+        }
+        let mut lag: HashMap<&str, i64> = HashMap::new();
+        let lag_families = self.source_lag.collect();
+        for m in lag_families.iter().flat_map(|f| f.get_metric().iter()) {
+            if let Some(flow) = flow_of(m) {
+                *lag.entry(flow).or_default() += m.get_gauge().get_value() as i64;
+            }
+        }
+        let mut last_checkpoint: HashMap<&str, u64> = HashMap::new();
+        let checkpoint_families = self.checkpoint_last_success.collect();
+        for m in checkpoint_families.iter().flat_map(|f| f.get_metric().iter()) {
+            if let Some(flow) = flow_of(m) {
+                let t = last_checkpoint.entry(flow).or_default();
+                *t = (*t).max(m.get_gauge().get_value() as u64);
+            }
+        }
+        let mut skipped: HashMap<&str, crate::status::Skipped> = HashMap::new();
+        let skipped_families = self.records_skipped.collect();
+        for m in skipped_families.iter().flat_map(|f| f.get_metric().iter()) {
+            let Some(flow) = flow_of(m) else { continue };
+            let reason = m.get_label().iter().find(|l| l.name() == "reason").map_or("", |l| l.value());
+            let n = m.get_counter().get_value() as u64;
+            let s = skipped.entry(flow).or_default();
+            s.total += n;
+            *s.by_reason.entry(reason.to_string()).or_insert(0) += n;
+        }
+        flows
+            .iter()
+            .map(|flow| {
+                let total = copied.get(flow.as_str()).copied().unwrap_or(0.0);
+                let rate = previous.get(flow).and_then(|(before, at)| {
+                    let dt = now.duration_since(*at).as_secs_f64();
+                    (dt > 0.0).then(|| ((total - before).max(0.0) / dt * 10.0).round() / 10.0)
+                });
+                let figures = crate::status::FlowFigures {
+                    leading: self.leader.with_label_values(&[flow, "checkpoints"]).get() == 1,
+                    partitions: self.partitions_assigned.with_label_values(&[flow]).get(),
+                    lag_records: lag.get(flow.as_str()).copied(),
+                    records_per_second: rate,
+                    last_checkpoint_at: last_checkpoint
+                        .get(flow.as_str())
+                        .copied()
+                        .filter(|t| *t > 0)
+                        .map(|t| crate::status::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t))),
+                    records_skipped: skipped.remove(flow.as_str()).unwrap_or_default(),
+                };
+                (flow.clone(), figures, (total, now))
+            })
+            .collect()
     }
 
     /// Every labelled metric, for removing series by label.

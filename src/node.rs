@@ -275,9 +275,7 @@ impl Actor for Node {
         // flows' figures in /flows (lag, rate, last checkpoint).
         ctx.run_interval(Duration::from_secs(1), |node, _| {
             let ids: Vec<String> = node.running.keys().map(ToString::to_string).collect();
-            for id in ids {
-                let previous = node.copied.get(&id).copied();
-                let (figures, now) = METRICS.figures(&id, previous);
+            for (id, figures, now) in METRICS.figures(&ids, &node.copied) {
                 node.copied.insert(id.clone(), now);
                 node.status.set_figures(&id, figures);
             }
