@@ -215,10 +215,13 @@ async fn one_flow(status: web::Data<StatusBoard>, id: web::Path<String>) -> Http
     }
 }
 
-/// Readiness: every enabled flow running (a paused flow counts as ready: an operator chose it); 503 with
-/// the reasons otherwise.
+/// Readiness: the node serves its API and has loaded its flows directory (the startup reload is done).
+/// A flow that cannot run (a cluster away, a missing right) does not make the node unready: restarting
+/// or withholding the pod would not bring the cluster back, and with every pod unready a rollout or a
+/// node drain could not proceed. Such flows are listed with their reasons (`flows`), as `/flows` and
+/// `ferry_flow_state` show them degraded. 503 only before the flows are loaded.
 async fn ready(status: web::Data<StatusBoard>) -> HttpResponse {
-    let not_ready: Vec<serde_json::Value> = status
+    let not_running: Vec<serde_json::Value> = status
         .snapshot()
         .values()
         .filter(|f| f.enabled && !matches!(f.state, FlowState::Running | FlowState::Paused))
@@ -236,10 +239,12 @@ async fn ready(status: web::Data<StatusBoard>) -> HttpResponse {
             serde_json::json!({ "flow": f.id, "state": f.state, "reasons": why })
         })
         .collect();
-    if not_ready.is_empty() {
-        HttpResponse::Ok().json(serde_json::json!({ "ready": true }))
+    if status.last_reload().is_some() {
+        HttpResponse::Ok().json(serde_json::json!({ "ready": true, "flows": not_running }))
     } else {
-        HttpResponse::ServiceUnavailable().json(serde_json::json!({ "ready": false, "flows": not_ready }))
+        HttpResponse::ServiceUnavailable().json(serde_json::json!({
+            "ready": false, "reason": "the flows directory is not loaded yet", "flows": not_running,
+        }))
     }
 }
 
