@@ -211,7 +211,7 @@ fn ready_stays_200_with_a_cluster_away_and_names_the_flow_that_cannot_run() {
     std::fs::write(
         dir.path().join("nowhere.toml"),
         "[clusters.nowhere]\nbootstrap_servers = \"127.0.0.1:1\"\n".to_string()
-            + &flow("east", "nowhere", &[&topic], ""),
+            + &flow("east", "nowhere", &[&topic], "emit_checkpoints_interval_seconds = 45\n"),
     )
     .expect("write nowhere.toml");
     let mut ferry = Ferry::start(dir.path(), &[]);
@@ -247,6 +247,12 @@ fn ready_stays_200_with_a_cluster_away_and_names_the_flow_that_cannot_run() {
         states.contains("ferry_flow_state{flow=\"east->nowhere\",state=\"running\"} 0"),
         "ferry_flow_state shows east->nowhere not running"
     );
+    // Each flow's configured checkpoint interval, for the staleness alert, even where the flow has no
+    // leader (east->nowhere never reaches its target) and where it is the default.
+    for (flow, interval) in [("east->nowhere", 45.0), (FLOW, 60.0)] {
+        let exported = metric_sum(&states, "ferry_checkpoint_interval_seconds", &[("flow", flow)]);
+        assert_eq!(exported, interval, "ferry_checkpoint_interval_seconds of {flow}");
+    }
 
     std::fs::remove_file(dir.path().join("nowhere.toml")).expect("remove nowhere.toml");
     wait_for(Duration::from_secs(60), "/ready lists nothing once the broken flow is gone", || {
