@@ -122,7 +122,9 @@ fn every_alert_has_severity_annotations_and_firing_and_quiet_unit_tests() {
                     name.to_lowercase(),
                     anchors.contains(anchor)
                 )),
-                None => problems.push(format!("{name}: annotations.runbook_url must point at dashboards/{RUNBOOKS}#...")),
+                None => {
+                    problems.push(format!("{name}: annotations.runbook_url must point at dashboards/{RUNBOOKS}#..."))
+                }
             }
             if text(&rule["for"]).is_none() {
                 problems.push(format!("{name}: no `for:`"));
@@ -263,7 +265,8 @@ fn the_service_monitor_scrapes_the_metrics_service_once_as_job_ferry() {
         for e in sm["spec"]["endpoints"].as_vec().into_iter().flatten() {
             let port = e["port"].as_str().unwrap_or_default();
             if !ports.contains(&port) {
-                problems.push(format!("ServiceMonitor: endpoint port {port:?} is not a port of its Service: {ports:?}"));
+                problems
+                    .push(format!("ServiceMonitor: endpoint port {port:?} is not a port of its Service: {ports:?}"));
             }
             if e["path"].as_str().is_some_and(|p| p != "/metrics") {
                 problems.push(format!("ServiceMonitor: endpoint path {:?}, ferry serves /metrics", e["path"]));
@@ -272,7 +275,8 @@ fn the_service_monitor_scrapes_the_metrics_service_once_as_job_ferry() {
         // The job label: the operator takes it from the Service label named by jobLabel.
         let job = sm["spec"]["jobLabel"].as_str().and_then(|l| s["metadata"]["labels"][l].as_str());
         if job != Some("ferry") {
-            problems.push(format!("ServiceMonitor: the job label would be {job:?}; the alert rules select job=\"ferry\""));
+            problems
+                .push(format!("ServiceMonitor: the job label would be {job:?}; the alert rules select job=\"ferry\""));
         }
     }
     if sm["spec"]["endpoints"].as_vec().is_none_or(Vec::is_empty) {
