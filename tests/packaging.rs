@@ -978,6 +978,11 @@ fn the_image_is_built_with_its_revision_and_carries_oci_labels() {
         problems.push("build.rs no longer reads FERRY_REVISION".into());
     }
     let builder = d.stage(0);
+    // Cargo runs build.rs only if the builder copies it (without it the revision has no source at all).
+    let copies_build_rs = builder.iter().any(|(k, a)| *k == "COPY" && a.split_whitespace().any(|w| w == "build.rs"));
+    if repo_root().join("build.rs").exists() && !copies_build_rs {
+        problems.push("the builder stage must COPY build.rs (the crate's build script)".into());
+    }
     let declared = builder.iter().position(|(k, a)| *k == "ARG" && a.split('=').next() == Some("FERRY_REVISION"));
     let builds = builder.iter().position(|(k, a)| *k == "RUN" && a.contains(BUILD_COMMAND));
     if !matches!((declared, builds), (Some(a), Some(b)) if a < b) {
