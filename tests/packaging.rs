@@ -1,7 +1,9 @@
 //! The packaging around ferry, checked without a container engine or Kafka: the alert rules (with
-//! `promtool`), the Grafana dashboards and provisioning, `docker/Dockerfile`, `docker/compose.yaml`
-//! and the flows it mounts, and the Kubernetes manifests in `docker/kubernetes/`. Each test names the
-//! file and the key that is wrong.
+//! `promtool`) and their runbooks, the Grafana dashboards and provisioning, `docker/Dockerfile`,
+//! `docker/compose.yaml` and the flows it mounts, and the Kubernetes manifests in `docker/kubernetes/`
+//! (the PrometheusRule must hold exactly `dashboards/prometheus-rules.yaml`'s groups, the ServiceMonitor
+//! must scrape the metrics Service once as job `ferry`). Each test names the file and the key that is
+//! wrong.
 //!
 //! Nothing here builds or pulls an image; what can be checked on the files and with the `ferry`
 //! binary Cargo built is: the compose file's services, ports and mounts agree with the Dockerfile,
