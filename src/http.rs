@@ -563,6 +563,50 @@ mod tests {
         assert!(bad.contains("`yes`"), "{bad}");
     }
 
+    /// `/ready`'s status code and JSON for `board`.
+    fn ready_answer(board: &StatusBoard) -> (u16, serde_json::Value) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        let resp = rt.block_on(ready(web::Data::new(board.clone())));
+        let status = resp.status().as_u16();
+        let body = rt.block_on(actix_web::body::to_bytes(resp.into_body())).expect("body");
+        (status, serde_json::from_slice(&body).expect("JSON"))
+    }
+
+    #[test]
+    fn ready_means_flows_loaded_not_every_cluster_answering() {
+        let board = StatusBoard::default();
+        board.flow_started("east->west", 1);
+        board.set("east->west", "copier", crate::status::ActorState::Starting, None);
+        // Before the startup reload is recorded: not ready, whatever the flows do.
+        let (code, body) = ready_answer(&board);
+        assert_eq!(code, 503, "{body}");
+        assert_eq!(body["ready"], false, "{body}");
+
+        board.set_last_reload(crate::status::ReloadOutcome {
+            trigger: Trigger::Startup,
+            result: ReloadResult::Applied,
+            at: "2026-12-01T00:00:00Z".into(),
+            error: None,
+            started: vec!["east->west".into()],
+            stopped: Vec::new(),
+            restarted: Vec::new(),
+            rolled_back: Vec::new(),
+            attempt: 1,
+            retry: None,
+        });
+        // A cluster away: the flow is degraded, the node ready, the flow named with its reason.
+        board.set("east->west", "copier", crate::status::ActorState::Degraded, Some("cluster `west`: down".into()));
+        let (code, body) = ready_answer(&board);
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["ready"], true, "{body}");
+        assert_eq!(body["flows"][0]["flow"], "east->west", "{body}");
+        assert_eq!(body["flows"][0]["reasons"][0], "copier: cluster `west`: down", "{body}");
+
+        board.set("east->west", "copier", crate::status::ActorState::Running, None);
+        let (code, body) = ready_answer(&board);
+        assert_eq!((code, body["flows"].as_array().map(Vec::len)), (200, Some(0)), "{body}");
+    }
+
     #[test]
     fn token_files_are_trimmed_and_must_not_be_empty() {
         let dir = tempfile::tempdir().expect("dir");

@@ -330,7 +330,7 @@ impl Actor for FlowSupervisor {
         self.status.set_paused(&self.flow(), self.paused.wanted());
         let actors: Vec<&str> = ActorKind::ALL.iter().map(|k| k.name()).collect();
         METRICS.init_flow(&self.flow(), &actors);
-        // On every node, not only the checkpoints leader: staleness alerts divide by it.
+        // On every node, not only the checkpoints leader: the staleness alert compares against it.
         METRICS
             .checkpoint_interval
             .with_label_values(&[&self.flow()])
