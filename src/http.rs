@@ -215,10 +215,13 @@ async fn one_flow(status: web::Data<StatusBoard>, id: web::Path<String>) -> Http
     }
 }
 
-/// Readiness: every enabled flow running (a paused flow counts as ready: an operator chose it); 503 with
-/// the reasons otherwise.
+/// Readiness: the node serves its API and has loaded its flows directory (the startup reload is done).
+/// A flow that cannot run (a cluster away, a missing right) does not make the node unready: restarting
+/// or withholding the pod would not bring the cluster back, and with every pod unready a rollout or a
+/// node drain could not proceed. Such flows are listed with their reasons (`flows`), as `/flows` and
+/// `ferry_flow_state` show them degraded. 503 only before the flows are loaded.
 async fn ready(status: web::Data<StatusBoard>) -> HttpResponse {
-    let not_ready: Vec<serde_json::Value> = status
+    let not_running: Vec<serde_json::Value> = status
         .snapshot()
         .values()
         .filter(|f| f.enabled && !matches!(f.state, FlowState::Running | FlowState::Paused))
@@ -236,10 +239,12 @@ async fn ready(status: web::Data<StatusBoard>) -> HttpResponse {
             serde_json::json!({ "flow": f.id, "state": f.state, "reasons": why })
         })
         .collect();
-    if not_ready.is_empty() {
-        HttpResponse::Ok().json(serde_json::json!({ "ready": true }))
+    if status.last_reload().is_some() {
+        HttpResponse::Ok().json(serde_json::json!({ "ready": true, "flows": not_running }))
     } else {
-        HttpResponse::ServiceUnavailable().json(serde_json::json!({ "ready": false, "flows": not_ready }))
+        HttpResponse::ServiceUnavailable().json(serde_json::json!({
+            "ready": false, "reason": "the flows directory is not loaded yet", "flows": not_running,
+        }))
     }
 }
 
@@ -556,6 +561,50 @@ mod tests {
         assert!(typo.contains("`dryrun`"), "{typo}");
         let bad = reload_dry_run("dry_run=yes").expect_err("bad value");
         assert!(bad.contains("`yes`"), "{bad}");
+    }
+
+    /// `/ready`'s status code and JSON for `board`.
+    fn ready_answer(board: &StatusBoard) -> (u16, serde_json::Value) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        let resp = rt.block_on(ready(web::Data::new(board.clone())));
+        let status = resp.status().as_u16();
+        let body = rt.block_on(actix_web::body::to_bytes(resp.into_body())).expect("body");
+        (status, serde_json::from_slice(&body).expect("JSON"))
+    }
+
+    #[test]
+    fn ready_means_flows_loaded_not_every_cluster_answering() {
+        let board = StatusBoard::default();
+        board.flow_started("east->west", 1);
+        board.set("east->west", "copier", crate::status::ActorState::Starting, None);
+        // Before the startup reload is recorded: not ready, whatever the flows do.
+        let (code, body) = ready_answer(&board);
+        assert_eq!(code, 503, "{body}");
+        assert_eq!(body["ready"], false, "{body}");
+
+        board.set_last_reload(crate::status::ReloadOutcome {
+            trigger: Trigger::Startup,
+            result: ReloadResult::Applied,
+            at: "2026-12-01T00:00:00Z".into(),
+            error: None,
+            started: vec!["east->west".into()],
+            stopped: Vec::new(),
+            restarted: Vec::new(),
+            rolled_back: Vec::new(),
+            attempt: 1,
+            retry: None,
+        });
+        // A cluster away: the flow is degraded, the node ready, the flow named with its reason.
+        board.set("east->west", "copier", crate::status::ActorState::Degraded, Some("cluster `west`: down".into()));
+        let (code, body) = ready_answer(&board);
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["ready"], true, "{body}");
+        assert_eq!(body["flows"][0]["flow"], "east->west", "{body}");
+        assert_eq!(body["flows"][0]["reasons"][0], "copier: cluster `west`: down", "{body}");
+
+        board.set("east->west", "copier", crate::status::ActorState::Running, None);
+        let (code, body) = ready_answer(&board);
+        assert_eq!((code, body["flows"].as_array().map(Vec::len)), (200, Some(0)), "{body}");
     }
 
     #[test]

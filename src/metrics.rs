@@ -81,6 +81,9 @@ pub struct Metrics {
     /// When each group was last checkpointed successfully (its round read its offsets and published what
     /// was due), seconds since the epoch.
     pub checkpoint_last_success: IntGaugeVec,
+    /// Each flow's configured `emit_checkpoints_interval_seconds`, on every node running the flow (so
+    /// that staleness alerts compare the last success with the interval, whichever node leads).
+    pub checkpoint_interval: GaugeVec,
     /// 1 for each flow's current state, 0 for its other states.
     pub flow_state: IntGaugeVec,
     /// Age of the newest heartbeat of each flow that reached its target (set at scrape time).
@@ -322,6 +325,12 @@ impl Metrics {
                 "When each consumer group was last checkpointed successfully.",
                 &["flow", "group"],
             ),
+            checkpoint_interval: float_gauge(
+                &registry,
+                "ferry_checkpoint_interval_seconds",
+                "The flow's configured checkpoint emission interval (emit_checkpoints_interval_seconds).",
+                &["flow"],
+            ),
             flow_state: gauge(&registry, "ferry_flow_state", "1 for each flow's current state.", &["flow", "state"]),
             heartbeat_age: {
                 let g = prometheus::GaugeVec::new(
@@ -555,6 +564,7 @@ impl Metrics {
             &self.partition_records_copied,
             &self.checkpoint_latency,
             &self.checkpoint_last_success,
+            &self.checkpoint_interval,
             &self.flow_state,
             &self.heartbeat_age,
             &self.leader,

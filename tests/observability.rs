@@ -91,6 +91,8 @@ fn every_dashboard_query_and_alert_rule_evaluates_on_a_live_node() {
 
     // The values Grafana would put in the dashboards' variables for this flow.
     let live: BTreeMap<&str, String> = BTreeMap::from([
+        ("job", "ferry".to_string()),
+        ("namespace", Prometheus::NAMESPACE.to_string()),
         ("flow", FLOW.to_string()),
         ("topic", topic.clone()),
         ("instance", ferry.listen_addr().to_string()),
@@ -146,6 +148,16 @@ fn every_dashboard_query_and_alert_rule_evaluates_on_a_live_node() {
                 Err(e) => (q.expr.clone(), Err(e)),
             };
             queries.push(Query { label, expr, result });
+        }
+    }
+    // Annotation queries (reloads, actor restarts): they must evaluate; an empty answer is a quiet node.
+    for (file, dashboard) in dashboards() {
+        for a in dashboard["annotations"]["list"].as_array().into_iter().flatten() {
+            let Some(expr) = a["expr"].as_str() else { continue };
+            let name = a["name"].as_str().unwrap_or_default();
+            if let Err(e) = substitute(expr, &values).and_then(|q| prometheus.query(&q)) {
+                failures.push(format!("{file} annotation {name:?}: error: {e}\n      {expr}"));
+            }
         }
     }
     // Re-evaluate the empty ones for a while: some series appear only after a few scrapes.

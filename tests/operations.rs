@@ -202,44 +202,63 @@ fn a_pause_holds_from_its_answer_on_even_in_the_middle_of_a_copy_pass() {
 }
 
 #[test]
-fn ready_names_the_flow_that_cannot_run_until_it_is_removed() {
+fn ready_stays_200_with_a_cluster_away_and_names_the_flow_that_cannot_run() {
     let (east, west) = shared_pair();
     let topic = unique("ops-ready");
     create_topic(&east.bootstrap, &topic, 1, &[]);
     let dir = pair_dir(east, west, &flow("east", "west", &[&topic], ""));
-    // A second flow to a cluster nobody listens on.
+    // A second flow to a cluster nobody listens on: one Kafka cluster away.
     std::fs::write(
         dir.path().join("nowhere.toml"),
         "[clusters.nowhere]\nbootstrap_servers = \"127.0.0.1:1\"\n".to_string()
-            + &flow("east", "nowhere", &[&topic], ""),
+            + &flow("east", "nowhere", &[&topic], "emit_checkpoints_interval_seconds = 45\n"),
     )
     .expect("write nowhere.toml");
     let mut ferry = Ferry::start(dir.path(), &[]);
     ferry.wait_log("node started", STARTED);
-    let mut answer = serde_json::Value::Null;
-    wait_for(Duration::from_secs(60), "/ready 503 naming east->nowhere with a reason", || {
+    // Readiness is about this node serving its API with its flows loaded: the pod stays in service (a
+    // rollout or a drain can proceed) while the flow to the missing cluster is listed with its reason.
+    let mut answer = (0, serde_json::Value::Null);
+    wait_for(Duration::from_secs(60), "/ready naming east->nowhere with a reason", || {
         assert_alive(&mut ferry);
-        let (code, body) = ready(&ferry);
-        answer = body;
-        let flows = answer["flows"].as_array().cloned().unwrap_or_default();
-        code == 503
-            && flows.iter().any(|f| {
-                f["flow"] == "east->nowhere"
-                    && f["reasons"]
-                        .as_array()
-                        .is_some_and(|r| r.iter().any(|x| x.as_str().is_some_and(|s| s.contains("nowhere"))))
-            })
+        answer = ready(&ferry);
+        let flows = answer.1["flows"].as_array().cloned().unwrap_or_default();
+        flows.iter().any(|f| {
+            f["flow"] == "east->nowhere"
+                && f["reasons"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|x| x.as_str().is_some_and(|s| s.contains("nowhere"))))
+        })
     });
-    println!("/ready: {answer}");
+    println!("/ready with the cluster away: {} {}", answer.0, answer.1);
+    assert_eq!(answer.0, 200, "a cluster away leaves the node ready: {}", answer.1);
+    assert_eq!(answer.1["ready"], true, "{}", answer.1);
     assert!(
-        answer["flows"].as_array().is_some_and(|f| f.iter().all(|f| f["flow"] != FLOW)),
-        "east->west is fine: {answer}"
+        answer.1["flows"].as_array().is_some_and(|f| f.iter().all(|f| f["flow"] != FLOW)),
+        "east->west is fine: {}",
+        answer.1
     );
+    // The degraded flow is visible where operators and alerts look: /health, /flows and the metrics.
+    let h = health(ferry.listen_addr());
+    assert_eq!(h["status"], "degraded", "{h}");
+    assert_ne!(h["flows"]["east->nowhere"]["state"], "running", "{h}");
+    let states = observe::metrics(ferry.listen_addr());
+    assert!(
+        states.contains("ferry_flow_state{flow=\"east->nowhere\",state=\"running\"} 0"),
+        "ferry_flow_state shows east->nowhere not running"
+    );
+    // Each flow's configured checkpoint interval, for the staleness alert, even where the flow has no
+    // leader (east->nowhere never reaches its target) and where it is the default.
+    for (flow, interval) in [("east->nowhere", 45.0), (FLOW, 60.0)] {
+        let exported = metric_sum(&states, "ferry_checkpoint_interval_seconds", &[("flow", flow)]);
+        assert_eq!(exported, interval, "ferry_checkpoint_interval_seconds of {flow}");
+    }
 
     std::fs::remove_file(dir.path().join("nowhere.toml")).expect("remove nowhere.toml");
-    wait_for(Duration::from_secs(60), "/ready 200 once the broken flow is gone", || {
+    wait_for(Duration::from_secs(60), "/ready lists nothing once the broken flow is gone", || {
         assert_alive(&mut ferry);
-        ready(&ferry).0 == 200
+        let (code, body) = ready(&ferry);
+        code == 200 && body["flows"].as_array().is_some_and(Vec::is_empty)
     });
     assert_eq!(ready(&ferry).1["ready"], true);
     assert!(ferry.terminate(Duration::from_secs(30)).success());

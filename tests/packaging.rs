@@ -1,7 +1,9 @@
 //! The packaging around ferry, checked without a container engine or Kafka: the alert rules (with
-//! `promtool`), the Grafana dashboards and provisioning, `docker/Dockerfile`, `docker/compose.yaml`
-//! and the flows it mounts, and the Kubernetes manifests in `docker/kubernetes/`. Each test names the
-//! file and the key that is wrong.
+//! `promtool`) and their runbooks, the Grafana dashboards and provisioning, `docker/Dockerfile`,
+//! `docker/compose.yaml` and the flows it mounts, and the Kubernetes manifests in `docker/kubernetes/`
+//! (the PrometheusRule must hold exactly `dashboards/prometheus-rules.yaml`'s groups, the ServiceMonitor
+//! must scrape the metrics Service once as job `ferry`). Each test names the file and the key that is
+//! wrong.
 //!
 //! Nothing here builds or pulls an image; what can be checked on the files and with the `ferry`
 //! binary Cargo built is: the compose file's services, ports and mounts agree with the Dockerfile,
@@ -107,10 +109,25 @@ fn every_alert_has_severity_annotations_and_firing_and_quiet_unit_tests() {
     let tests = yaml(&dir.join("prometheus-rules.test.yaml"));
     let mut problems = Vec::new();
     let mut alerts = BTreeSet::new();
+    let anchors = runbook_anchors(&read(&dir.join(RUNBOOKS)));
     for group in rules["groups"].as_vec().into_iter().flatten() {
         for rule in group["rules"].as_vec().into_iter().flatten() {
             let Some(name) = rule["alert"].as_str() else { continue };
             alerts.insert(name.to_string());
+            // The runbook: a section of dashboards/RUNBOOKS.md named for the alert.
+            let url = rule["annotations"]["runbook_url"].as_str().unwrap_or_default();
+            match url.split_once(&format!("dashboards/{RUNBOOKS}#")) {
+                Some((_, anchor)) if anchor == name.to_lowercase() && anchors.contains(anchor) => {}
+                Some((_, anchor)) => problems.push(format!(
+                    "{name}: runbook_url {url:?}: want the anchor #{} of a `## {name}` section of {RUNBOOKS} \
+                     (#{anchor} exists: {})",
+                    name.to_lowercase(),
+                    anchors.contains(anchor)
+                )),
+                None => {
+                    problems.push(format!("{name}: annotations.runbook_url must point at dashboards/{RUNBOOKS}#..."))
+                }
+            }
             if text(&rule["for"]).is_none() {
                 problems.push(format!("{name}: no `for:`"));
             }
@@ -125,6 +142,17 @@ fn every_alert_has_severity_annotations_and_firing_and_quiet_unit_tests() {
         }
     }
     assert!(alerts.len() >= 8, "expected the alerts of the brief, found {alerts:?}");
+    for required in ["FerryDown", "FerrySourceRecordsLost", "FerryCheckpointStale"] {
+        if !alerts.contains(required) {
+            problems.push(format!("no alert {required}"));
+        }
+    }
+    // Every runbook section is an alert's (a renamed alert leaves no orphan).
+    for anchor in &anchors {
+        if !alerts.iter().any(|a| a.to_lowercase() == *anchor) {
+            problems.push(format!("{RUNBOOKS}: section #{anchor} is no alert's runbook"));
+        }
+    }
     if tests["rule_files"]
         .as_vec()
         .is_none_or(|files| !files.iter().any(|f| f.as_str() == Some("prometheus-rules.yaml")))
@@ -161,6 +189,104 @@ fn every_alert_has_severity_annotations_and_firing_and_quiet_unit_tests() {
     assert!(problems.is_empty(), "alert rules:\n  {}", problems.join("\n  "));
 }
 
+/// The runbooks of the alerts, beside the rules (each alert's `runbook_url` ends in `RUNBOOKS.md#<alert>`).
+const RUNBOOKS: &str = "RUNBOOKS.md";
+
+/// The anchors of a Markdown file's `## ` sections as GitHub renders them (lowercase, spaces as `-`).
+fn runbook_anchors(markdown: &str) -> BTreeSet<String> {
+    markdown
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .map(|h| {
+            h.trim()
+                .to_lowercase()
+                .chars()
+                .filter_map(|c| match c {
+                    ' ' => Some('-'),
+                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_kubernetes_prometheus_rule_holds_exactly_the_alert_rules() {
+    let rules = yaml(&dashboards_dir().join("prometheus-rules.yaml"));
+    let path = docker_dir().join("kubernetes").join("prometheus-rule.yaml");
+    let rule = yaml(&path);
+    assert_eq!(rule["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"), "{}: apiVersion", path.display());
+    assert_eq!(rule["kind"].as_str(), Some("PrometheusRule"), "{}: kind", path.display());
+    assert!(!rules["groups"].is_badvalue(), "dashboards/prometheus-rules.yaml has groups");
+    assert!(
+        rule["spec"]["groups"] == rules["groups"],
+        "{} differs from dashboards/prometheus-rules.yaml: regenerate it with \
+         `scripts/prometheus-rule.sh > docker/kubernetes/prometheus-rule.yaml`",
+        path.display()
+    );
+    // The script reproduces the file byte for byte (so the comment in the file stays true).
+    let out = Command::new(repo_root().join("scripts").join("prometheus-rule.sh")).output().expect("run the script");
+    assert!(out.status.success(), "scripts/prometheus-rule.sh: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stdout) == read(&path),
+        "{} is not what scripts/prometheus-rule.sh prints: regenerate it",
+        path.display()
+    );
+}
+
+#[test]
+fn the_service_monitor_scrapes_the_metrics_service_once_as_job_ferry() {
+    let m = Manifests::load();
+    let (set, _) = m.ferry();
+    let pod_labels = &set["spec"]["template"]["metadata"]["labels"];
+    let monitors = m.of_kind("ServiceMonitor");
+    assert_eq!(monitors.len(), 1, "docker/kubernetes/: one ServiceMonitor");
+    let sm = monitors[0];
+    let mut problems = Vec::new();
+    if sm["apiVersion"].as_str() != Some("monitoring.coreos.com/v1") {
+        problems.push("ServiceMonitor: apiVersion monitoring.coreos.com/v1".to_string());
+    }
+    // It selects exactly one Service (scraping the headless one too would count every node twice),
+    // which selects the pods and names the port the endpoints scrape.
+    let services: Vec<&Yaml> = m
+        .of_kind("Service")
+        .into_iter()
+        .filter(|s| selects(&sm["spec"]["selector"]["matchLabels"], &s["metadata"]["labels"]))
+        .collect();
+    if services.len() != 1 {
+        let names: Vec<Option<&str>> = services.iter().map(|s| s["metadata"]["name"].as_str()).collect();
+        problems.push(format!("ServiceMonitor: spec.selector must match exactly one Service, matches {names:?}"));
+    }
+    for s in &services {
+        if !selects(&s["spec"]["selector"], pod_labels) {
+            problems.push("ServiceMonitor: its Service must select the StatefulSet's pods".into());
+        }
+        let ports: Vec<&str> =
+            s["spec"]["ports"].as_vec().into_iter().flatten().filter_map(|p| p["name"].as_str()).collect();
+        for e in sm["spec"]["endpoints"].as_vec().into_iter().flatten() {
+            let port = e["port"].as_str().unwrap_or_default();
+            if !ports.contains(&port) {
+                problems
+                    .push(format!("ServiceMonitor: endpoint port {port:?} is not a port of its Service: {ports:?}"));
+            }
+            if e["path"].as_str().is_some_and(|p| p != "/metrics") {
+                problems.push(format!("ServiceMonitor: endpoint path {:?}, ferry serves /metrics", e["path"]));
+            }
+        }
+        // The job label: the operator takes it from the Service label named by jobLabel.
+        let job = sm["spec"]["jobLabel"].as_str().and_then(|l| s["metadata"]["labels"][l].as_str());
+        if job != Some("ferry") {
+            problems
+                .push(format!("ServiceMonitor: the job label would be {job:?}; the alert rules select job=\"ferry\""));
+        }
+    }
+    if sm["spec"]["endpoints"].as_vec().is_none_or(Vec::is_empty) {
+        problems.push("ServiceMonitor: no endpoints".into());
+    }
+    assert!(problems.is_empty(), "docker/kubernetes/service-monitor.yaml:\n  {}", problems.join("\n  "));
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Dashboards and provisioning
 
@@ -182,8 +308,11 @@ fn dashboards_have_fixed_uids_variables_and_prometheus_queries() {
         }
         let vars = variables(d);
         let names: Vec<&str> = vars.iter().map(|v| v.name.as_str()).collect();
-        let want: &[&str] =
-            if uid == "ferry-flow" { &["datasource", "flow", "topic"] } else { &["datasource", "instance", "flow"] };
+        let want: &[&str] = if uid == "ferry-flow" {
+            &["datasource", "job", "namespace", "flow", "topic"]
+        } else {
+            &["datasource", "job", "namespace", "instance", "flow"]
+        };
         if names != want {
             p(format!("variables are {names:?}, want {want:?}"));
         }
@@ -256,11 +385,63 @@ fn dashboards_have_fixed_uids_variables_and_prometheus_queries() {
             } else if let Err(e) = substitute(&q.expr, &values) {
                 p(format!("panel {:?} {}: {e}", q.panel, q.ref_id));
             }
+            for selector in unfiltered_selectors(&q.expr) {
+                p(format!("panel {:?} {}: {selector} is not filtered by $job and $namespace", q.panel, q.ref_id));
+            }
+        }
+        for v in vars.iter().filter(|v| v.name != "datasource" && v.name != "job") {
+            for selector in unfiltered_selectors(v.query.as_deref().unwrap_or_default()) {
+                if v.name != "namespace" || !selector.contains("job=~\"$job\"") {
+                    p(format!("${}: {selector} is not filtered by $job and $namespace", v.name));
+                }
+            }
+        }
+        // Annotations: reloads and actor restarts, queried like the panels.
+        let annotations: Vec<&serde_json::Value> = d["annotations"]["list"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["builtIn"].as_i64() != Some(1))
+            .collect();
+        for metric in ["ferry_config_reloads_total", "ferry_actor_restarts_total"] {
+            if !annotations.iter().any(|a| a["expr"].as_str().is_some_and(|e| e.contains(metric))) {
+                p(format!("no annotation queries {metric}"));
+            }
+        }
+        for a in &annotations {
+            let name = a["name"].as_str().unwrap_or_default();
+            let expr = a["expr"].as_str().unwrap_or_default();
+            if a["datasource"]["uid"] != "${datasource}" {
+                p(format!("annotation {name:?}: datasource must be ${{datasource}}"));
+            }
+            if let Err(e) = substitute(expr, &values) {
+                p(format!("annotation {name:?}: {e}"));
+            }
+            for selector in unfiltered_selectors(expr) {
+                p(format!("annotation {name:?}: {selector} is not filtered by $job and $namespace"));
+            }
         }
         let count = panels(d).len();
         println!("{file}: uid {uid}, {count} panels, {} queries", panel_queries(d).len());
     }
     assert!(problems.is_empty(), "dashboards:\n  {}", problems.join("\n  "));
+}
+
+/// The `ferry_*` selectors of `expr` that lack `job=~"$job"` or `namespace=~"$namespace"`.
+fn unfiltered_selectors(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("ferry_") {
+        let boundary = i == 0 || !rest[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+        let after = &rest[i..];
+        let end = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+        let labels = after[end..].strip_prefix('{').and_then(|l| l.find('}').map(|j| &l[..j])).unwrap_or("");
+        if boundary && !(labels.contains("job=~\"$job\"") && labels.contains("namespace=~\"$namespace\"")) {
+            out.push(format!("{}{{{labels}}}", &after[..end]));
+        }
+        rest = &after[end..];
+    }
+    out
 }
 
 #[test]
@@ -786,6 +967,58 @@ fn dockerfile_builds_a_locked_release_and_runs_it_unprivileged() {
         problems.push(format!("HEALTHCHECK {hc:?}, want {want_hc:?}"));
     }
     assert!(problems.is_empty(), "docker/Dockerfile:\n  {}", problems.join("\n  "));
+}
+
+#[test]
+fn the_image_is_built_with_its_revision_and_carries_oci_labels() {
+    let d = Dockerfile::load();
+    let mut problems = Vec::new();
+    // build.rs records FERRY_REVISION for ferry_build_info{revision} (the build context has no .git):
+    // the builder stage must have the argument in scope before it runs cargo.
+    let build_rs = read(&repo_root().join("build.rs"));
+    if !build_rs.contains("std::env::var(\"FERRY_REVISION\")") {
+        problems.push("build.rs no longer reads FERRY_REVISION".into());
+    }
+    let builder = d.stage(0);
+    // Cargo runs build.rs only if the builder copies it (without it the revision has no source at all).
+    let copies_build_rs = builder.iter().any(|(k, a)| *k == "COPY" && a.split_whitespace().any(|w| w == "build.rs"));
+    if repo_root().join("build.rs").exists() && !copies_build_rs {
+        problems.push("the builder stage must COPY build.rs (the crate's build script)".into());
+    }
+    let declared = builder.iter().position(|(k, a)| *k == "ARG" && a.split('=').next() == Some("FERRY_REVISION"));
+    let builds = builder.iter().position(|(k, a)| *k == "RUN" && a.contains(BUILD_COMMAND));
+    if !matches!((declared, builds), (Some(a), Some(b)) if a < b) {
+        problems.push("the builder stage must declare ARG FERRY_REVISION before it runs cargo build".into());
+    }
+    if d.arg("FERRY_REVISION").is_none() {
+        problems.push("a global ARG FERRY_REVISION=<default> (e.g. unknown)".into());
+    }
+    // The version label defaults to Cargo.toml's version.
+    let manifest: toml::Table = toml::from_str(&read(&repo_root().join("Cargo.toml"))).expect("Cargo.toml");
+    let version = manifest["package"]["version"].as_str().unwrap_or_default().to_string();
+    if d.arg("FERRY_VERSION") != Some(version.clone()) {
+        problems.push(format!("ARG FERRY_VERSION={:?}, want Cargo.toml's {version}", d.arg("FERRY_VERSION")));
+    }
+    let labels = d.stage(1).into_iter().filter(|(k, _)| *k == "LABEL").map(|(_, a)| a).collect::<Vec<_>>().join(" ");
+    for (label, arg) in [
+        ("org.opencontainers.image.revision", "FERRY_REVISION"),
+        ("org.opencontainers.image.version", "FERRY_VERSION"),
+        ("org.opencontainers.image.source", "FERRY_SOURCE"),
+    ] {
+        if !labels.contains(&format!("{label}=\"${{{arg}}}\"")) {
+            problems.push(format!("the runtime stage must LABEL {label}=\"${{{arg}}}\""));
+        }
+        let in_stage = d.stage(1).iter().any(|(k, a)| *k == "ARG" && a.split('=').next() == Some(arg));
+        if !in_stage {
+            problems.push(format!("the runtime stage must declare ARG {arg} (LABEL sees only its stage's arguments)"));
+        }
+    }
+    // compose passes the revision through.
+    let compose = Compose::load();
+    if text(&compose.service("ferry").y["build"]["args"]["FERRY_REVISION"]).is_none() {
+        problems.push("docker/compose.yaml: service ferry's build.args must pass FERRY_REVISION".into());
+    }
+    assert!(problems.is_empty(), "docker/Dockerfile revision and labels:\n  {}", problems.join("\n  "));
 }
 
 /// Shared libraries the binary may link, and the Debian package of the runtime image that provides

@@ -330,6 +330,11 @@ impl Actor for FlowSupervisor {
         self.status.set_paused(&self.flow(), self.paused.wanted());
         let actors: Vec<&str> = ActorKind::ALL.iter().map(|k| k.name()).collect();
         METRICS.init_flow(&self.flow(), &actors);
+        // On every node, not only the checkpoints leader: the staleness alert compares against it.
+        METRICS
+            .checkpoint_interval
+            .with_label_values(&[&self.flow()])
+            .set(self.plan.settings.emit_checkpoints_interval.as_secs_f64());
         for duty in ActorKind::LEADER_DUTIES {
             METRICS.leader.with_label_values(&[&self.flow(), duty.name()]).set(0);
         }

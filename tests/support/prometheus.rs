@@ -47,7 +47,12 @@ pub fn dashboards_dir() -> PathBuf {
 }
 
 impl Prometheus {
-    /// Starts Prometheus scraping `targets` (job `ferry`, path `/metrics`) every `scrape_interval`
+    /// The `namespace` label every scraped series gets, as the Prometheus Operator adds it on Kubernetes
+    /// (the dashboards' `$namespace` variable lists it).
+    pub const NAMESPACE: &'static str = "ferry-test";
+
+    /// Starts Prometheus scraping `targets` (job `ferry`, path `/metrics`, label `namespace`
+    /// [`Prometheus::NAMESPACE`]) every `scrape_interval`
     /// (also its rule evaluation interval, e.g. "1s") with `rule_files` loaded, and waits until it
     /// is ready. Panics with its log if it does not start.
     pub fn start(targets: &[SocketAddr], rule_files: &[&Path], scrape_interval: &str) -> Prometheus {
@@ -58,9 +63,10 @@ impl Prometheus {
         let config = format!(
             "global:\n  scrape_interval: {scrape_interval}\n  scrape_timeout: {scrape_interval}\n  \
              evaluation_interval: {scrape_interval}\nrule_files:\n{}scrape_configs:\n  - job_name: ferry\n    \
-             metrics_path: /metrics\n    static_configs:\n      - targets: [{}]\n",
+             metrics_path: /metrics\n    static_configs:\n      - targets: [{}]\n        labels: {{namespace: {}}}\n",
             rules.concat(),
-            targets.join(", ")
+            targets.join(", "),
+            Self::NAMESPACE
         );
         let config_path = dir.path().join("prometheus.yml");
         std::fs::write(&config_path, config).expect("write prometheus.yml");
