@@ -24,9 +24,11 @@
 #   flows-busy        20 flows copying a topic each at once (1,000,000 records of 512 B over 20 topics of 4
 #                     partitions) against one flow copying the same 20 topics: copy rate and CPU per record,
 #                     whole copy and steady part (10-90 % of the records) [ferry]
-#   checkpoint        1,000,000 offset syncs (MM2's format) on the offset-syncs topic, a lagging group on
-#                     the source: time from start to its first checkpoint, and the records a failover to
-#                     the checkpointed offsets would re-read [ferry,mm2]
+#   checkpoint        1,000,000 offset syncs (MM2's format) on the offset-syncs topic, lagging groups on
+#                     the source (1,000 and 100,000 records behind, half the history, and a deep one near
+#                     upstream offset 1,000,000, in the oldest part of the history): time from start to
+#                     the first checkpoint, to each group's, and the records a failover to the
+#                     checkpointed offsets would re-read [ferry,mm2]
 #   limit             the headline copy done by producer-perf into the target and consumer-perf from the
 #                     source, together: the box's copy limit (also an engine of every copy scenario)
 #   copy              a custom copy: --records, --size, --partitions [ferry]

@@ -1,5 +1,7 @@
 //! The node's HTTP interface: `/health` (the node and every flow), `/flows` (the flows and the last
-//! reload, JSON), `/flows/{id}` (one flow), `/metrics` (Prometheus text) and `POST /reload`.
+//! reload, JSON), `/flows/{id}` (one flow), `/metrics` (Prometheus text), `POST /reload` (`?dry_run=true`:
+//! what it would do, changing nothing) and `POST /flows/{id}/pause|resume`; and the plain client the
+//! `ferry` commands use to call them ([`request`]).
 //!
 //! What it owns besides the handlers is *admission* ([`admit`], in front of every route):
 //! - Reads (`GET`, `HEAD`) are open, for scrapers and probes.
@@ -30,7 +32,7 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use crate::config::FlowId;
 use crate::metrics::METRICS;
 use crate::node::{Node, Pause};
-use crate::reload::{Reload, ReloadResult, Trigger};
+use crate::reload::{PlanReload, PlanResult, Reload, ReloadResult, Trigger};
 use crate::status::{FlowState, StatusBoard};
 
 /// The largest request body accepted (no endpoint reads one today).
@@ -288,8 +290,45 @@ async fn metrics(status: web::Data<StatusBoard>) -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(METRICS.render())
 }
 
+/// Whether `POST /reload`'s query asks for a dry run. Anything but `dry_run=true|false` (or `1|0`, or a
+/// bare `dry_run`) is refused: a misspelt `dryrun=true` or `dry_run=yes` must not reload for real.
+pub fn reload_dry_run(query: &str) -> Result<bool, String> {
+    let pairs = web::Query::<Vec<(String, String)>>::from_query(query)
+        .map_err(|e| format!("malformed query: {e}"))?
+        .into_inner();
+    let mut dry_run = false;
+    for (key, value) in pairs {
+        if key != "dry_run" {
+            return Err(format!("unknown query parameter `{key}`: POST /reload takes only dry_run=true|false"));
+        }
+        dry_run = match value.as_str() {
+            "true" | "1" | "" => true,
+            "false" | "0" => false,
+            _ => return Err(format!("dry_run must be true or false, not `{value}`")),
+        };
+    }
+    Ok(dry_run)
+}
+
 /// Reload the flows directory now; answers with what the reload did (422 when the set was refused).
-async fn reload(node: web::Data<Addr<Node>>) -> HttpResponse {
+/// With `?dry_run=true`, answers what it would do and changes nothing (422 likewise).
+async fn reload(node: web::Data<Addr<Node>>, req: HttpRequest) -> HttpResponse {
+    let dry_run = match reload_dry_run(req.query_string()) {
+        Ok(d) => d,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    if dry_run {
+        return match node.send(PlanReload).await {
+            Ok(plan) => {
+                let status = match plan.result {
+                    PlanResult::Rejected => StatusCode::UNPROCESSABLE_ENTITY,
+                    PlanResult::WouldApply => StatusCode::OK,
+                };
+                HttpResponse::build(status).json(plan)
+            }
+            Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("the node did not answer: {e}")),
+        };
+    }
     match node.send(Reload { trigger: Trigger::Http }).await {
         Ok(outcome) => {
             let status = match outcome.result {
@@ -379,7 +418,28 @@ pub fn probe(url: &str, ca: Option<&Path>, insecure: bool, timeout: Duration) ->
 
 /// `GET url` like [`probe`], returning the status code and the body (for `ferry status`).
 pub fn get(url: &str, ca: Option<&Path>, insecure: bool, timeout: Duration) -> Result<(u16, Vec<u8>), String> {
+    request("GET", url, &ClientOptions { ca, insecure, bearer: None, timeout })
+}
+
+/// How [`request`] talks to a node.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientOptions<'a> {
+    /// PEM file of certificates to trust for https (besides the system's).
+    pub ca: Option<&'a Path>,
+    /// Skip the verification of an https node's certificate.
+    pub insecure: bool,
+    /// Sent as `Authorization: Bearer <token>` (the admin token of mutating endpoints).
+    pub bearer: Option<&'a str>,
+    /// For connecting and for each read and write.
+    pub timeout: Duration,
+}
+
+/// `method url` (http:// or https://) without a body; returns the status code and the body. For the
+/// `ferry` commands that talk to a node: no redirects, no keep-alive. Errors say which step failed
+/// (resolving, connecting, the TLS handshake, the exchange), never the token.
+pub fn request(method: &str, url: &str, opts: &ClientOptions<'_>) -> Result<(u16, Vec<u8>), String> {
     use std::net::{TcpStream, ToSocketAddrs};
+    let ClientOptions { ca, insecure, bearer, timeout } = *opts;
 
     let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
         (Some(rest), _) => (false, rest),
@@ -410,8 +470,12 @@ pub fn get(url: &str, ca: Option<&Path>, insecure: bool, timeout: Duration) -> R
         .set_read_timeout(Some(timeout))
         .and_then(|()| stream.set_write_timeout(Some(timeout)))
         .map_err(|e| e.to_string())?;
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: ferry-health\r\nConnection: close\r\n\r\n");
+    let authorization = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    // A body-less POST still says so: the node refuses a body without a declared length.
+    let length = if method == "GET" || method == "HEAD" { "" } else { "Content-Length: 0\r\n" };
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: ferry-cli\r\n{authorization}{length}Connection: close\r\n\r\n"
+    );
     let mut head = Vec::new();
     let mut exchange = |s: &mut dyn ReadWrite| -> std::io::Result<()> {
         s.write_all(request.as_bytes())?;
@@ -476,6 +540,22 @@ mod tests {
         for bad in ["east", "->west", "east->", "ea st->west", "east->we.st", "%ZZ", &"a".repeat(600)] {
             assert!(flow_id(bad).expect_err(bad).starts_with("malformed flow id"), "{bad}");
         }
+    }
+
+    #[test]
+    fn only_a_well_formed_dry_run_query_is_accepted() {
+        assert_eq!(reload_dry_run(""), Ok(false));
+        for yes in ["dry_run=true", "dry_run=1", "dry_run", "dry_run="] {
+            assert_eq!(reload_dry_run(yes), Ok(true), "{yes}");
+        }
+        for no in ["dry_run=false", "dry_run=0"] {
+            assert_eq!(reload_dry_run(no), Ok(false), "{no}");
+        }
+        // A typo must not turn a dry run into a real reload.
+        let typo = reload_dry_run("dryrun=true").expect_err("unknown key");
+        assert!(typo.contains("`dryrun`"), "{typo}");
+        let bad = reload_dry_run("dry_run=yes").expect_err("bad value");
+        assert!(bad.contains("`yes`"), "{bad}");
     }
 
     #[test]

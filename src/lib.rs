@@ -5,6 +5,7 @@
 //! data between Kafka and that core ([`node`], [`flow`]), with [`http`] serving health and metrics.
 
 pub mod checkpoint_store;
+pub mod cli;
 pub mod clients;
 pub mod config;
 pub mod control;

@@ -7,6 +7,7 @@
 //! or the files change.
 //!
 //! Reloads are serialised: while one runs (stopping and starting flows takes seconds), the next waits.
+//! A dry run ([`PlanReload`]) is the same read and diff, answered without applying anything.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -23,7 +24,7 @@ use crate::flow::supervisor::SetPaused;
 use crate::flow::{FlowSupervisor, Identity, StopFlow};
 use crate::kafka;
 use crate::metrics::METRICS;
-use crate::reload::{self, Reload, ReloadOutcome, ReloadResult, Trigger};
+use crate::reload::{self, PlanReload, Reload, ReloadOutcome, ReloadPlan, ReloadResult, Trigger};
 use crate::status::{StatusBoard, rfc3339};
 
 /// How long a changed flow's clusters have to answer before its new plan counts as unable to start.
@@ -65,6 +66,9 @@ pub struct Node {
     copied: BTreeMap<String, (f64, Instant)>,
     /// The Kafka clients of every cluster connection the running flows use (see `clients`).
     clients: Arc<Clients>,
+    /// Reload by itself on a change in the directory (watch and rescan), or only when asked (SIGHUP,
+    /// `POST /reload`): see [`Node::with_auto_reload`].
+    auto_reload: bool,
     _watch: Option<reload::DirWatch>,
 }
 
@@ -103,6 +107,7 @@ impl Node {
             controls: BTreeMap::new(),
             copied: BTreeMap::new(),
             clients: Clients::new(),
+            auto_reload: true,
             identity: Arc::new(Identity {
                 node_id: default_node_id(),
                 deployment: std::env::var("FERRY_DEPLOYMENT")
@@ -123,6 +128,15 @@ impl Node {
     /// The deployment this node belongs to (`--deployment`; default: `FERRY_DEPLOYMENT`, else `ferry`).
     pub fn with_deployment(mut self, deployment: &str) -> Self {
         self.identity = Arc::new(Identity { deployment: deployment.to_string(), ..(*self.identity).clone() });
+        self
+    }
+
+    /// Whether the node reloads by itself when the directory changes (the default), or only on SIGHUP and
+    /// `POST /reload` (`ferry run --reload manual`): then an edit can be reviewed with a dry run before
+    /// anything applies it. Without the watcher and the rescan, a rolled-back change is not tried again
+    /// by itself either.
+    pub fn with_auto_reload(mut self, auto: bool) -> Self {
+        self.auto_reload = auto;
         self
     }
 
@@ -246,13 +260,17 @@ impl Actor for Node {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        match reload::watch(&self.flows_dir, ctx.address().recipient()) {
-            Ok(w) => self._watch = Some(w),
-            Err(e) => {
-                tracing::warn!(error = %e, "flow files are not watched; reload with SIGHUP or POST /reload (the directory is also rescanned every {:?})", reload::rescan_interval())
+        if self.auto_reload {
+            match reload::watch(&self.flows_dir, ctx.address().recipient()) {
+                Ok(w) => self._watch = Some(w),
+                Err(e) => {
+                    tracing::warn!(error = %e, "flow files are not watched; reload with SIGHUP or POST /reload (the directory is also rescanned every {:?})", reload::rescan_interval())
+                }
             }
+            ctx.run_interval(reload::rescan_interval(), |_, ctx| ctx.notify(Reload { trigger: Trigger::Rescan }));
+        } else {
+            tracing::info!("manual reload: the flows directory is read again only on SIGHUP or POST /reload");
         }
-        ctx.run_interval(reload::rescan_interval(), |_, ctx| ctx.notify(Reload { trigger: Trigger::Rescan }));
         // Metrics that depend on the time or on the status board (heartbeat ages, flow states), and the
         // flows' figures in /flows (lag, rate, last checkpoint).
         ctx.run_interval(Duration::from_secs(1), |node, _| {
@@ -332,6 +350,22 @@ impl Handler<Reload> for Node {
                 },
             )),
         }
+    }
+}
+
+impl Handler<PlanReload> for Node {
+    type Result = MessageResult<PlanReload>;
+
+    /// The first half of a reload (read, validate, diff against the running flows) without the second:
+    /// no flow, hash, metric, status or `last_reload` changes, and nothing connects to a cluster. Reading
+    /// the files is no change for the watcher either (see `reload::changes_content`).
+    fn handle(&mut self, _: PlanReload, _: &mut Context<Self>) -> Self::Result {
+        let plan = match config::load_dir(&self.flows_dir) {
+            Ok(set) => ReloadPlan::of_diff(&config::diff(&self.running_plans(), &set)),
+            Err(errors) => ReloadPlan::rejected(&errors),
+        };
+        tracing::info!(result = ?plan.result, "reload dry run, nothing changed: {plan}");
+        MessageResult(plan)
     }
 }
 

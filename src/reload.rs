@@ -6,7 +6,9 @@
 //! files flow files reference, which may live outside the watched directory). Watch events and rescans
 //! reload only when the content changed, or when the last reload of this content was rolled back (a
 //! changed flow's clusters did not answer): such a change is tried again at every rescan until it
-//! applies. SIGHUP and `POST /reload` always reload.
+//! applies. SIGHUP and `POST /reload` always reload; `POST /reload?dry_run=true` ([`PlanReload`]) answers
+//! what a reload would do and does nothing. With `ferry run --reload manual` the node has no watcher and
+//! no rescan: only SIGHUP and `POST /reload` reload, so that an edit can be reviewed before it applies.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -16,6 +18,7 @@ use actix::Recipient;
 use notify_debouncer_full::notify::event::{AccessKind, AccessMode};
 use notify_debouncer_full::notify::{EventKind, RecommendedWatcher, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
+use serde::Serialize;
 
 pub use crate::status::{ReloadOutcome, ReloadResult, Trigger};
 
@@ -41,6 +44,82 @@ pub fn rescan_interval() -> Duration {
 #[rtype(result = "ReloadOutcome")]
 pub struct Reload {
     pub trigger: Trigger,
+}
+
+/// What a reload would do now, changing nothing (`POST /reload?dry_run=true`, `ferry reload --dry-run`):
+/// the flows directory is read and validated and diffed against the running flows, exactly as `POST
+/// /reload` would, and the answer stops there. Handled by the node, queued behind any reload in progress.
+#[derive(actix::Message, Debug)]
+#[rtype(result = "ReloadPlan")]
+pub struct PlanReload;
+
+/// The answer to a dry run: which flows a reload would start, stop and restart, and which it would leave
+/// alone; or why the directory would be refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReloadPlan {
+    /// Always `true`: tells this answer from a real reload's in logs and scripts.
+    pub dry_run: bool,
+    pub result: PlanResult,
+    /// RFC 3339.
+    pub at: String,
+    /// Every validation error (file and key) of a directory that would be refused.
+    pub error: Option<String>,
+    pub would_start: Vec<String>,
+    pub would_stop: Vec<String>,
+    /// Changed flows. A real reload first checks that their clusters answer (the dry run does not
+    /// connect anywhere); one whose clusters do not would keep its old plan (`rolled_back`).
+    pub would_restart: Vec<String>,
+    pub unchanged: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanResult {
+    /// The directory is valid: a reload would apply the lists (nothing at all if they are empty).
+    WouldApply,
+    /// The directory is invalid: a reload would change nothing and report `rejected`.
+    Rejected,
+}
+
+impl ReloadPlan {
+    /// The plan for going from `running` to `next` (a valid set).
+    pub fn of_diff(d: &crate::config::FlowSetDiff) -> Self {
+        let names = |ids: &[crate::config::FlowId]| ids.iter().map(ToString::to_string).collect();
+        Self {
+            dry_run: true,
+            result: PlanResult::WouldApply,
+            at: crate::status::rfc3339(std::time::SystemTime::now()),
+            error: None,
+            would_start: names(&d.added),
+            would_stop: names(&d.removed),
+            would_restart: names(&d.changed),
+            unchanged: names(&d.unchanged),
+        }
+    }
+
+    /// The plan for an invalid directory: nothing would change.
+    pub fn rejected(errors: &crate::config::ConfigErrors) -> Self {
+        Self {
+            result: PlanResult::Rejected,
+            error: Some(errors.to_string().trim_end().to_string()),
+            ..Self::of_diff(&crate::config::FlowSetDiff::default())
+        }
+    }
+
+    /// Whether the reload would change any flow.
+    pub fn changes_anything(&self) -> bool {
+        !(self.would_start.is_empty() && self.would_stop.is_empty() && self.would_restart.is_empty())
+    }
+}
+
+impl std::fmt::Display for ReloadPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "would start {:?}, stop {:?}, restart {:?}; unchanged {:?}",
+            self.would_start, self.would_stop, self.would_restart, self.unchanged
+        )
+    }
 }
 
 /// A hash of what a reload would read: the names and contents of the directory's flow files (following

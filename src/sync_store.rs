@@ -113,6 +113,7 @@
 //!   monotonicity of published checkpoints is the job of [`crate::checkpoint_store`].
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::sync_rule::SyncMark;
 
@@ -178,6 +179,35 @@ struct Entry {
     /// Every record copied in `[sync.upstream, next.upstream)` sits at `upstream + delta` and the
     /// offsets after the last of them were not copied (module docs, "Proven runs").
     exact_to_next: bool,
+}
+
+/// MM2's slots as a set, asked about upstream offsets in ascending order (by [`PartitionSyncs::thin`],
+/// walking the entries oldest first): a merge with the sorted slots instead of a search per entry.
+struct Pins {
+    sorted: [i64; SLOTS],
+    next: usize,
+}
+
+impl Pins {
+    fn new(slots: &[i64; SLOTS]) -> Self {
+        let mut sorted = *slots;
+        sorted.sort_unstable();
+        Self { sorted, next: 0 }
+    }
+
+    /// Starts a new ascending walk.
+    fn rewind(&mut self) {
+        self.next = 0;
+    }
+
+    /// Whether `upstream` is a slot; `upstream` must not be below the previous question's since the
+    /// last [`Pins::rewind`].
+    fn contains(&mut self, upstream: i64) -> bool {
+        while self.next < SLOTS && self.sorted[self.next] < upstream {
+            self.next += 1;
+        }
+        self.next < SLOTS && self.sorted[self.next] == upstream
+    }
 }
 
 /// Whether `b` directly follows `a` in one ferry lifetime's sequence of syncs for a partition.
@@ -309,7 +339,7 @@ impl PartitionSyncs {
             let last = self.entries.len() - 1;
             self.entries[last].exact_to_next = chains(&t, &n);
             self.push(Entry { sync: n, exact_to_next: false }, budget);
-            self.slots = mm2_update(&self.slots, n.upstream);
+            mm2_update(&mut self.slots, n.upstream);
             self.thin(budget);
             return;
         }
@@ -351,16 +381,16 @@ impl PartitionSyncs {
         if self.entries.len() <= budget {
             return;
         }
-        let mut pinned = self.slots.to_vec();
-        pinned.sort_unstable();
-        pinned.dedup();
-        let is_pinned = |i: usize, e: &Entry| i == 0 || pinned.binary_search(&e.sync.upstream).is_ok();
+        // Runs every `budget / 4` syncs or so once a partition is full, in the backlog's hot path:
+        // nothing allocated, and the pins are merged with the entries rather than searched per entry.
+        let mut pins = Pins::new(&self.slots);
         while self.entries.len() > budget {
             // Every other unpinned sync of the older half; the first one of them stays.
             let half = self.entries.len() / 2;
             let mut parity = false;
-            let dropped = self.drop_where(|i, e| {
-                if i >= half || is_pinned(i, e) {
+            pins.rewind();
+            let dropped = self.drop_where(half, |e| {
+                if pins.contains(e.sync.upstream) {
                     return false;
                 }
                 parity = !parity;
@@ -369,8 +399,9 @@ impl PartitionSyncs {
             if dropped == 0 {
                 // Too few unpinned syncs in the older half: drop the oldest unpinned ones.
                 let mut excess = self.entries.len() - budget;
-                self.drop_where(|i, e| {
-                    if excess == 0 || is_pinned(i, e) {
+                pins.rewind();
+                self.drop_where(self.entries.len(), |e| {
+                    if excess == 0 || pins.contains(e.sync.upstream) {
                         return false;
                     }
                     excess -= 1;
@@ -381,13 +412,15 @@ impl PartitionSyncs {
         }
     }
 
-    /// Removes the entries `drop` selects (never index 0), merging proven runs across them.
-    fn drop_where(&mut self, mut drop: impl FnMut(usize, &Entry) -> bool) -> usize {
+    /// Removes the entries `drop` selects among those before index `below` (never index 0; asked in
+    /// order), merging proven runs across them; the entries from `below` on stay.
+    fn drop_where(&mut self, below: usize, mut drop: impl FnMut(&Entry) -> bool) -> usize {
         let before = self.entries.len();
-        let mut kept = 0;
-        for i in 0..before {
+        let below = below.clamp(1, before);
+        let mut kept = 1;
+        for i in 1..below {
             let e = self.entries[i];
-            if i > 0 && drop(i, &e) {
+            if drop(&e) {
                 let a = &mut self.entries[kept - 1];
                 a.exact_to_next = a.exact_to_next && e.exact_to_next && a.sync.delta() == e.sync.delta();
             } else {
@@ -395,8 +428,9 @@ impl PartitionSyncs {
                 kept += 1;
             }
         }
-        self.entries.truncate(kept);
-        before - kept
+        self.entries.copy_within(below..before, kept);
+        self.entries.truncate(kept + before - below);
+        before - self.entries.len()
     }
 
     /// The inverse: `x` is a position on the downstream side; the answer is an upstream offset `u` such
@@ -441,13 +475,39 @@ impl PartitionSyncs {
     }
 }
 
+/// A topic's partitions. Partition numbers are small dense integers that cannot collide by design, so
+/// they are hashed with one multiplication (SipHash was a tenth of the cost of a sync).
+type Partitions = HashMap<i32, PartitionSyncs, BuildHasherDefault<PartitionHasher>>;
+
+#[derive(Default)]
+struct PartitionHasher(u64);
+
+impl Hasher for PartitionHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_i32` is used; any other input still hashes.
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_i32(&mut self, n: i32) {
+        // Fibonacci hashing: spreads consecutive numbers over the high bits (hashbrown's tags) and
+        // the low ones (its buckets).
+        self.0 = (u64::from(n as u32) ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// Offset syncs of every upstream partition, and translation. See the module docs.
 #[derive(Debug)]
 pub struct SyncStore {
     budget: usize,
     read_to_end: bool,
     backlog_latest_only: bool,
-    partitions: HashMap<String, HashMap<i32, PartitionSyncs>>,
+    partitions: HashMap<String, Partitions>,
     partition_count: usize,
     len: usize,
 }
@@ -473,11 +533,22 @@ impl SyncStore {
         }
     }
 
-    /// MM2's `initializationMustReadToEnd`: call with `true` before reading the backlog when previous
-    /// checkpoints could not be loaded. Until [`SyncStore::set_read_to_end`], each sync then replaces
-    /// its partition's history.
+    /// MM2's `initializationMustReadToEnd`: call with `true` when previous checkpoints could not be
+    /// loaded. Until [`SyncStore::set_read_to_end`], each sync then replaces its partition's history.
+    ///
+    /// It may come while the backlog is being read (ferry reads it while it loads the checkpoints):
+    /// what was read so far then shrinks to each partition's newest sync, which is exactly what
+    /// reading it latest-only would have left (every sync taken in ends up as its partition's newest,
+    /// and the checks of positions, marks and owners do not depend on the mode).
     pub fn set_backlog_latest_only(&mut self, latest_only: bool) {
         self.backlog_latest_only = latest_only;
+        if latest_only && !self.read_to_end {
+            for p in self.partitions.values_mut().flat_map(HashMap::values_mut) {
+                let newest = p.newest().sync;
+                p.reset(newest);
+            }
+            self.len = self.partition_count;
+        }
     }
 
     pub fn is_backlog_latest_only(&self) -> bool {
@@ -492,11 +563,11 @@ impl SyncStore {
     /// One record read from the offset-syncs topic, in topic order.
     pub fn handle(&mut self, topic: &str, partition: i32, sync: StoredSync) {
         let latest_only = self.backlog_latest_only && !self.read_to_end;
-        if !self.partitions.contains_key(topic) {
-            // Looked up first so that the common case does not allocate the topic name.
-            self.partitions.insert(topic.to_owned(), HashMap::new());
-        }
-        let Some(partitions) = self.partitions.get_mut(topic) else { return };
+        // One lookup in the common case, and the topic name allocated only for a new topic.
+        let partitions = match self.partitions.get_mut(topic) {
+            Some(partitions) => partitions,
+            None => self.partitions.entry(topic.to_owned()).or_default(),
+        };
         match partitions.get_mut(&partition) {
             Some(p) => {
                 let before = p.entries.len();
@@ -542,7 +613,7 @@ impl SyncStore {
             .map(|(topic, parts)| {
                 let syncs: usize =
                     parts.values().map(|p| p.entries.capacity() * ENTRY_BYTES + p.newest_seq.capacity() * 16).sum();
-                slot(std::mem::size_of::<(String, HashMap<i32, PartitionSyncs>)>())
+                slot(std::mem::size_of::<(String, Partitions)>())
                     + topic.capacity()
                     + parts.capacity() * slot(partition)
                     + syncs
@@ -597,8 +668,10 @@ fn invariant_c(x: i64, y: i64, i: usize) -> bool {
     x == y || (bound >= 0 && x >= bound)
 }
 
-fn mm2_update(old: &[i64; SLOTS], upstream: i64) -> [i64; SLOTS] {
-    let mut new = *old;
+/// MM2's update of the slot array for a new newest sync at `upstream`, in place (Java builds a new
+/// array; the old values it reads are the copy `old`).
+fn mm2_update(new: &mut [i64; SLOTS], upstream: i64) {
+    let old = *new;
     new[0] = upstream;
     let mut replacement = upstream;
     let mut index = 0;
@@ -627,7 +700,6 @@ fn mm2_update(old: &[i64; SLOTS], upstream: i64) -> [i64; SLOTS] {
         }
         new[current] = replacement;
     }
-    new
 }
 
 #[cfg(test)]
@@ -1434,6 +1506,61 @@ mod tests {
         assert_eq!(f.store.len(), 2);
         assert_eq!(f.tr(89), Translation::TooOld);
         assert_eq!(f.tr(95), Translation::Exact(95));
+    }
+
+    #[test]
+    fn latest_only_switched_on_while_the_backlog_is_read_equals_latest_only_from_the_start() {
+        // The computer reads the backlog while it loads the published checkpoints, and learns only then
+        // whether the backlog is to be read latest-only.
+        let mut rng = SplitMix(11);
+        for round in 0..40 {
+            let mut syncs = Vec::new();
+            let (mut up, mut down, mut seq) = ([0i64; 3], [0i64; 3], [0u64; 3]);
+            for position in 0..rng.range(50, 3000) {
+                let p = rng.range(0, 3) as usize;
+                if rng.chance(3) {
+                    up[p] = (up[p] - rng.range(0, 300)).max(0); // a rewind
+                } else if rng.chance(2) {
+                    down[p] = (down[p] - rng.range(0, 50)).max(0); // the target went back
+                }
+                up[p] += rng.range(1, 40);
+                down[p] += rng.range(1, 40);
+                let mut mark = SyncMark { lifetime: 1, seq: seq[p], epoch: 0 };
+                seq[p] += 1;
+                if rng.chance(5) {
+                    mark.seq = mark.seq.saturating_sub(2); // republished
+                }
+                let mark = (round % 2 == 0).then_some(mark);
+                let position = if rng.chance(3) { position - 1 } else { position };
+                syncs.push((p as i32, StoredSync { upstream: up[p], downstream: down[p], mark, position }));
+            }
+            let switch = rng.range(0, syncs.len() as i64 + 1) as usize;
+            let (mut from_start, mut switched) = (SyncStore::new(64), SyncStore::new(64));
+            from_start.set_backlog_latest_only(true);
+            for (i, (p, s)) in syncs.iter().enumerate() {
+                if i == switch {
+                    switched.set_backlog_latest_only(true);
+                }
+                from_start.handle("t", *p, *s);
+                switched.handle("t", *p, *s);
+            }
+            if switch == syncs.len() {
+                switched.set_backlog_latest_only(true);
+            }
+            check_invariants(&switched);
+            assert_eq!(switched.len(), from_start.len(), "round {round}");
+            from_start.set_read_to_end();
+            switched.set_read_to_end();
+            for p in 0..3 {
+                for g in (0..=up[p as usize] + 50).step_by(3) {
+                    assert_eq!(
+                        switched.translate("t", p, g),
+                        from_start.translate("t", p, g),
+                        "round {round}, {p} at {g}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

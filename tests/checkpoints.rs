@@ -306,6 +306,65 @@ fn a_long_sync_backlog_does_not_delay_recent_groups() {
     assert!(translated(recent, recent_up, recent_down), "the recent group's checkpoint stands");
 }
 
+/// With MM2's default emission interval (60 s; here longer still), a group older than the newest syncs
+/// gets its checkpoint as soon as the whole backlog is read, not an interval after the first emission
+/// (which came from the newest syncs alone).
+#[test]
+fn a_deep_group_is_checkpointed_as_soon_as_the_backlog_is_read() {
+    let (east, west) = shared_pair();
+    let topic = "cp-deep";
+    let syncs_topic = "mm2-offset-syncs.west.internal";
+    create_topic(&east.bootstrap, topic, 2, &[]);
+    if topic_partitions(&east.bootstrap, syncs_topic).is_none() {
+        create_topic(&east.bootstrap, syncs_topic, 1, &[("cleanup.policy", "compact")]);
+    }
+    // 40,000 syncs per partition, upstream 10 i -> downstream 10 i: 80,000 records, more than the tail
+    // ferry reads first, and the deep group far below that tail.
+    let per_partition = 40_000i64;
+    let mut recs = Vec::with_capacity(2 * per_partition as usize);
+    for i in 0..per_partition {
+        for p in 0..2 {
+            let sync =
+                OffsetSync { topic: topic.into(), partition: p, upstream_offset: 10 * i, downstream_offset: 10 * i };
+            let (key, value) = sync.encode().unwrap();
+            recs.push(Rec::new(0, &value, 1_700_000_000_000).key(&key));
+        }
+    }
+    produce(&east.bootstrap, syncs_topic, &recs);
+    let (recent, deep) = ("cp-deep-recent", "cp-deep-old");
+    let (recent_up, deep_up) = (10 * (per_partition - 100) + 5, 10 * 100 + 5);
+    for (group, up) in [(recent, recent_up), (deep, deep_up)] {
+        let parts: Vec<(&str, i32, i64)> = (0..2).map(|p| (topic, p, up)).collect();
+        commit_group_offsets(&east.bootstrap, group, &parts);
+    }
+    let flows = format!(
+        "[[flows]]\nsource = \"east\"\ntarget = \"west\"\ntopics = [\"{topic}\"]\ngroups = [\"cp-deep-.*\"]\n\
+         emit_checkpoints_interval_seconds = 600\nrefresh_groups_interval_seconds = 0.5\n"
+    );
+    let dir = flows_dir(east, west, &flows);
+    // The backlog is held back for the first rounds (about 1 s), so the first emission certainly comes
+    // before the history is read.
+    let mut ferry = Ferry::start_env(dir.path(), &[], &[("FAILPOINTS", "checkpoints-backlog=5*return")]);
+    let complete = |group: &str, up: i64| {
+        let l = latest(&checkpoints(west, group));
+        (0..2).all(|p| l.get(&("east.cp-deep".to_string(), p)).is_some_and(|c| c.upstream_offset == up))
+    };
+    wait_for(Duration::from_secs(60), "checkpoints of the recent group (first emission)", || {
+        complete(recent, recent_up)
+    });
+    // The first emission did not translate the deep group (the newest syncs do not reach it); the next
+    // one is 600 s away, so only the read backlog can have published it.
+    wait_for(Duration::from_secs(90), "checkpoints of the deep group once the backlog is read", || {
+        complete(deep, deep_up)
+    });
+    let l = latest(&checkpoints(west, deep));
+    for p in 0..2 {
+        let c = &l[&("east.cp-deep".to_string(), p)];
+        assert!(c.downstream_offset <= deep_up, "never ahead of the group: {c:?}");
+    }
+    ferry.terminate(Duration::from_secs(30));
+}
+
 #[test]
 fn kill_9_restart_never_moves_a_checkpoint_backward() {
     restart_keeps_checkpoints_monotonic(false);

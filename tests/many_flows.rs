@@ -62,7 +62,17 @@ fn twenty_flows_share_their_clients_and_a_refusing_target_holds_up_only_its_own_
     // max.message.bytes; its config sync is off, so the override stays) and takes those of partition 1.
     let refusing = format!("e1.{}", topics[0]);
     create_topic(&west.bootstrap, &refusing, 2, &[("max.message.bytes", "20000")]);
-    let big: Vec<_> = (0..20).map(|i| support::Rec::new(0, &vec![b'x'; 50_000], 1_000 + i)).collect();
+    // Incompressible (the flow compresses its batches): a simple LCG's bytes.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut noise = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                (seed >> 56) as u8
+            })
+            .collect()
+    };
+    let big: Vec<_> = (0..20).map(|i| support::Rec::new(0, &noise(50_000), 1_000 + i)).collect();
     produce(&east.bootstrap, &topics[0], &big);
     produce(
         &east.bootstrap,

@@ -1,6 +1,9 @@
 //! What an operator does to a running node and sees of it: pause and resume a flow (positions kept, across
-//! a reload), readiness with its reasons, `ferry status`, the group members and leader in `/flows`, the
-//! series every flow has from its start, and JSON logs. A real node between the shared east/west clusters.
+//! a reload), through HTTP and through `ferry pause`/`ferry resume` (with their errors in words),
+//! readiness with its reasons, `ferry status` (table, `-o json`, `--watch`), the JSON of `validate` and
+//! `translate` against their tables, the group members and leader in `/flows`, the series every flow has
+//! from its start, JSON logs, and the completions and man page. A real node between the shared east/west
+//! clusters.
 
 mod support;
 
@@ -30,6 +33,48 @@ fn status_table(ferry: &Ferry) -> String {
         .expect("run ferry status");
     assert!(out.status.success(), "ferry status: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// `ferry ARGS` with `env` (and no admin token file from the test's own environment): the exit code,
+/// stdout and stderr.
+fn cli(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(support::ferry_bin())
+        .args(args)
+        .env_remove("FERRY_ADMIN_TOKEN_FILE")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("run ferry {args:?}: {e}"));
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// The cells of the table line of `flow` (whitespace-separated).
+fn row<'a>(table: &'a str, flow: &str) -> Vec<&'a str> {
+    table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(flow))
+        .map_or_else(Vec::new, |l| l.split_whitespace().collect())
+}
+
+/// A table cell for a JSON value: `-` for null.
+fn cell(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Null => "-".to_string(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Whether a table cell shows a JSON value: `-` for null, numbers by value (`0` and `0.0` alike).
+fn shows(cell_text: &str, v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Number(n) => cell_text.parse::<f64>().ok() == n.as_f64(),
+        other => cell_text == cell(other),
+    }
 }
 
 fn flow_state_metric(ferry: &Ferry, state: &str) -> f64 {
@@ -366,4 +411,202 @@ fn a_deleted_source_topic_loses_its_series_and_the_others_keep_theirs() {
     assert!(!has_series(&text, &gone), "a series of the deleted topic came back:\n{text}");
     assert!(has_series(&text, &kept), "the other topic's series stay:\n{text}");
     assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// `ferry pause` and `ferry resume` against a node with an admin token: each refusal says why in words
+/// (no token, wrong token, unknown flow, node unreachable) and changes nothing; the pause copies nothing
+/// (0 records in a 5 s window) and the resume copies everything once. Meanwhile `ferry status`,
+/// `ferry validate` and `ferry translate` print JSON that parses and carries the facts of their tables,
+/// and `ferry status --watch` redraws.
+#[test]
+fn the_cli_pauses_and_resumes_a_flow_and_its_json_says_what_its_tables_say() {
+    let (east, west) = shared_pair();
+    let topic = unique("ops-cli");
+    let remote = format!("east.{topic}");
+    let group = unique("ops-cli-g");
+    create_topic(&east.bootstrap, &topic, 2, &[]);
+    produce(&east.bootstrap, &topic, &records("a", 0..400, 2));
+    let extra = "refresh_topics_interval_seconds = 2\nemit_checkpoints_interval_seconds = 1\nrefresh_groups_interval_seconds = 1\n";
+    let dir = pair_dir(east, west, &flow("east", "west", &[&topic], extra));
+    let secrets = tempfile::tempdir().expect("token dir");
+    let token = secrets.path().join("admin-token");
+    std::fs::write(&token, "ops-cli-token\n").expect("write token");
+    let wrong = secrets.path().join("wrong-token");
+    std::fs::write(&wrong, "not-the-token\n").expect("write token");
+    let token = token.to_str().expect("utf-8 path").to_string();
+    let mut ferry = Ferry::start(dir.path(), &["--admin-token-file", &token]);
+    let url = format!("http://{}", ferry.listen_addr());
+    wait_for(ARRIVAL, "the first 400 records", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote) == 400
+    });
+    wait_healthy(&mut ferry, FLOW, STARTED);
+
+    // Refusals, each in words, none of which pauses anything.
+    let (code, _, err) = cli(&["pause", FLOW, "--url", &url], &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("401") && err.contains("--token-file (or FERRY_ADMIN_TOKEN_FILE)"), "{err}");
+    let (code, _, err) = cli(&["pause", FLOW, "--url", &url, "--token-file", wrong.to_str().expect("path")], &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("401") && err.contains("is not the node's admin token"), "{err}");
+    assert!(!err.contains("not-the-token") && !err.contains("ops-cli-token"), "no token in messages: {err}");
+    let (code, _, err) = cli(&["pause", "east->nowhere", "--url", &url], &[("FERRY_ADMIN_TOKEN_FILE", &token)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("runs no flow east->nowhere"), "{err}");
+    let (code, _, err) = cli(&["pause", "east-west", "--url", &url], &[]);
+    assert_eq!(code, 2, "a malformed flow is a usage error: {err}");
+    assert!(err.contains("malformed flow id"), "{err}");
+    let nobody = format!("http://127.0.0.1:{}", support::free_port());
+    let (code, _, err) = cli(&["pause", FLOW, "--url", &nobody], &[("FERRY_ADMIN_TOKEN_FILE", &token)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&format!("cannot reach the node at {nobody}")), "{err}");
+    assert_eq!(flow_json(&ferry)["state"], "running", "no refused call paused the flow");
+
+    // Pause: done when the command returns.
+    let (code, out, err) = cli(&["pause", FLOW, "--url", &url], &[("FERRY_ADMIN_TOKEN_FILE", &token)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("{FLOW}: paused, recorded for the deployment and applied on this node")), "{out}");
+    wait_for(Duration::from_secs(10), "the flow paused in /flows", || flow_json(&ferry)["state"] == "paused");
+    produce(&east.bootstrap, &topic, &records("b", 0..300, 2));
+    let paused_at = Instant::now();
+    while paused_at.elapsed() < Duration::from_secs(5) {
+        assert_eq!(total(&west.bootstrap, &remote), 400, "a paused flow copies nothing");
+        std::thread::sleep(Duration::from_millis(500)); // the observation window, not synchronisation
+    }
+
+    // `ferry status` as a table and as JSON, while nothing moves: the same facts.
+    let mut last = (String::new(), serde_json::Value::Null);
+    let agree = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for(Duration::from_secs(30), "the status table and its JSON agree", || {
+            let (c1, table, _) = cli(&["status", "--url", &url], &[]);
+            let (c2, doc, _) = cli(&["status", "--url", &url, "-o", "json"], &[]);
+            let doc = json(&doc);
+            let f = &doc["flows"][0];
+            let cells = row(&table, FLOW);
+            let same = c1 == 0
+                && c2 == 0
+                && doc["flows"].as_array().map(Vec::len) == Some(1)
+                && f["flow"] == FLOW
+                && f["state"] == "paused"
+                && cells.len() >= 6
+                && shows(cells[1], &f["state"])
+                && shows(cells[2], &f["generation"])
+                && shows(cells[3], &f["partitions"])
+                && shows(cells[4], &f["lag_records"])
+                && shows(cells[5], &f["records_per_second"]);
+            last = (table, doc);
+            same
+        });
+    }));
+    let (table, doc) = last;
+    if let Err(e) = agree {
+        eprintln!("last seen:\n{table}{doc:#}");
+        std::panic::resume_unwind(e);
+    }
+    println!("{table}{doc:#}");
+    let reload = &doc["last_reload"];
+    assert!(
+        table.contains(&format!(
+            "last reload: {} ({}) at {}",
+            cell(&reload["result"]),
+            cell(&reload["trigger"]),
+            cell(&reload["at"])
+        )),
+        "{table}"
+    );
+
+    // --watch redraws: three frames within a few seconds.
+    let mut watch = Command::new(support::ferry_bin())
+        .args(["status", "--url", &url, "--watch", "--interval", "0.3", "-o", "json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn ferry status --watch");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(watch.stdout.take().expect("stdout")));
+    for n in 0..3 {
+        let line = lines.next().expect("a frame").expect("read a frame");
+        assert_eq!(json(&line)["flows"][0]["state"], "paused", "frame {n}: {line}");
+    }
+    watch.kill().expect("stop the watch");
+    watch.wait().expect("reap the watch");
+
+    // Resume: everything arrives, once.
+    let (code, out, err) = cli(&["resume", FLOW, "--url", &url], &[("FERRY_ADMIN_TOKEN_FILE", &token)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("{FLOW}: resumed")), "{out}");
+    let mut expected = values("a", 0..400);
+    expected.extend(values("b", 0..300));
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &expected);
+    assert_eq!(duplicates(&counts), 0, "pausing and resuming through the CLI copies nothing twice");
+
+    // `ferry translate`: the table's rows are the JSON's.
+    commit_at_end(east, &group, &topic);
+    wait_for(Duration::from_secs(60), "checkpoints of the group at the end of both partitions", || {
+        let cps = newest_checkpoints(west, "east", &group);
+        cps.len() == 2 && cps.values().all(|(up, _)| *up > 0)
+    });
+    let flows = dir.path().to_str().expect("utf-8 path");
+    let args = ["translate", "--flows", flows, "--flow", FLOW, "--group", group.as_str()];
+    // A newer checkpoint may land between the two calls: compare until one pair agrees.
+    wait_for(Duration::from_secs(30), "the translate table and its JSON agree", || {
+        let (c1, table, e1) = cli(&args, &[]);
+        let (c2, doc, e2) = cli(&[&args[..], &["-o", "json"]].concat(), &[]);
+        assert!(c1 == 0 && c2 == 0, "{e1}{e2}");
+        let doc = json(&doc);
+        let rows = doc["offsets"].as_array().cloned().unwrap_or_default();
+        assert_eq!((doc["flow"].as_str(), doc["group"].as_str()), (Some(FLOW), Some(group.as_str())), "{doc}");
+        rows.len() == 2
+            && table.lines().count() == 3
+            && rows.iter().all(|r| {
+                let line =
+                    format!("{}\t{}\t{}\t{}", cell(&r["topic"]), r["partition"], r["translated"], cell(&r["current"]));
+                table.lines().any(|l| l == line)
+            })
+    });
+
+    // `ferry validate`: the JSON names what the text names.
+    let (code, text, _) = cli(&["validate", "--flows", flows], &[]);
+    assert_eq!(code, 0, "{text}");
+    let (code, doc, _) = cli(&["validate", "--flows", flows, "-o", "json"], &[]);
+    assert_eq!(code, 0, "{doc}");
+    let doc = json(&doc);
+    assert_eq!(doc["valid"], true);
+    for c in doc["clusters"].as_array().expect("clusters") {
+        let line = format!("cluster {} bootstrap={}", cell(&c["alias"]), cell(&c["bootstrap_servers"]));
+        assert!(text.contains(&line), "{line} in\n{text}");
+    }
+    let f = &doc["flows"][0];
+    assert_eq!(f["flow"], FLOW);
+    assert!(text.contains(&format!("flow {FLOW} (")) && text.contains(&format!("topics=[{:?}]", topic)), "{text}");
+    assert_eq!(f["topics"], serde_json::json!([topic]));
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// Completions for each shell and the man pages come out of the clap definitions and name every command.
+#[test]
+fn completions_and_man_pages_are_generated_for_every_command() {
+    let commands = ["run", "status", "pause", "resume", "reload", "health", "validate", "translate"];
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let (code, script, err) = cli(&["completions", shell], &[]);
+        assert_eq!(code, 0, "{shell}: {err}");
+        for c in commands {
+            assert!(script.contains(c), "{shell} completion names `{c}`");
+        }
+        assert!(script.contains("dry-run") && script.contains("token-file"), "{shell}: the options too");
+    }
+    let (code, page, err) = cli(&["man"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(page.starts_with(".ie") || page.starts_with(".TH"), "roff: {}", &page[..page.len().min(200)]);
+    assert!(page.contains(".TH ferry 1"), "a section-1 page for ferry");
+    for c in commands {
+        assert!(page.contains(&format!("ferry\\-{c}(1)")), "the page lists `ferry-{c}(1)`");
+    }
+    let dir = tempfile::tempdir().expect("man dir");
+    let (code, _, err) = cli(&["man", "--dir", dir.path().to_str().expect("path")], &[]);
+    assert_eq!(code, 0, "{err}");
+    for page in std::iter::once("ferry.1".to_string()).chain(commands.iter().map(|c| format!("ferry-{c}.1"))) {
+        let text = std::fs::read_to_string(dir.path().join(&page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(text.contains(".SH SYNOPSIS"), "{page} has a synopsis");
+    }
+    let pause = std::fs::read_to_string(dir.path().join("ferry-pause.1")).expect("ferry-pause.1");
+    assert!(pause.contains("token\\-file") && pause.contains("FERRY_ADMIN_TOKEN_FILE"), "{pause}");
 }

@@ -2,8 +2,10 @@
 //! node runs; invalid sets refused whole; every trigger (the directory watch, a Kubernetes ConfigMap
 //! symlink swap, SIGHUP, `POST /reload`) counted once; a changed flow whose new plan cannot start keeps
 //! its old plan, and a rolled-back change is tried again by the periodic rescan (which also finds changed
-//! secret files the watcher does not see). What is asserted is what an operator sees: records on the target,
-//! `/flows`, `/metrics`.
+//! secret files the watcher does not see). `ferry reload --dry-run` on a node that reloads only when asked
+//! (`--reload manual`) lists what would change and changes nothing; reading the directory (an operator's
+//! `ls`, a dry run) sets off no reload. What is asserted is what an operator sees: records on the target,
+//! `/flows`, `/metrics`, the CLI's output, the node's reads of its files.
 
 mod support;
 
@@ -502,7 +504,10 @@ fn disabling_a_flow_stops_it_and_enabling_resumes_where_it_stopped() {
     ferry.wait_log("flow stopped flow=east->west", Duration::from_secs(30));
     let (_, _, state) = flow_info(&ferry, "east->west");
     assert_eq!(state, "stopped");
-    assert_eq!(health(ferry.listen_addr())["flows"]["east->west"]["enabled"], false);
+    // The status board learns of the stop from the supervisor, a moment after the log line.
+    wait_for(Duration::from_secs(10), "/flows saying the flow is disabled", || {
+        health(ferry.listen_addr())["flows"]["east->west"]["enabled"] == false
+    });
     produce(&east.bootstrap, &a, &records("a", 100..200, 1));
     std::thread::sleep(Duration::from_secs(2)); // observation window: a disabled flow copies nothing
     assert_eq!(total(&west.bootstrap, &remote), 100, "a disabled flow copies nothing");
@@ -606,7 +611,10 @@ fn a_change_rolled_back_during_an_outage_is_applied_by_a_later_rescan() {
     assert_eq!(r["trigger"], "rescan", "{r}");
     assert!(r["attempt"].as_u64().is_some_and(|n| n >= 2), "the outcome counts the attempts: {r}");
     assert!(r["retry"].is_null(), "{r}");
-    assert_eq!(flow_info(&ferry, "east->north").0, before.0 + 1, "the flow runs its new plan");
+    // The outcome is recorded when the new supervisor is started; /flows shows it once it runs.
+    wait_for(Duration::from_secs(10), "the flow running its new plan (next generation)", || {
+        flow_info(&ferry, "east->north").0 == before.0 + 1
+    });
     assert!(reloads(&ferry, "rolled_back") >= 1.0);
     produce(&east.bootstrap, &a, &fresh("a", 50..60));
     wait_for(ARRIVAL, "the new plan copying", || {
@@ -622,5 +630,156 @@ fn a_change_rolled_back_during_an_outage_is_applied_by_a_later_rescan() {
     let applied = reloads(&ferry, "applied");
     std::thread::sleep(Duration::from_secs(5)); // observation window: two rescans
     assert_eq!(reloads(&ferry, "applied"), applied, "an applied change is not reloaded again");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// `ferry ARGS`: the exit code, stdout and stderr.
+fn ferry_cli(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(support::ferry_bin())
+        .args(args)
+        .env_remove("FERRY_ADMIN_TOKEN_FILE")
+        .output()
+        .unwrap_or_else(|e| panic!("run ferry {args:?}: {e}"));
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+fn flows_log_lines(ferry: &Ferry) -> usize {
+    ferry.log().lines().filter(|l| l.contains("flows reloaded")).count()
+}
+
+/// On a node that reloads only when asked, an edit is reviewed with `ferry reload --dry-run`: it lists the
+/// flow that would restart and the one that would start, and nothing happens (same generation and
+/// start time, no reload counted, `last_reload` unchanged) until `ferry reload` applies exactly that. A
+/// directory that would be refused is said so, naming the file; a misspelt dry-run query is refused, not
+/// taken for a real reload.
+#[test]
+fn a_dry_run_lists_the_flow_that_would_restart_and_nothing_restarts() {
+    let (east, west) = shared_pair();
+    let topic = unique("reload-dry");
+    create_topic(&east.bootstrap, &topic, 1, &[]);
+    produce(&east.bootstrap, &topic, &records("a", 0..50, 1));
+    let dir = tempfile::tempdir().expect("flows dir");
+    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    write(dir.path(), "east-west.toml", &flow("east", "west", &[&topic], "refresh_topics_interval_seconds = 2\n"));
+    let mut ferry = Ferry::start(dir.path(), &["--reload", "manual"]);
+    let url = format!("http://{}", ferry.listen_addr());
+    wait_for(ARRIVAL, "copying", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &format!("east.{topic}")) == 50
+    });
+    let before = running_info(&ferry, "east->west");
+    let reloaded = last_reload(&ferry);
+    assert_eq!(all_reloads(&ferry), 1.0, "startup only");
+
+    // The edit: east->west changes, west->east is new.
+    write(dir.path(), "east-west.toml", &flow("east", "west", &[&topic], "refresh_topics_interval_seconds = 3\n"));
+    let back = unique("reload-dry-back");
+    write(dir.path(), "west-east.toml", &flow("west", "east", &[&back], ""));
+    let (code, text, err) = ferry_cli(&["reload", "--dry-run", "--url", &url]);
+    println!("{text}");
+    assert_eq!(code, 0, "{text}{err}");
+    assert!(text.starts_with("reload dry run (nothing changed): would_apply\n"), "{text}");
+    assert!(text.contains("  would restart east->west\n") && text.contains("  would start   west->east\n"), "{text}");
+    let (code, doc, err) = ferry_cli(&["reload", "--dry-run", "--url", &url, "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let plan: serde_json::Value = serde_json::from_str(&doc).unwrap_or_else(|e| panic!("not JSON ({e}): {doc}"));
+    assert_eq!(plan["dry_run"], true, "{plan}");
+    assert_eq!(plan["result"], "would_apply", "{plan}");
+    assert_eq!(plan["would_restart"], serde_json::json!(["east->west"]), "{plan}");
+    assert_eq!(plan["would_start"], serde_json::json!(["west->east"]), "{plan}");
+    assert_eq!(plan["would_stop"], serde_json::json!([]), "{plan}");
+
+    // Nothing happened, and nothing does: a window longer than the watcher's debounce (an automatic node
+    // would have restarted the flow a second after the edit).
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_secs(3) {
+        assert_eq!(flow_info(&ferry, "east->west"), before, "the dry run restarted nothing");
+        std::thread::sleep(Duration::from_millis(300)); // the observation window, not synchronisation
+    }
+    assert!(health(ferry.listen_addr())["flows"]["west->east"].is_null(), "nor started anything");
+    assert_eq!(all_reloads(&ferry), 1.0, "a dry run is no reload");
+    assert_eq!(last_reload(&ferry), reloaded, "last_reload is still the startup");
+
+    // A misspelt query is refused, not taken for a real reload.
+    let (status, body) = support::http_post(ferry.listen_addr(), "/reload?dryrun=true");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("dryrun"), "{body}");
+    assert_eq!(all_reloads(&ferry), 1.0);
+
+    // A directory that would be refused: said so, with the file and the key.
+    write(dir.path(), "broken.toml", "[[flows]]\nsource = \"east\"\ntarget = \"mars\"\n");
+    let (code, text, _) = ferry_cli(&["reload", "--dry-run", "--url", &url]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("rejected") && text.contains("broken.toml") && text.contains("mars"), "{text}");
+    std::fs::remove_file(dir.path().join("broken.toml")).expect("remove broken.toml");
+    assert_eq!((all_reloads(&ferry), flow_info(&ferry, "east->west")), (1.0, before.clone()));
+
+    // The real reload does what the dry run said.
+    let (code, text, err) = ferry_cli(&["reload", "--url", &url]);
+    println!("{text}");
+    assert_eq!(code, 0, "{text}{err}");
+    assert!(text.contains("  restarted     east->west\n") && text.contains("  started       west->east\n"), "{text}");
+    assert_eq!(flow_info(&ferry, "east->west").0, before.0 + 1, "restarted: a new generation");
+    assert_eq!(all_reloads(&ferry), 2.0);
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// Reading the flows directory is no change: an operator's `ls` and `cat`, and a dry run (which reads
+/// every file in the node), set off no reload, and the node does not read its files again afterwards.
+/// Seen with inotify, as an operator would: after the reads, the node opens none of its files (before the
+/// watcher ignored open events, each read made it read the directory again a second later, for ever).
+#[test]
+fn reading_the_flows_directory_sets_off_no_reload() {
+    use notify_debouncer_full::notify::{self, EventKind, RecursiveMode, Watcher as _};
+
+    let (east, west) = shared_pair();
+    let dir = tempfile::tempdir().expect("flows dir");
+    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    write(dir.path(), "notes.toml", "# no flows yet\n");
+    // No periodic rescan during the test: it reads the files too (every 30 s by default).
+    let mut ferry = Ferry::start_env(dir.path(), &[], &[("FERRY_TEST_RESCAN_INTERVAL_MS", "3600000")]);
+    ferry.wait_log("node started", STARTED);
+    wait_for(Duration::from_secs(10), "the startup reload counted", || all_reloads(&ferry) == 1.0);
+    let url = format!("http://{}", ferry.listen_addr());
+    let reloaded = last_reload(&ferry);
+
+    let listing = dir.path().to_str().expect("utf-8 path").to_string();
+    for _ in 0..5 {
+        let ls = std::process::Command::new("ls").args(["-la", &listing]).output().expect("ls");
+        assert!(ls.status.success());
+        for entry in std::fs::read_dir(dir.path()).expect("read_dir") {
+            std::fs::read(entry.expect("entry").path()).expect("read a flow file");
+        }
+        let (code, text, err) = ferry_cli(&["reload", "--dry-run", "--url", &url]);
+        assert_eq!(code, 0, "{text}{err}");
+    }
+    let last_read = Instant::now();
+
+    // From a moment after the last read (longer than the watcher's debounce) on, count the opens of the
+    // directory and its files: only the node can make them now.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut inotify = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
+        if let Ok(e) = e {
+            let _ = tx.send(e);
+        }
+    })
+    .expect("inotify watcher");
+    std::thread::sleep(Duration::from_millis(2_500).saturating_sub(last_read.elapsed())); // the quiet time
+    inotify.watch(dir.path(), RecursiveMode::NonRecursive).expect("watch the flows directory");
+    std::thread::sleep(Duration::from_secs(5)); // the observation window, not synchronisation
+    drop(inotify);
+    let opens: Vec<notify::Event> =
+        rx.try_iter().filter(|e| matches!(e.kind, EventKind::Access(notify::event::AccessKind::Open(_)))).collect();
+    println!("opens of the flows directory or its files by the node in 5 s: {}", opens.len());
+    assert!(
+        opens.is_empty(),
+        "the node read its directory again after it was only read: {} opens in 5 s, e.g. {:?}",
+        opens.len(),
+        opens.iter().take(4).map(|e| &e.paths).collect::<Vec<_>>()
+    );
+    assert_eq!(all_reloads(&ferry), 1.0, "no reload counted");
+    assert_eq!(last_reload(&ferry), reloaded, "last_reload is still the startup");
+    assert_eq!(flows_log_lines(&ferry), 1, "one `flows reloaded` line, the startup's:\n{}", ferry.log());
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }

@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use support::scenario::{assert_alive, total};
+use support::scenario::{assert_alive, total, wait_showing};
 use support::tls::Tls;
 use support::{
     Cluster, Ferry, Rec, cluster_toml, commit_group_offsets, consume_all, create_topic, end_offsets, ferry_bin,
@@ -388,8 +388,9 @@ fn bad_credentials_degrade_their_flow_only_and_a_fixed_secret_file_recovers_it()
         assert_alive(&mut ferry);
         total(&sasl.bootstrap, &remote) >= 10
     });
-    wait_for(DEGRADED, "east->sasl running after the fix", || {
-        flows_json(addr)["flows"]["east->sasl"]["state"] == "running"
+    wait_showing(DEGRADED, "east->sasl running after the fix", || {
+        let flow = flows_json(addr)["flows"]["east->sasl"].clone();
+        (flow["state"] == "running", flow)
     });
     let log = ferry.log();
     assert!(!log.contains(sasl.password("alice")) && !log.contains(&wrong), "a password is in ferry's log");

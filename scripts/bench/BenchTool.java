@@ -24,8 +24,9 @@
 //       commits OFFSET for every partition of TOPIC to GROUP (Admin.alterConsumerGroupOffsets).
 //   checkpoints BOOTSTRAP CHECKPOINT_TOPIC GROUP[,GROUP...] PARTITIONS TIMEOUT_S
 //       reads the checkpoints topic (MM2's Checkpoint decoder) and prints "first MS GROUP TOPIC-PARTITION UP
-//       DOWN" for the first checkpoint of any of the groups, then "all MS N" once every group has one for all
-//       PARTITIONS, and a JSON line of each group's latest checkpoint per partition.
+//       DOWN" for the first checkpoint of any of the groups, "group MS GROUP" when a group first has one for
+//       every partition, then "all MS N" once every group has one for all PARTITIONS, and a JSON line of each
+//       group's latest checkpoint per partition.
 //   heartbeats BOOTSTRAP PAIRS SINCE_MS TIMEOUT_S
 //       reads `heartbeats` and prints "ready MS" once PAIRS distinct (source, target) pairs have written a
 //       heartbeat stamped at or after SINCE_MS (every flow is running).
@@ -340,8 +341,10 @@ public class BenchTool {
                         out("first " + now() + " " + cp.consumerGroupId() + " " + cp.topicPartition() + " "
                                 + cp.upstreamOffset() + " " + cp.downstreamOffset());
                     }
-                    latest.computeIfAbsent(cp.consumerGroupId(), g -> new TreeMap<>())
-                            .put(cp.topicPartition().partition(), cp);
+                    Map<Integer, Checkpoint> mine = latest.computeIfAbsent(cp.consumerGroupId(), g -> new TreeMap<>());
+                    boolean complete = mine.size() >= parts;
+                    mine.put(cp.topicPartition().partition(), cp);
+                    if (!complete && mine.size() >= parts) out("group " + now() + " " + cp.consumerGroupId());
                 }
                 seen = latest.values().stream().mapToInt(Map::size).sum();
             }

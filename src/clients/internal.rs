@@ -47,6 +47,10 @@ pub struct Router {
 }
 
 impl ClientContext for Router {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, line: &str) {
+        self.stats.log(level, fac, line);
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         if matches!(error.rdkafka_error_code(), Some(rdkafka::types::RDKafkaErrorCode::Fatal)) {
             self.fatal.store(true, Ordering::Release);
@@ -87,7 +91,11 @@ pub struct InternalProducer {
 impl InternalProducer {
     pub fn new(cluster: &ClusterSpec) -> Result<Self, KafkaOpError> {
         let mut cfg = kafka::client_config(cluster, &"ferry", "internal-producer");
-        cfg.set("acks", "all").set("enable.idempotence", "true").set("linger.ms", "5");
+        // Room for every lane's cap several times over: one sender at its cap leaves the others room.
+        cfg.set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "5")
+            .set("queue.buffering.max.messages", "1000000");
         stats::enable(&mut cfg);
         let router =
             Router { stats: StatsContext::new(&cluster.alias, "internal-producer"), fatal: AtomicBool::new(false) };
@@ -126,26 +134,47 @@ pub struct Outgoing<'a> {
     pub timestamp: Option<i64>,
 }
 
+/// Records one lane may have queued or in flight: a sender that writes faster than the cluster takes
+/// (a wide flow's progress while the progress topic has no leader) is refused beyond it, and the
+/// other flows' syncs, heartbeats and pauses still find room in the shared queue.
+pub const LANE_MAX_IN_FLIGHT: usize = 50_000;
+
 /// One sender's share of the connection's internal producer.
 pub struct Lane {
-    producer: Arc<InternalProducer>,
+    conn: Arc<super::Connection>,
+    producer: Mutex<Arc<InternalProducer>>,
     state: Arc<LaneState>,
 }
 
 impl Lane {
-    pub(super) fn new(producer: Arc<InternalProducer>) -> Self {
-        Self { producer, state: Arc::default() }
+    pub(super) fn new(conn: Arc<super::Connection>, producer: Arc<InternalProducer>) -> Self {
+        Self { conn, producer: Mutex::new(producer), state: Arc::default() }
+    }
+
+    /// The producer to send with: the connection's replacement once the current one failed fatally
+    /// (records still in flight on the old one report to this lane as before).
+    fn producer(&self) -> Result<Arc<InternalProducer>, KafkaError> {
+        let mut p = self.producer.lock().unwrap_or_else(|p| p.into_inner());
+        if p.is_fatal() {
+            *p = self
+                .conn
+                .internal_producer()
+                .map_err(|_| KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::Fatal))?;
+        }
+        Ok(p.clone())
     }
 
     /// Queue `record`; `done` runs on the producer's thread with the outcome. Refused at once (queue
-    /// full, unknown partition, fatal producer): `done` does not run.
+    /// full, this lane at [`LANE_MAX_IN_FLIGHT`], unknown partition, fatal producer): `done` does not
+    /// run.
     pub fn send(
         &self,
         record: Outgoing<'_>,
         done: impl FnOnce(Outcome) + Send + Sync + 'static,
     ) -> Result<(), KafkaError> {
-        if self.producer.is_fatal() {
-            return Err(KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::Fatal));
+        let producer = self.producer()?;
+        if self.in_flight() >= LANE_MAX_IN_FLIGHT {
+            return Err(KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull));
         }
         let pending = Box::new(Pending { lane: self.state.clone(), done: Some(Box::new(done)) });
         let mut r = BaseRecord::with_opaque_to(record.topic, pending)
@@ -159,9 +188,12 @@ impl Lane {
             r = r.timestamp(ts);
         }
         *self.state.in_flight.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        match self.producer.producer.send(r) {
+        match producer.producer.send(r) {
             Ok(()) => Ok(()),
             Err((e, _)) => {
+                if matches!(e, KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::Fatal)) {
+                    producer.producer.context().fatal.store(true, Ordering::Release);
+                }
                 self.state.settled();
                 Err(e)
             }

@@ -229,13 +229,19 @@ impl Connection {
         if isolation == Isolation::Uncommitted {
             cfg.set("isolation.level", "read_uncommitted");
         }
-        stats::enable(&mut cfg);
+        // No statistics here: a consumer with a group routes them to its consumer queue, and nobody
+        // polls a metadata consumer, so every report would pile up in memory (10 KB and more each).
         (role, cfg)
     }
 
     /// A lane of the connection's producer for internal topics. A producer that hit a fatal error
-    /// (an idempotence failure) is replaced here: its lanes fail their senders, who come back for a new one.
-    pub fn internal(&self) -> Result<Lane, KafkaOpError> {
+    /// (an idempotence failure) is replaced, here and by each lane at its next send.
+    pub fn internal(self: &Arc<Self>) -> Result<Lane, KafkaOpError> {
+        Ok(Lane::new(self.clone(), self.internal_producer()?))
+    }
+
+    /// The connection's live internal-topics producer, replaced first if it failed fatally.
+    pub(super) fn internal_producer(&self) -> Result<Arc<InternalProducer>, KafkaOpError> {
         let mut slot = self.internal.lock();
         if slot.as_ref().is_some_and(|p| p.is_fatal()) {
             tracing::warn!(cluster = %self.cluster.alias, "the internal-topics producer failed fatally; replacing it");
@@ -249,7 +255,7 @@ impl Connection {
                 p
             }
         };
-        Ok(Lane::new(producer))
+        Ok(producer)
     }
 
     /// Create `spec` unless it exists; wait until it shows in metadata. Returns its partition count.

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
@@ -15,6 +16,9 @@ use rdkafka::statistics::Statistics;
 use crate::config::secrets;
 use crate::kafka;
 use crate::metrics::METRICS;
+
+/// The same client error is logged at most once per this window.
+const ERROR_LOG_WINDOW: Duration = Duration::from_secs(30);
 
 /// How often librdkafka reports statistics (each report is one JSON document per client).
 pub const STATS_INTERVAL_MS: &str = "15000";
@@ -31,11 +35,13 @@ pub struct StatsContext {
     client: &'static str,
     /// Transmit errors last reported per broker: librdkafka counts from the client's start.
     tx_errors: Mutex<HashMap<String, u64>>,
+    /// The last error logged, when, and how often it came again since.
+    last_error: Mutex<Option<(String, Instant, u64)>>,
 }
 
 impl StatsContext {
     pub fn new(cluster: &str, client: &'static str) -> Self {
-        Self { cluster: cluster.to_string(), client, tx_errors: Mutex::default() }
+        Self { cluster: cluster.to_string(), client, tx_errors: Mutex::default(), last_error: Mutex::default() }
     }
 
     fn labels<'a>(&'a self, broker: &'a str) -> [&'a str; 3] {
@@ -65,8 +71,25 @@ impl ClientContext for StatsContext {
         if kafka::is_unused_group_refusal(&error) {
             return; // metadata consumers are never assigned: their group is never used
         }
-        let (error, reason) = (secrets::scrub(&error.to_string()), secrets::scrub(reason));
-        tracing::warn!(cluster = %self.cluster, client = self.client, error, reason, "client error");
+        // librdkafka repeats an error at every reconnect attempt (several a second while a cluster is
+        // away): the same text is logged once per window, with how often it came meanwhile.
+        let text = error.to_string();
+        let repeats = {
+            let mut last = self.last_error.lock().unwrap_or_else(|p| p.into_inner());
+            match last.as_mut() {
+                Some((t, at, n)) if *t == text && at.elapsed() < ERROR_LOG_WINDOW => {
+                    *n += 1;
+                    return;
+                }
+                _ => {
+                    let repeats = last.as_ref().map_or(0, |(_, _, n)| *n);
+                    *last = Some((text.clone(), Instant::now(), 0));
+                    repeats
+                }
+            }
+        };
+        let (error, reason) = (secrets::scrub(&text), secrets::scrub(reason));
+        tracing::warn!(cluster = %self.cluster, client = self.client, error, reason, repeats, "client error");
     }
 
     fn stats(&self, s: Statistics) {

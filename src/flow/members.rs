@@ -14,9 +14,9 @@ use super::copier::copier_group;
 use super::lease::{LEASE_TOPIC, lease_group};
 use super::supervisor::{FlowSupervisor, GroupMembers};
 use crate::clients::{Admin, FlowConnections};
-use crate::status::Member;
 use crate::config::FlowPlan;
 use crate::kafka;
+use crate::status::Member;
 
 pub const INTERVAL: Duration = Duration::from_secs(10);
 

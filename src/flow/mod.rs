@@ -5,6 +5,7 @@ pub mod checkpoints;
 pub mod copier;
 pub mod heartbeats;
 pub mod lease;
+pub mod list_offsets;
 pub mod members;
 pub mod offset_syncs;
 pub mod pause;
@@ -12,6 +13,7 @@ pub mod progress;
 pub mod supervisor;
 pub mod topics;
 pub mod worker;
+pub mod writable;
 
 pub use supervisor::{FlowSupervisor, StopFlow};
 

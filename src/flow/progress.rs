@@ -5,7 +5,7 @@
 //! ferry stopped. The stored value is the offset of the last replicated record; copying resumes at +1.
 //! Progress lives on the target because the target holds the truth about what reached it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,8 @@ pub fn load_partitions(
     homes.sort_unstable();
     homes.dedup();
     let mut all = load_from(plan, homes)?;
+    // A set, not `wanted.contains`: a node given 10,000 partitions would compare 10,000 x 10,000 names.
+    let wanted: HashSet<&SourcePartition> = wanted.iter().collect();
     all.retain(|tp, _| wanted.contains(tp));
     Ok(all)
 }
@@ -148,10 +150,23 @@ pub struct ProgressWriter {
 /// Delivery problems are logged at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
+/// Progress records a flow writes per second at most, however many partitions it copies. A round
+/// writes one record for each partition that moved since the last, so a wide flow spaces its rounds
+/// out: up to 1,000 moving partitions persist every quarter second, 2,000 every half second, 10,000
+/// every 2.5 s. Without the bound a flow copying 10,000 partitions at 26,000 records/s wrote 40,000
+/// progress records/s, more than it copied.
+pub const MAX_RECORDS_PER_SECOND: usize = 4_000;
+
+/// When the round after one that wrote `written` records may run, at the earliest: `interval` after
+/// it, or later so that rounds stay within [`MAX_RECORDS_PER_SECOND`].
+pub fn next_round_after(written: usize, interval: Duration) -> Duration {
+    interval.max(Duration::from_secs_f64(written as f64 / MAX_RECORDS_PER_SECOND as f64))
+}
+
 impl ProgressWriter {
     pub fn new(
         plan: &FlowPlan,
-        target: &Connection,
+        target: &Arc<Connection>,
         num_partitions: i32,
         acks: Arc<AckTable>,
     ) -> Result<Self, KafkaOpError> {
@@ -176,8 +191,16 @@ impl ProgressWriter {
     /// how many were queued.
     pub fn persist(&mut self, acks: &AckTable) -> usize {
         let mut queued = 0;
+        let mut refused = false;
         for slot in acks.take_dirty() {
             slot.take_dirty();
+            if refused {
+                // The producer refused this round (queue full, producer failed): the rest waits for
+                // the next round. Re-marking needs the flag cleared first (`mark_dirty` queues a slot
+                // only when its flag goes up), or the slot would never be written again.
+                acks.mark_dirty(&slot);
+                continue;
+            }
             let Some(next) = slot.next() else { continue };
             if slot.persisted() == Some(next) {
                 continue;
@@ -209,7 +232,7 @@ impl ProgressWriter {
                 Err(e) => {
                     acks.mark_dirty(&slot);
                     self.warn(&format!("queue progress record for {}-{}: {e}", slot.topic, slot.partition));
-                    break;
+                    refused = true;
                 }
             }
         }
@@ -245,5 +268,20 @@ impl ProgressWriter {
             )),
             (_, Some(e)) => Err(format!("persist progress to {}: {e}", self.topic)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wide_flows_space_their_persist_rounds_out() {
+        let quarter = Duration::from_millis(250);
+        assert_eq!(next_round_after(0, quarter), quarter);
+        assert_eq!(next_round_after(8, quarter), quarter, "narrow flows persist every interval");
+        assert_eq!(next_round_after(1_000, quarter), quarter);
+        assert_eq!(next_round_after(2_000, quarter), Duration::from_millis(500));
+        assert_eq!(next_round_after(10_000, quarter), Duration::from_millis(2_500));
     }
 }

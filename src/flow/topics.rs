@@ -19,6 +19,7 @@ use crate::clients::{Admin, FlowConnections, Isolation, MetaConsumer};
 use crate::config::{FlowPlan, GroupProtocol};
 use crate::failpoints;
 use crate::filter::{ConfigPropertyFilter, should_replicate_topic};
+use crate::flow::writable::{self, Writable};
 use crate::kafka::{self, KafkaOpError, TopicSpec};
 use crate::metrics::METRICS;
 use crate::raw_admin::{self, AclOperation};
@@ -66,7 +67,28 @@ pub struct TopicSync {
     /// The supervisor was told how this actor ended (or asked for the stop). If the actor is dropped
     /// without that, a panic killed it: the drop guard reports it.
     exit_reported: bool,
+    /// Which remote partitions take writes yet: the copier gets a partition only once they do.
+    writable: Writable,
+    /// A writability check is in flight.
+    checking: bool,
+    /// The timer of the next writability check.
+    next_check: Option<SpawnHandle>,
+    /// Since when some remote partitions have been waiting to take writes, and when that was last
+    /// logged as a warning.
+    waiting_since: Option<Instant>,
+    waiting_warned: Option<Instant>,
 }
+
+/// Remote partitions that have not taken writes for this long are warned about (again every as long).
+const WRITABLE_WARN_AFTER: Duration = Duration::from_secs(60);
+
+/// While remote partitions do not take writes yet, ask again this often.
+const WRITABLE_RECHECK: Duration = Duration::from_secs(1);
+/// How long one ListOffsets call of the writability check may take (librdkafka retries it meanwhile
+/// while a partition in it has no leader).
+const WRITABLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Calls of the writability check at a time.
+const WRITABLE_THREADS: usize = 4;
 
 impl TopicSync {
     pub fn new(
@@ -87,6 +109,11 @@ impl TopicSync {
             selected: BTreeSet::new(),
             errors: ItemErrors::default(),
             exit_reported: false,
+            writable: Writable::default(),
+            checking: false,
+            next_check: None,
+            waiting_since: None,
+            waiting_warned: None,
         }
     }
 
@@ -163,7 +190,12 @@ impl TopicSync {
                     }
                     let failing = me.record_outcomes(&refreshed);
                     me.selected = refreshed.selected;
-                    me.supervisor.do_send(TopicsReady(refreshed.assignment));
+                    let plan = me.plan.clone();
+                    let ready = me
+                        .writable
+                        .found(refreshed.assignment, |t| plan.policy.format_remote_topic(&plan.id.source, t));
+                    me.supervisor.do_send(TopicsReady(ready));
+                    me.check_writable(ctx);
                     me.supervisor.do_send(ActorStatusChanged {
                         kind: ActorKind::Topics,
                         state: ActorState::Running,
@@ -194,6 +226,58 @@ impl TopicSync {
 }
 
 impl TopicSync {
+    /// Ask the target whether the remote partitions that do not take writes yet do now, and hand the
+    /// copier those that do; again every [`WRITABLE_RECHECK`] until all do (see [`crate::flow::writable`]).
+    fn check_writable(&mut self, ctx: &mut Context<Self>) {
+        if let Some(pending) = self.next_check.take() {
+            ctx.cancel_future(pending);
+        }
+        if self.checking || self.writable.waiting() == 0 {
+            return;
+        }
+        let Some(clients) = self.clients.clone() else { return };
+        let tps = self.writable.to_check(writable::wave(WRITABLE_THREADS));
+        self.checking = true;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // A thread of its own, like the metadata calls: a check of partitions without a leader takes
+        // WRITABLE_TIMEOUT, and must not hold the node's exit.
+        let spawned = std::thread::Builder::new().name(format!("topics-writable {}", self.plan.id)).spawn(move || {
+            let _ = tx.send(writable::check(&clients.target_meta, &tps, WRITABLE_TIMEOUT, WRITABLE_THREADS));
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(flow = %self.plan.id, error = %e, "cannot start the writability check; trying again");
+        }
+        ctx.spawn(async move { rx.await.ok() }.into_actor(self).map(|answers, me, ctx| {
+            me.checking = false;
+            if let Some(answers) = answers
+                && let Some(ready) = me.writable.answered(&answers)
+            {
+                me.supervisor.do_send(TopicsReady(ready));
+            }
+            if me.writable.waiting() == 0 {
+                me.waiting_warned = None;
+                if let Some(since) = me.waiting_since.take() {
+                    tracing::info!(flow = %me.plan.id, waited_s = since.elapsed().as_secs_f64(), "every remote partition takes writes");
+                }
+            } else {
+                let since = *me.waiting_since.get_or_insert_with(|| {
+                    tracing::info!(flow = %me.plan.id, partitions = me.writable.waiting(), last_answer = me.writable.reason().unwrap_or("none"), "remote partitions do not take writes yet (the target may still be creating them); each is copied once it does");
+                    Instant::now()
+                });
+                if since.elapsed() >= WRITABLE_WARN_AFTER
+                    && me.waiting_warned.is_none_or(|t| t.elapsed() >= WRITABLE_WARN_AFTER)
+                {
+                    me.waiting_warned = Some(Instant::now());
+                    tracing::warn!(flow = %me.plan.id, partitions = me.writable.waiting(), waited_s = since.elapsed().as_secs(), last_answer = me.writable.reason().unwrap_or("none"), "remote partitions still do not take writes; they are not copied until they do");
+                }
+                me.next_check = Some(ctx.run_later(WRITABLE_RECHECK, |me, ctx| {
+                    me.next_check = None;
+                    me.check_writable(ctx);
+                }));
+            }
+        }));
+    }
+
     /// Log, count and publish this refresh's per-topic errors. True if any topic failed.
     fn record_outcomes(&mut self, refreshed: &Refreshed) -> bool {
         let flow = self.plan.id.to_string();
@@ -232,6 +316,21 @@ async fn metadata(
     clients: &Arc<Clients>,
     plan: &FlowPlan,
 ) -> Result<(HashMap<String, i32>, HashMap<String, i32>), KafkaOpError> {
+    blocking_metadata(clients, plan, true).await
+}
+
+/// The target's metadata alone (waiting for created topics to show: the source's is not needed, and at
+/// thousands of partitions each answer costs a parse).
+async fn target_metadata(clients: &Arc<Clients>, plan: &FlowPlan) -> Result<HashMap<String, i32>, KafkaOpError> {
+    Ok(blocking_metadata(clients, plan, false).await?.1)
+}
+
+/// Metadata of the target and, with `source`, of the source (else empty).
+async fn blocking_metadata(
+    clients: &Arc<Clients>,
+    plan: &FlowPlan,
+    source_too: bool,
+) -> Result<(HashMap<String, i32>, HashMap<String, i32>), KafkaOpError> {
     let c = clients.clone();
     let (source, target) = (plan.source.alias.clone(), plan.target.alias.clone());
     let failed = |reason: String| KafkaOpError::Other {
@@ -247,10 +346,9 @@ async fn metadata(
         .name(format!("topics-metadata {}", plan.id))
         .spawn(move || {
             let _ = tx.send((|| {
-                Ok((
-                    kafka::topic_partitions(&c.source_meta, &source)?,
-                    kafka::topic_partitions(&c.target_meta, &target)?,
-                ))
+                let source =
+                    if source_too { kafka::topic_partitions(&c.source_meta, &source)? } else { HashMap::new() };
+                Ok((source, kafka::topic_partitions(&c.target_meta, &target)?))
             })());
         })
         .map_err(|e| failed(e.to_string()))?;
@@ -427,7 +525,7 @@ async fn refresh_once(
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-        target_topics = metadata(clients, plan).await?.1;
+        target_topics = target_metadata(clients, plan).await?;
     }
 
     let mut partitions = BTreeSet::new();

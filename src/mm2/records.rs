@@ -94,6 +94,29 @@ pub struct OffsetSync {
     pub downstream_offset: i64,
 }
 
+/// An [`OffsetSync`] decoded without copying: the topic name borrows the record's key. What the
+/// checkpoint computer reads its backlog of offset syncs with (no allocation per record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffsetSyncRef<'a> {
+    /// The upstream (source) topic name, e.g. `orders`, not `A.orders`.
+    pub topic: &'a str,
+    pub partition: i32,
+    pub upstream_offset: i64,
+    pub downstream_offset: i64,
+}
+
+impl OffsetSyncRef<'_> {
+    #[must_use]
+    pub fn to_owned(&self) -> OffsetSync {
+        OffsetSync {
+            topic: self.topic.to_owned(),
+            partition: self.partition,
+            upstream_offset: self.upstream_offset,
+            downstream_offset: self.downstream_offset,
+        }
+    }
+}
+
 /// A checkpoint: consumer group `group` committed `upstream_offset` on the source, which
 /// translates to `downstream_offset` in the replicated topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -156,14 +179,23 @@ impl OffsetSync {
     ///
     /// [`RecordError::Tombstone`] without a value, [`RecordError::Field`] for malformed bytes.
     pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Self, RecordError> {
+        Self::decode_ref(key, value).map(|s| s.to_owned())
+    }
+
+    /// [`OffsetSync::decode`] without copying the topic name out of `key`.
+    ///
+    /// # Errors
+    ///
+    /// As [`OffsetSync::decode`].
+    pub fn decode_ref<'a>(key: &'a [u8], value: Option<&[u8]>) -> Result<OffsetSyncRef<'a>, RecordError> {
         let value = value.ok_or(RecordError::Tombstone { record: Self::KIND })?;
         let mut k = Reader::new(Self::KIND, RecordPart::Key, key);
-        let topic = k.string("topic")?;
+        let topic = k.str("topic")?;
         let partition = k.i32("partition")?;
         let mut v = Reader::new(Self::KIND, RecordPart::Value, value);
         let upstream_offset = v.i64("upstreamOffset")?;
         let downstream_offset = v.i64("offset")?;
-        Ok(Self { topic, partition, upstream_offset, downstream_offset })
+        Ok(OffsetSyncRef { topic, partition, upstream_offset, downstream_offset })
     }
 }
 
@@ -366,15 +398,16 @@ impl<'a> Reader<'a> {
     }
 
     fn string(&mut self, field: &'static str) -> Result<String, RecordError> {
+        self.str(field).map(str::to_owned)
+    }
+
+    fn str(&mut self, field: &'static str) -> Result<&'a str, RecordError> {
         let len = self.i16(field)?;
         let Ok(len) = usize::try_from(len) else {
             return Err(self.error(field, FieldError::NegativeStringLength(len)));
         };
         let bytes = self.slice(field, len)?;
-        match std::str::from_utf8(bytes) {
-            Ok(s) => Ok(s.to_owned()),
-            Err(e) => Err(self.error(field, FieldError::InvalidUtf8(e))),
-        }
+        std::str::from_utf8(bytes).map_err(|e| self.error(field, FieldError::InvalidUtf8(e)))
     }
 
     /// Reads the value header; every version >= 0 is read with the v0 layout (Java only
@@ -474,6 +507,17 @@ mod tests {
         assert_eq!(Checkpoint::decode(&CHECKPOINT_KEY, Some(&CHECKPOINT_VALUE)).unwrap(), checkpoint(""));
         assert_eq!(OffsetSync::decode(&OFFSET_SYNC_KEY, Some(&OFFSET_SYNC_VALUE)).unwrap(), offset_sync());
         assert_eq!(Heartbeat::decode(&HEARTBEAT_KEY, Some(&HEARTBEAT_VALUE)).unwrap(), heartbeat());
+    }
+
+    #[test]
+    fn borrowed_offset_sync_decode_reads_the_same_and_fails_the_same() {
+        let sync = OffsetSync::decode_ref(&OFFSET_SYNC_KEY, Some(&OFFSET_SYNC_VALUE)).unwrap();
+        assert_eq!(sync.to_owned(), offset_sync());
+        let key: &[u8] = &OFFSET_SYNC_KEY;
+        assert!(std::ptr::eq(sync.topic.as_ptr(), key[2..].as_ptr()), "the topic borrows the key");
+        for (key, value) in [(&OFFSET_SYNC_KEY[..10], Some(&OFFSET_SYNC_VALUE[..])), (&OFFSET_SYNC_KEY[..], None)] {
+            assert_eq!(OffsetSync::decode_ref(key, value).unwrap_err(), OffsetSync::decode(key, value).unwrap_err());
+        }
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //! while the backlog is read, a lagging group gets its first checkpoint at once (KAFKA-16622).
 //!
 //! This module runs the loop and translates; `sync_reader` reads the offset syncs (this flow's and the
-//! reverse flow's, wherever each writes them), `emit` is the emission round and `group_sync` the
-//! group offset sync. Both write only in transactions of the flow's checkpoint producer, which a new
+//! reverse flow's, wherever each writes them), `backlog` reads the rest of a long backlog on its own
+//! thread once its newest syncs are in (a group older than them is translated as soon as it is read),
+//! `emit` is the emission round and `group_sync` the group offset sync. Both write only in transactions of the flow's checkpoint producer, which a new
 //! leader fences.
 
 use std::collections::HashMap;
@@ -21,6 +22,7 @@ use actix::Addr;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, Producer};
 
+mod backlog;
 mod emit;
 mod group_sync;
 mod sync_reader;
@@ -30,7 +32,6 @@ use super::worker::{Control, Signal, Worker};
 use crate::checkpoint_store::CheckpointStore;
 use crate::clients::{Admin, FlowConnections};
 use crate::config::{FlowPlan, PolicyKind};
-use crate::failpoints;
 use crate::filter::should_replicate_topic;
 use crate::flow::Identity;
 use crate::kafka::{self, ErrorCapture, KafkaOpError, TopicSpec};
@@ -39,7 +40,15 @@ use crate::mm2::records::Checkpoint;
 use crate::raw_admin;
 use crate::status::ItemErrors;
 use crate::sync_store::{SyncStore, Translation};
+use backlog::BacklogThread;
 use sync_reader::SyncReader;
+
+/// This flow's own offset syncs: read by their own thread until the history is complete, then
+/// followed by the computer's loop.
+enum Forward {
+    Reading(BacklogThread),
+    Following(SyncReader),
+}
 
 /// What the checkpoint computer knows; survives its restarts.
 pub struct CheckpointState {
@@ -103,7 +112,13 @@ impl CheckpointState {
 impl CheckpointState {
     /// The forward history translations use: the whole of it once read, until then the early one.
     fn forward_syncs(&self) -> &SyncStore {
-        if !self.syncs.is_read_to_end() && self.early.is_read_to_end() { &self.early } else { &self.syncs }
+        // Never in the latest-only fallback, which may be switched on after the early store was read
+        // (see `backlog`): a tail could translate a group below a sync an earlier generation used.
+        if !self.syncs.is_read_to_end() && !self.syncs.is_backlog_latest_only() && self.early.is_read_to_end() {
+            &self.early
+        } else {
+            &self.syncs
+        }
     }
 
     /// The reverse flow's syncs inverted: where a consumer of the copy of `topic`-`partition` (upstream
@@ -141,7 +156,11 @@ pub fn worker(
     let name = format!("checkpoints {}", plan.id);
     let sup = supervisor.clone();
     Worker::new(ActorKind::Checkpoints, name, supervisor, Vec::new(), move |control| {
-        Computer::new(&plan, &conns, state, sup, identity)?.run(control)
+        // The start of its start-up (offset syncs, transactions, topics), for the record.
+        tracing::info!(flow = %plan.id, "checkpoint computer starting");
+        // The offset syncs are read from the start, while the producer and the topics are set up.
+        let syncs = BacklogThread::start(plan.clone(), conns.clone(), state.clone())?;
+        Computer::new(&plan, &conns, state, sup, identity)?.run(control, syncs)
     })
 }
 
@@ -223,7 +242,8 @@ impl<'a> Computer<'a> {
         })
     }
 
-    fn run(self, control: Control<()>) -> Result<(), String> {
+    /// `syncs`: the thread reading this flow's offset syncs, started with the computer.
+    fn run(self, control: Control<()>, syncs: BacklogThread) -> Result<(), String> {
         let plan = self.plan;
         let spec = TopicSpec::compacted(self.checkpoints_topic.clone(), 1, plan.settings.replication_factor);
         self.conns.target.ensure_topic(&plan.id, &spec).map_err(err)?;
@@ -242,7 +262,7 @@ impl<'a> Computer<'a> {
                     };
                     // MM2's fallback: without the published checkpoints, start empty and read the offset
                     // syncs keeping only the latest per partition, so no group is translated below a
-                    // sync an earlier generation may have used.
+                    // sync an earlier generation may have used (what was read meanwhile shrinks to it).
                     tracing::warn!(
                         flow = %plan.id, topic = %self.checkpoints_topic, error = %refusal,
                         "cannot read the published checkpoints; starting without them, with latest-only offset-sync history"
@@ -252,13 +272,11 @@ impl<'a> Computer<'a> {
             }
             lock(&self.state).checkpoints_loaded = true;
         }
-        let mut syncs = SyncReader::new(plan, self.conns, &self.state)?;
-        let mut early = syncs.read_early(plan, &self.state)?;
-        if early.is_none() {
-            syncs.read_to_end(&self.state)?;
-        }
+        let mut forward = Forward::Reading(syncs);
         let mut reverse = self.open_reverse();
-        control.running();
+        // Running once translations can start (the offset syncs' cluster answered, the newest syncs or
+        // the whole history are in); only then are there checkpoints to emit.
+        let mut ready = false;
 
         let s = &plan.settings;
         let gauge_groups = METRICS.checkpoint_groups.with_label_values(&[&plan.id.to_string()]);
@@ -270,25 +288,45 @@ impl<'a> Computer<'a> {
                 // The copier and the emitter stopped first: catch up with their final syncs, then publish
                 // the checkpoints they allow, so consumers fail over to the newest positions. All of it
                 // within the deadline, whatever the clusters do.
-                syncs.catch_up(&self.state, deadline)?;
+                let syncs = match forward {
+                    Forward::Following(syncs) => Some(syncs),
+                    Forward::Reading(thread) => thread.stop().ok(),
+                };
+                if let Some(mut syncs) = syncs {
+                    syncs.catch_up(&self.state, deadline)?;
+                }
                 if let Some(r) = &mut reverse {
                     r.catch_up(&self.state, deadline)?;
                 }
-                self.emit(deadline)?;
+                if ready {
+                    self.emit(deadline)?;
+                }
                 return Ok(());
             }
-            if early.is_some() && failpoints::held(failpoints::CHECKPOINTS_BACKLOG) {
-                std::thread::sleep(Duration::from_millis(200));
-                if let Some((_, backlog)) = &mut early {
-                    backlog.held();
+            let news = match &mut forward {
+                Forward::Following(syncs) => {
+                    syncs.poll(&self.state, Duration::from_millis(200))?;
+                    None
                 }
-            } else {
-                syncs.poll(&self.state, Duration::from_millis(200))?;
-            }
-            if let Some((reader, backlog)) = &mut early {
-                reader.poll(&self.state, Duration::ZERO)?;
-                if syncs.backlog_read(&self.state, backlog)? {
-                    early = None;
+                Forward::Reading(thread) => {
+                    // A short pause: the loop notices soon when the thread has news.
+                    std::thread::sleep(Duration::from_millis(20));
+                    match thread.finished()? {
+                        Some(syncs) => Some(Some(syncs)),
+                        None => (!ready && thread.ready()).then_some(None),
+                    }
+                }
+            };
+            if let Some(done) = news {
+                // Translations can start (the newest syncs are in), or use the whole history now: emit
+                // at once, not an emission interval (60 s by default) later.
+                next_emit = Instant::now();
+                if !ready {
+                    ready = true;
+                    control.running();
+                }
+                if let Some(syncs) = done {
+                    forward = Forward::Following(syncs);
                 }
             }
             if let Some(r) = &mut reverse {
@@ -306,11 +344,11 @@ impl<'a> Computer<'a> {
                 }
                 next_refresh = now + s.refresh_groups_interval;
             }
-            if now >= next_emit {
+            if ready && now >= next_emit {
                 self.emit(now + kafka::ADMIN_TIMEOUT)?;
                 next_emit = now + s.emit_checkpoints_interval;
             }
-            if s.sync_group_offsets_enabled && now >= next_group_sync {
+            if ready && s.sync_group_offsets_enabled && now >= next_group_sync {
                 self.sync_group_offsets()?;
                 next_group_sync = now + s.sync_group_offsets_interval;
             }

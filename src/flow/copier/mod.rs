@@ -46,7 +46,8 @@ use crate::metrics::METRICS;
 use crate::status::ActorState;
 
 /// Persist acknowledged positions this often: bounds what a `kill -9` copies twice to about a quarter
-/// second of traffic. A round writes one small record per partition that moved, without waiting.
+/// second of traffic. A round writes one small record per partition that moved, without waiting; flows
+/// of more than 1,000 moving partitions persist less often ([`progress::MAX_RECORDS_PER_SECOND`]).
 const PERSIST_INTERVAL: Duration = Duration::from_millis(250);
 /// How long one `poll` waits for records before the loop looks at its control channel again.
 const POLL_WAIT: Duration = Duration::from_millis(100);
@@ -323,6 +324,8 @@ impl CopyLoop {
     /// Copies until asked to stop; returns the stop's deadline.
     fn copy(&mut self) -> Result<Instant, String> {
         let mut last_persist = Instant::now();
+        let mut persist_every = PERSIST_INTERVAL;
+        let mut last_tick = Instant::now();
         let mut last_quiet = Instant::now();
         loop {
             if let Some(deadline) = self.stop {
@@ -374,11 +377,15 @@ impl CopyLoop {
                 self.shared.publish_quiet(now, false);
                 last_quiet = now;
             }
-            if now.duration_since(last_persist) >= PERSIST_INTERVAL {
-                self.progress.persist(&self.acks);
+            if now.duration_since(last_persist) >= persist_every {
+                let written = self.progress.persist(&self.acks);
+                persist_every = progress::next_round_after(written, PERSIST_INTERVAL);
+                last_persist = now;
+            }
+            if now.duration_since(last_tick) >= PERSIST_INTERVAL {
                 self.book.tick(&self.probe);
                 self.report_problems();
-                last_persist = now;
+                last_tick = now;
             }
         }
     }
@@ -428,13 +435,11 @@ impl CopyLoop {
         let topics: BTreeSet<String> = wanted.partitions.iter().map(|(t, _)| t.clone()).collect();
         // A subscribed topic that grew: the consumer's metadata must show it before the group can assign
         // the new partitions (librdkafka refreshes it only every few minutes by itself).
+        let (now_ready, before) = (partitions_per_topic(&wanted), partitions_per_topic(&self.ready));
         let grown: BTreeSet<&String> = topics
             .iter()
             .filter(|t| self.subscribed.contains(*t))
-            .filter(|t| {
-                let count = |a: &Assignment| a.partitions.iter().filter(|(x, _)| x == *t).count();
-                count(&wanted) > count(&self.ready)
-            })
+            .filter(|t| now_ready.get(t.as_str()) > before.get(t.as_str()))
             .collect();
         for t in grown {
             if let Err(e) = self.consumer.fetch_metadata(Some(t), kafka::ADMIN_TIMEOUT) {
@@ -916,6 +921,16 @@ impl Drop for HealthReporter {
             let _ = t.join();
         }
     }
+}
+
+/// Partitions of each topic in `a`, counted in one pass (a flow of a thousand topics must not count
+/// per topic).
+fn partitions_per_topic(a: &Assignment) -> std::collections::HashMap<&str, usize> {
+    let mut n = std::collections::HashMap::new();
+    for (t, _) in &a.partitions {
+        *n.entry(t.as_str()).or_default() += 1;
+    }
+    n
 }
 
 /// Distinguishes copier lifetimes in offset-sync marks; random per process and per call.

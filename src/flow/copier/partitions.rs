@@ -35,6 +35,7 @@ use super::probe::{Check, Probe, Request, Verdict, Watched, WatchedPartition};
 use crate::config::{FlowPlan, SourceGapPolicy};
 use crate::failpoints;
 use crate::flow::acks::{AckTable, PartitionAck, SourcePartition, TopicId};
+use crate::flow::list_offsets;
 use crate::metrics::METRICS;
 use crate::status::PartitionProblem;
 
@@ -128,6 +129,9 @@ pub struct Book {
     per_partition_metrics: bool,
     topics: HashMap<String, TopicEntry>,
     attention: BTreeSet<SourcePartition>,
+    /// Partitions with a problem or copying one record at a time: all that [`Book::tick`] looks at, so
+    /// that its cost is theirs, not the flow's width.
+    flagged: BTreeSet<SourcePartition>,
     to_assign: Vec<(SourcePartition, i64)>,
     to_unassign: Vec<SourcePartition>,
     /// Topics deleted on the source: forgotten (positions, metric series) once their partitions are gone.
@@ -153,6 +157,7 @@ impl Book {
             per_partition_metrics: plan.settings.metrics_per_partition,
             topics: HashMap::new(),
             attention: BTreeSet::new(),
+            flagged: BTreeSet::new(),
             to_assign: Vec::new(),
             to_unassign: Vec::new(),
             forget: BTreeSet::new(),
@@ -192,6 +197,11 @@ impl Book {
             }
         }
         self.forget.extend(wanted.deleted.iter().cloned());
+        // Only a topic the book already copied can grow; a new one is not in the producer's metadata
+        // yet and is looked up on its first record anyway (a refresh per new topic cost the copy thread
+        // a blocking metadata request for each of a wide flow's topics at start).
+        let had: BTreeSet<String> =
+            self.topics.iter().filter(|(_, e)| !e.parts.is_empty()).map(|(t, _)| t.clone()).collect();
         let now = Instant::now();
         for (topic, partition) in wanted.partitions {
             let entry = self.topics.entry(topic.clone()).or_insert_with(|| {
@@ -214,7 +224,7 @@ impl Book {
                 }
                 continue;
             }
-            if !entry.parts.is_empty() {
+            if had.contains(&topic) {
                 grown.insert(entry.remote.clone());
             }
             let part = Part {
@@ -461,6 +471,7 @@ impl Book {
             failures: part.failures,
             since: now_secs(),
         });
+        self.flagged.insert(tp.clone());
         self.problems_changed = true;
     }
 
@@ -682,21 +693,24 @@ impl Book {
     /// Periodic housekeeping: clear the problems of partitions that copy again, tell the probe which
     /// topics to watch.
     pub fn tick(&mut self, probe: &Probe) {
-        for entry in self.topics.values_mut() {
-            for part in entry.parts.values_mut() {
-                if part.one_by_one_until.is_some_and(|until| part.ack.next().is_some_and(|n| n >= until)) {
-                    part.one_by_one_until = None;
-                }
-                let Some(problem) = &part.problem else { continue };
+        let topics = &mut self.topics;
+        let problems_changed = &mut self.problems_changed;
+        self.flagged.retain(|(topic, partition)| {
+            let Some(part) = topics.get_mut(topic).and_then(|e| e.parts.get_mut(partition)) else { return false };
+            if part.one_by_one_until.is_some_and(|until| part.ack.next().is_some_and(|n| n >= until)) {
+                part.one_by_one_until = None;
+            }
+            if let Some(problem) = &part.problem {
                 let recovered = matches!(part.state, State::Copying)
                     && problem.offset.is_none_or(|o| part.ack.next().is_some_and(|n| n > o));
                 if recovered {
                     part.problem = None;
                     part.failures = 0;
-                    self.problems_changed = true;
+                    *problems_changed = true;
                 }
             }
-        }
+            part.problem.is_some() || part.one_by_one_until.is_some()
+        });
         if self.watch_changed {
             self.watch_changed = false;
             let watched = self
@@ -726,8 +740,9 @@ impl Book {
         if !std::mem::take(&mut self.problems_changed) {
             return None;
         }
+        // Only flagged partitions can have a problem.
         let mut problems: Vec<PartitionProblem> =
-            self.topics.values().flat_map(|e| e.parts.values().filter_map(|p| p.problem.clone())).collect();
+            self.flagged.iter().filter_map(|(t, p)| self.topics.get(t)?.parts.get(p)?.problem.clone()).collect();
         problems.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         Some(problems)
     }
@@ -736,6 +751,8 @@ impl Book {
 /// Seek `tpl`'s partitions; each with its position and its own result.
 type Sought = Vec<(String, i32, Offset, Result<(), rdkafka::error::KafkaError>)>;
 
+/// Seek `tpl`'s partitions, in calls of at most [`list_offsets::CHUNK`]: librdkafka matches each
+/// partition's seek result to the list with a linear search, quadratic over thousands of partitions.
 fn seek(
     consumer: &BaseConsumer<impl rdkafka::consumer::ConsumerContext>,
     tpl: TopicPartitionList,
@@ -753,8 +770,18 @@ fn seek(
     if failpoints::check(failpoints::COPIER_SEEK).is_err() {
         return Ok(each(&tpl, true));
     }
-    let sought = consumer.seek_partitions(tpl, SEEK_TIMEOUT).map_err(|e| format!("seek source partitions: {e}"))?;
-    Ok(each(&sought, false))
+    let mut out = Vec::with_capacity(tpl.count());
+    for chunk in tpl.elements().chunks(list_offsets::CHUNK) {
+        let mut part = TopicPartitionList::with_capacity(chunk.len());
+        for e in chunk {
+            part.add_partition_offset(e.topic(), e.partition(), e.offset())
+                .map_err(|err| format!("seek {}-{}: {err}", e.topic(), e.partition()))?;
+        }
+        let sought =
+            consumer.seek_partitions(part, SEEK_TIMEOUT).map_err(|e| format!("seek source partitions: {e}"))?;
+        out.extend(each(&sought, false));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

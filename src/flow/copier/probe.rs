@@ -38,12 +38,12 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::TopicPartitionList;
 use rdkafka::consumer::Consumer;
 
 use crate::clients::{Admin, FlowConnections, Isolation, MetaConsumer};
 use crate::config::FlowPlan;
 use crate::flow::acks::{SourcePartition, TopicId};
+use crate::flow::list_offsets::{self, Answer};
 use crate::raw_admin;
 
 /// How often the ids of the copied topics are checked.
@@ -348,35 +348,35 @@ impl ProbeLoop {
     }
 
     /// Offsets of `tps` at `at` (ListOffsets with the special timestamps -2 and -1, which rdkafka spells
-    /// as the logical offsets Beginning and End).
+    /// as the logical offsets Beginning and End), asked in chunks ([`list_offsets`]: one call over
+    /// thousands of partitions costs librdkafka a quadratic search). Partitions the broker answers with
+    /// an error are left out; a call that fails is asked again once after a metadata refresh, then fails
+    /// the round.
     fn list_offsets(
         &self,
         tps: &[SourcePartition],
         at: rdkafka::Offset,
     ) -> Result<HashMap<SourcePartition, i64>, String> {
-        let query = || -> Result<HashMap<SourcePartition, i64>, String> {
-            let mut tpl = TopicPartitionList::new();
-            for (t, p) in tps {
-                tpl.add_partition_offset(t, *p, at).map_err(|e| e.to_string())?;
-            }
-            let answered = self
-                .consumer
-                .offsets_for_times(tpl, QUERY_TIMEOUT)
-                .map_err(|e| format!("cluster `{}`: list offsets: {e}", self.cluster))?;
-            let mut out = HashMap::new();
-            for e in answered.elements() {
-                if let (None, rdkafka::Offset::Offset(o)) = (e.error().err(), e.offset()) {
-                    out.insert((e.topic().to_string(), e.partition()), o);
-                }
-            }
-            Ok(out)
-        };
-        query().or_else(|_| {
+        let mut answered = list_offsets::list_offsets(&self.consumer, tps, at, QUERY_TIMEOUT);
+        let unanswered: Vec<SourcePartition> =
+            answered.iter().filter(|(_, a)| matches!(a, Answer::Unanswered(_))).map(|(tp, _)| tp.clone()).collect();
+        if !unanswered.is_empty() {
             // The client's metadata may predate the partitions asked about (a topic that just grew):
             // refresh it once and ask again.
             let _ = self.consumer.fetch_metadata(None, QUERY_TIMEOUT);
-            query()
-        })
+            answered.extend(list_offsets::list_offsets(&self.consumer, &unanswered, at, QUERY_TIMEOUT));
+        }
+        let mut out = HashMap::with_capacity(answered.len());
+        for (tp, answer) in answered {
+            match answer {
+                Answer::Offset(o) => {
+                    out.insert(tp, o);
+                }
+                Answer::Refused(_) => {}
+                Answer::Unanswered(e) => return Err(format!("cluster `{}`: list offsets: {e}", self.cluster)),
+            }
+        }
+        Ok(out)
     }
 
     /// End offsets (high watermarks, the consumer reads uncommitted) of `tps`.

@@ -1,0 +1,100 @@
+//! `ferry validate -o json`: the flow set `ferry validate` prints ([`FlowSet::describe`]), or every error
+//! of a refused one, as one JSON document. Secret client properties are redacted exactly as in the text.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::config::{ConfigErrors, FlowSet, PolicyKind};
+
+/// A valid set: its clusters and flows, with the same facts as [`FlowSet::describe`].
+pub fn set_json(dir: &Path, set: &FlowSet) -> Value {
+    let clusters: Vec<Value> = set
+        .clusters
+        .values()
+        .map(|c| {
+            json!({
+                "alias": c.alias,
+                "bootstrap_servers": c.bootstrap_servers,
+                "file": c.file.display().to_string(),
+                "client": c.shown_client(),
+            })
+        })
+        .collect();
+    let flows: Vec<Value> = set
+        .flows
+        .values()
+        .map(|f| {
+            let s = &f.settings;
+            json!({
+                "flow": f.id.to_string(),
+                "enabled": s.enabled,
+                "file": f.file.display().to_string(),
+                "topics": s.topics,
+                "topics_exclude": s.topics_exclude,
+                "groups": s.groups,
+                "groups_exclude": s.groups_exclude,
+                "replication_policy": match s.replication_policy {
+                    PolicyKind::Default => "default",
+                    PolicyKind::Identity => "identity",
+                },
+                "replication_policy_separator": s.replication_policy_separator,
+                "refresh_topics_interval_seconds": s.refresh_topics_interval.as_secs_f64(),
+                "emit_checkpoints_interval_seconds": s.emit_checkpoints_interval.as_secs_f64(),
+                "emit_heartbeats_interval_seconds": s.emit_heartbeats_interval.as_secs_f64(),
+                "offset_lag_max": s.offset_lag_max,
+                "compression": s.compression,
+            })
+        })
+        .collect();
+    json!({ "dir": dir.display().to_string(), "valid": true, "errors": [], "clusters": clusters, "flows": flows })
+}
+
+/// A refused set: every error with its file and key (the same lines `ferry validate` prints).
+pub fn errors_json(dir: &Path, errors: &ConfigErrors) -> Value {
+    let list: Vec<Value> = errors
+        .0
+        .iter()
+        .map(|e| json!({ "file": e.file.display().to_string(), "key": e.key, "reason": e.reason.trim_end() }))
+        .collect();
+    json!({ "dir": dir.display().to_string(), "valid": false, "errors": list, "clusters": [], "flows": [] })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_what_the_text_has_and_no_secret() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(
+            dir.path().join("c.toml"),
+            "[clusters.east]\nbootstrap_servers = \"e:1\"\n[clusters.east.client]\n\"sasl.password\" = \"hunter2\"\n\
+             \"linger.ms\" = \"5\"\n[clusters.west]\nbootstrap_servers = \"w:1\"\n\
+             [[flows]]\nsource = \"east\"\ntarget = \"west\"\ntopics = [\"orders\"]\nenabled = false\n",
+        )
+        .expect("write");
+        let set = crate::config::load_dir(dir.path()).expect("valid");
+        let text = set.describe();
+        let v = set_json(dir.path(), &set);
+        let dumped = v.to_string();
+        assert!(!dumped.contains("hunter2") && !text.contains("hunter2"), "{dumped}");
+        assert_eq!(v["clusters"][0]["alias"], "east");
+        assert_eq!(v["clusters"][0]["client"]["linger.ms"], "5");
+        assert!(text.contains("linger.ms = 5"), "{text}");
+        let flow = &v["flows"][0];
+        assert_eq!(flow["flow"], "east->west");
+        assert_eq!(flow["enabled"], false);
+        assert!(text.contains("flow east->west (disabled)"), "{text}");
+        assert_eq!(flow["topics"][0], "orders");
+        assert_eq!(flow["replication_policy"], "default");
+
+        std::fs::write(dir.path().join("bad.toml"), "[[flows]]\nsource = \"east\"\ntarget = \"nowhere\"\n")
+            .expect("write");
+        let errors = crate::config::load_dir(dir.path()).expect_err("invalid");
+        let v = errors_json(dir.path(), &errors);
+        assert_eq!(v["valid"], false);
+        assert!(v["errors"][0]["file"].as_str().is_some_and(|f| f.ends_with("bad.toml")), "{v}");
+        assert_eq!(v["errors"].as_array().map(Vec::len), Some(errors.0.len()));
+    }
+}

@@ -1,0 +1,59 @@
+//! Kafka client construction and the few admin operations ferry's actors share.
+//!
+//! Every client of a cluster starts from the cluster's `[clusters.X.client]` properties; ferry then
+//! sets what correctness depends on (no auto commit, acks=all, idempotence). Client ids follow MM2's
+//! `SOURCE->TARGET|ferry|role` shape so broker-side quotas and logs read the same.
+//!
+//! - [`client_config`]: a cluster's properties plus ferry's, librdkafka's check of them, small contexts;
+//! - [`diagnosis`]: why a cluster does not answer, from what librdkafka reported;
+//! - [`errors`]: operation errors and refusals as operators read them;
+//! - [`topics`]: topic admin operations; [`read`]: reading a topic to its end, watermarks.
+//!
+//! Which clients exist, and who shares them, is `clients`' business.
+
+// The submodules share these imports (`use super::*`).
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rdkafka::ClientContext;
+use rdkafka::admin::{
+    AdminClient, AdminOptions, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
+};
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::metadata::Metadata;
+use rdkafka::producer::{BaseProducer, DeliveryResult, ProducerContext};
+use rdkafka::types::RDKafkaConfRes;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::config::{ClusterSpec, secrets};
+use crate::topic_configs::ConfigEntry;
+
+mod client_config;
+mod diagnosis;
+mod errors;
+mod read;
+mod topics;
+
+pub use client_config::*;
+pub use diagnosis::*;
+pub use errors::*;
+pub use read::*;
+pub use topics::*;
+
+/// How long one admin or metadata call may take before the caller treats the cluster as unreachable.
+pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Run an admin future to completion from a worker thread (worker loops are blocking code).
+pub fn block_on<F: std::future::Future>(cluster: &str, fut: F) -> Result<F::Output, KafkaOpError> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| KafkaOpError::Other {
+        cluster: cluster.to_string(),
+        op: "start admin runtime".into(),
+        reason: e.to_string(),
+    })?;
+    Ok(rt.block_on(fut))
+}

@@ -1,0 +1,83 @@
+//! Reading a topic to its end and a partition's watermarks (start-up reads of internal topics).
+
+use super::*;
+
+/// Read `partitions` of `topic` from their start to their current end, calling `f` per record. The
+/// end is where the consumer's *position* reaches the end offset: a topic written transactionally ends
+/// with a commit marker, a control record that is never returned but that the position moves past.
+/// Fails when the topic cannot be read (e.g. not authorised) or stops moving for [`ADMIN_TIMEOUT`].
+pub fn read_to_end<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    cluster: &str,
+    topic: &str,
+    partitions: impl IntoIterator<Item = i32>,
+    mut f: impl FnMut(&BorrowedMessage<'_>),
+) -> Result<(), KafkaOpError> {
+    let mut tpl = TopicPartitionList::new();
+    let mut ends = HashMap::new();
+    for p in partitions {
+        let (low, high) = watermarks(consumer, topic, p)
+            .map_err(|e| KafkaOpError::kafka(cluster, format!("read the end offsets of {topic}-{p}"), e))?;
+        if high > low {
+            tpl.add_partition_offset(topic, p, Offset::Offset(low))
+                .map_err(|e| KafkaOpError::kafka(cluster, "assign", e))?;
+            ends.insert(p, high);
+        }
+    }
+    if ends.is_empty() {
+        return Ok(());
+    }
+    consumer.assign(&tpl).map_err(|e| KafkaOpError::kafka(cluster, format!("assign {topic}"), e))?;
+    let mut last_progress = std::time::Instant::now();
+    while !ends.is_empty() {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(msg)) => {
+                f(&msg);
+                if ends.get(&msg.partition()).is_some_and(|end| msg.offset() + 1 >= *end) {
+                    ends.remove(&msg.partition());
+                }
+                last_progress = std::time::Instant::now();
+            }
+            Some(Err(e)) if is_unused_group_refusal(&e) => {}
+            Some(Err(e)) => return Err(KafkaOpError::kafka(cluster, format!("read {topic}"), e)),
+            None => {
+                let positions =
+                    consumer.position().map_err(|e| KafkaOpError::kafka(cluster, format!("read {topic}"), e))?;
+                for e in positions.elements_for_topic(topic) {
+                    if let Offset::Offset(pos) = e.offset()
+                        && ends.get(&e.partition()).is_some_and(|end| pos >= *end)
+                    {
+                        ends.remove(&e.partition());
+                    }
+                }
+                if !ends.is_empty() && last_progress.elapsed() > ADMIN_TIMEOUT {
+                    return Err(KafkaOpError::Other {
+                        cluster: cluster.to_string(),
+                        op: format!("read {topic}"),
+                        reason: format!("no progress for {ADMIN_TIMEOUT:?} before the end of the topic"),
+                    });
+                }
+            }
+        }
+    }
+    let _ = consumer.unassign();
+    Ok(())
+}
+
+/// Watermarks of one partition. A topic created moments ago answers "not leader" for a while; that
+/// is retried until the admin timeout instead of failing.
+pub fn watermarks<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+) -> Result<(i64, i64), KafkaError> {
+    let deadline = std::time::Instant::now() + ADMIN_TIMEOUT;
+    loop {
+        match consumer.fetch_watermarks(topic, partition, ADMIN_TIMEOUT) {
+            Err(e) if std::time::Instant::now() < deadline && is_transient(&e) => {
+                std::thread::sleep(Duration::from_millis(200))
+            }
+            other => return other,
+        }
+    }
+}
