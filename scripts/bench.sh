@@ -18,7 +18,9 @@
 #   partitions-10000  the same over 10,000 partitions [ferry,mm2,limit]
 #   flows             idle flows eK->wK (aliases of the same two clusters), ferry at 1, 10, 50 and 100, MM2 at
 #                     1, 10 and 50, each count for both engines back to back: threads, idle CPU over 30 s,
-#                     wake-ups, RSS, and the idle CPU per kind of thread (names without the flow) [ferry,mm2]
+#                     wake-ups, RSS, and the idle CPU per kind of thread (names without the flow); MM2's
+#                     herders' Connect topics are created before it starts (100 herders starting together
+#                     time out waiting for their own topics on a loaded 2-core box) [ferry,mm2]
 #   flows-busy        20 flows copying a topic each at once (1,000,000 records of 512 B over 20 topics of 4
 #                     partitions) against one flow copying the same 20 topics: copy rate and CPU per record,
 #                     whole copy and steady part (10-90 % of the records) [ferry]

@@ -841,6 +841,8 @@ class Bench:
         topics = [f"idle-{k}" for k in range(1, n + 1)]
         self.create(SRC, 1, *topics)
         clusters = {**{f"e{k}": SRC for k in range(1, n + 1)}, **{f"w{k}": DST for k in range(1, n + 1)}}
+        if engine == "mm2" and sc.get("mm2_precreate", True):
+            self.mm2_internal_topics([(f"e{k}", f"w{k}") for k in range(1, n + 1)])
         hb = spawn(self.tools.tool("heartbeats", DST, str(n), str(now_ms()), str(self.args.timeout)),
                    stdout=subprocess.PIPE)
         hl = Lines(hb, work / "heartbeats.log")
@@ -989,6 +991,20 @@ class Bench:
             f"CPU {fmt(res.get('cpu_s'), '.2f')} s = {fmt(res.get('cpu_us_per_record'), '.1f')} µs/record (steady "
             f"{fmt(res.get('steady_cpu_us_per_record'), '.1f')}), {res.get('threads')} threads {res.get('error', '')}")
         return res
+
+    def mm2_internal_topics(self, pairs: list[tuple[str, str]]) -> None:
+        """The Connect topics of MM2's herders, created before it starts, as MM2 would create them (its
+        defaults: offsets 25 partitions, status 5, configs 1, all compacted). Herder s->t keeps
+        mm2-{configs,offsets,status}.s.internal on t; every flow eK->wK has its herder and the reverse
+        wK->eK heartbeat herder. Started together, 100 herders (50 flows) each create their three
+        topics at once and wait at most a fixed time for their metadata; on this box the controller
+        was slower than that, and the herders that timed out exited for good (bench/results.md)."""
+        t = time.time()
+        for herders, bootstrap in (([s for s, _ in pairs], DST), ([d for _, d in pairs], SRC)):
+            for kind, parts in (("offsets", 25), ("status", 5), ("configs", 1)):
+                self.create(bootstrap, parts, *[f"mm2-{kind}.{a}.internal" for a in herders],
+                            configs="cleanup.policy=compact")
+        log(f"MM2's {6 * len(pairs)} Connect topics created beforehand in {time.time() - t:.1f} s")
 
     def scenario_checkpoint(self, name: str, sc: dict) -> dict:
         fresh_cluster("bsrc")
@@ -1446,7 +1462,9 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
                    f"`heartbeats` holds a heartbeat of every flow; then {sc['settle']} s to settle and CPU over "
                    f"{sc['window']} s, threads (peak of 1 s samples) and RSS from /proc; wake-ups: context switches "
                    f"per second summed over the process's threads (/proc/PID/task/*/status). MM2: one herder per flow plus "
-                   f"its reverse heartbeat herder (what a ferry flow does), tasks.max = 2. Because all eK are one "
+                   f"its reverse heartbeat herder (what a ferry flow does), tasks.max = 2, its herders' Connect topics "
+                   f"created before it starts{'' if sc.get('mm2_precreate', True) else ' (not in this run)'} "
+                   f"(started together, 100 herders time out waiting for their topics on this box). Because all eK are one "
                    f"cluster, its `heartbeats` topic receives every flow's reverse heartbeat and every flow copies all "
                    f"of them (n²/{hb:g} records/s; both engines): with {nmax} flows the idle node copies "
                    f"{nmax * nmax / hb:,.0f} heartbeats/s (a node of flows from n distinct sources would copy n/s)."]
