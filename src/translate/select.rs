@@ -111,7 +111,7 @@ impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Refusal::Stale { age, max_age, source, why } => {
-                write!(f, "its newest checkpoint is {}s old (--max-age {}s) and ", age.as_secs(), max_age.as_secs())?;
+                write!(f, "its newest checkpoint is {} old (--max-age {}) and ", secs(*age), secs(*max_age))?;
                 match why {
                     StaleWhy::Moved(moved) => {
                         let parts: Vec<String> = moved
@@ -124,10 +124,15 @@ impl fmt::Display for Refusal {
                             .collect();
                         let more =
                             if moved.len() > 3 { format!(" and {} more", moved.len() - 3) } else { String::new() };
-                        write!(f, "the group's offsets on `{source}` moved since ({}{more})", parts.join(", "))
+                        write!(
+                            f,
+                            "does not show the group's offsets on `{source}` ({}{more}): the flow may have stopped \
+                             checkpointing (see `ferry status`); pass a larger --max-age to take it anyway",
+                            parts.join(", ")
+                        )
                     }
                     StaleWhy::Unavailable(e) => {
-                        write!(f, "`{source}` cannot confirm it ({e}); pass a larger --max-age to accept it")
+                        write!(f, "`{source}` cannot confirm it ({e}); pass a larger --max-age to take it anyway")
                     }
                 }
             }
@@ -136,6 +141,11 @@ impl fmt::Display for Refusal {
             }
         }
     }
+}
+
+/// `90s`, or `1.5s` when the duration has a fraction.
+fn secs(d: Duration) -> String {
+    if d.subsec_millis() == 0 { format!("{}s", d.as_secs()) } else { format!("{:.1}s", d.as_secs_f64()) }
 }
 
 /// The bound `--max-age` takes by default: three checkpoint intervals of the flow, in whole seconds
@@ -263,6 +273,7 @@ mod tests {
         assert_eq!(got.kind(), "stale_checkpoint");
         let text = got.to_string();
         assert!(text.contains("60s old (--max-age 3s)"), "{text}");
+        assert!(text.contains("does not show the group's offsets on `east`"), "{text}");
         assert!(text.contains("t-0: checkpointed 10, committed 12"), "{text}");
         assert!(!text.contains("t-1"), "{text}");
         let away = || SourceView::Unavailable("timed out".into());
