@@ -136,10 +136,11 @@ fn wait_checkpointed(
     rename: impl Fn(&str) -> String,
 ) {
     for (group, s) in sessions {
-        wait_for(ARRIVAL, &format!("{group}'s checkpoints on {source}'s target"), || {
+        let what = format!("{group}'s checkpoints on {source}'s target of {:?}", s.committed);
+        wait_showing(ARRIVAL, &what, || {
             assert_alive(ferry);
             let cps = newest_checkpoints(on, source, group);
-            s.committed.iter().all(|((t, p), o)| cps.get(&(rename(t), *p)).is_some_and(|(up, _)| up == o))
+            (s.committed.iter().all(|((t, p), o)| cps.get(&(rename(t), *p)).is_some_and(|(up, _)| up == o)), cps)
         });
     }
 }
@@ -214,7 +215,10 @@ fn planned_failover_and_back(policy: &Policy) -> (tempfile::TempDir, String, Fer
     let to_west = |t: &str| if policy.identity { t.to_string() } else { format!("east.{t}") };
     wait_checkpointed(&mut ferry, west, "east", &first, to_west);
     translate_all(dir.path(), "east->west", &groups);
-    // Producers start on west, then the consumers.
+    // Producers start on west, then the consumers. Each group reads at most 90 records there, so none
+    // reaches the end of a partition of west's topic: under the identity policy a group at the very end
+    // fails back re-reading what was produced on west (the reverse flow's syncs cannot prove that the
+    // records after its last copy are all copies of west's; see the README's runbook).
     produce(&west.bootstrap, &topic, &records("w", 0..WEST_RECORDS, PARTITIONS));
     let second: BTreeMap<String, Session> = std::thread::scope(|s| {
         let handles: Vec<_> = groups
@@ -222,7 +226,7 @@ fn planned_failover_and_back(policy: &Policy) -> (tempfile::TempDir, String, Fer
             .enumerate()
             .map(|(i, g)| {
                 let topics = &west_topics;
-                s.spawn(move || (g.clone(), session(&west.bootstrap, g, topics, |r| r.len() >= 60 + 10 * i)))
+                s.spawn(move || (g.clone(), session(&west.bootstrap, g, topics, |r| r.len() >= 50 + 10 * i)))
             })
             .collect();
         handles.into_iter().map(|h| h.join().expect("a west consumer")).collect()
