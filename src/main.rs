@@ -1,4 +1,4 @@
-//! The `ferry` command: `run` a node, `validate` a flows directory, `translate` a group's offsets; talk to
+//! The `ferry` command: `run` a node, `validate` a flows directory, `translate` groups' offsets; talk to
 //! a running node (`status`, `pause`, `resume`, `reload`, and `health`, the container's HEALTHCHECK);
 //! `completions` and `man`, generated from the definitions below.
 

@@ -4,7 +4,8 @@
 //! to west, producers and consumers start there; then the fail-back the same way with the reverse flow.
 //! Each group's consumers, over the three sessions, read every record exactly once: 0 re-read and 0
 //! skipped at each move. With the default policy and with the identity policy. And a group whose
-//! checkpoint is stale (the flow stopped, the group moved on since) is refused by name, exit 3.
+//! checkpoint is stale (the flow stopped, the group moved on since) is refused by name, exit 3; with the
+//! source gone (the disaster) an old checkpoint is refused until `--max-age` says to take it.
 
 mod support;
 
@@ -324,6 +325,23 @@ fn runbook_planned_failover_and_fail_back_with_the_default_policy_and_a_stale_gr
     assert!(err.contains("(--max-age 1s)") && err.contains("does not show the group's offsets on `east`"), "{err}");
     let after = support::group_offsets(&west.bootstrap, &stale, &partitions);
     assert_eq!(after, before, "a refused group's offsets on west are not touched");
+
+    // The disaster: east gone (nothing answers at its address). The group is refused because east
+    // cannot confirm its checkpoint; the runbook's explicit, larger bound takes it.
+    let flows_text = std::fs::read_to_string(dir.path().join("flow.toml")).expect("the flow file");
+    let gone = format!("127.0.0.1:{}", support::free_port());
+    let disaster = flows_dir(&[("east", &gone), ("west", &west.bootstrap)], &flows_text);
+    let flows = disaster.path().to_str().expect("utf-8 path");
+    let args = ["translate", "--flows", flows, "--flow", "east->west", "--groups", &stale, "--apply"];
+    let started = Instant::now();
+    let (code, out, err) = ferry_cli(&[&args[..], &["--max-age", "1s"]].concat());
+    println!("disaster, --max-age 1s: exit {code} after {:?}\n{out}{err}", started.elapsed());
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(err.contains(&format!("refused group `{stale}`")) && err.contains("`east` cannot confirm it"), "{err}");
+    assert_eq!(support::group_offsets(&west.bootstrap, &stale, &partitions), before, "nothing committed");
+    let (code, out, err) = ferry_cli(&[&args[..], &["--max-age", "2h"]].concat());
+    assert_eq!(code, 0, "the explicit bound takes the group: {out}{err}");
+    assert_ne!(support::group_offsets(&west.bootstrap, &stale, &partitions), before, "committed on west");
 }
 
 #[test]
