@@ -1,4 +1,4 @@
-//! The `ferry` command: `run` a node, `validate` a flows directory, `translate` a group's offsets; talk to
+//! The `ferry` command: `run` a node, `validate` a flows directory, `translate` groups' offsets; talk to
 //! a running node (`status`, `pause`, `resume`, `reload`, and `health`, the container's HEALTHCHECK);
 //! `completions` and `man`, generated from the definitions below.
 
@@ -146,18 +146,40 @@ enum Command {
         #[arg(short, long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
-    /// Print a consumer group's translated offsets on a flow's target (from its checkpoints); with
-    /// --apply, commit them to the group on the target (refused while the group is active there).
+    /// Print consumer groups' translated offsets on a flow's target (from its checkpoints); with --apply,
+    /// commit them to the groups on the target.
+    ///
+    /// Each group is judged first and refused (named, with the reason, on stderr) when its consumers
+    /// still have members on the target, or when its newest checkpoint is older than --max-age and the
+    /// source does not show the group exactly where that checkpoint translated it from (the source is
+    /// gone, or the group moved since). --apply commits every other group. Exit status: 0 when every
+    /// selected group was shown (and, with --apply, committed); 3 when --apply refused a group; 1 on an
+    /// error (checkpoints or target unreadable, no checkpointed group selected, a commit failed); 2 on
+    /// a usage error.
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["group", "groups", "all_groups"])))]
     Translate {
         #[arg(long)]
         flows: PathBuf,
         /// The flow, as SOURCE->TARGET.
         #[arg(long)]
         flow: config::FlowId,
+        /// One group (whether or not the flow's `groups` still select it).
         #[arg(long)]
-        group: String,
+        group: Option<String>,
+        /// Every checkpointed group of the flow whose whole name matches this regular expression.
+        #[arg(long, value_name = "REGEX")]
+        groups: Option<String>,
+        /// Every checkpointed group of the flow (among those its `groups` select).
+        #[arg(long)]
+        all_groups: bool,
+        /// Commit the translated offsets of every group not refused to that group on the target.
         #[arg(long)]
         apply: bool,
+        /// The oldest checkpoint taken without the source's confirmation, e.g. 90s, 5m, 2h. Default:
+        /// three of the flow's checkpoint intervals (3 x emit_checkpoints_interval_seconds, rounded up
+        /// to whole seconds; 180s with the default interval of 60s).
+        #[arg(long, value_name = "DURATION", value_parser = parse_max_age)]
+        max_age: Option<Duration>,
         /// `table` for people, `json` for scripts (the same facts).
         #[arg(short, long, value_enum, default_value_t = Output::Table)]
         output: Output,
@@ -309,7 +331,7 @@ fn main() -> ExitCode {
     let _failpoints = fail::FailScenario::setup();
     match cli.command {
         Command::Validate { flows, output } => validate(&flows, output),
-        Command::Translate { flows, flow, group, apply, output } => {
+        Command::Translate { flows, flow, group, groups, all_groups, apply, max_age, output } => {
             let set = match config::load_dir(&flows) {
                 Ok(set) => set,
                 Err(errors) => {
@@ -321,13 +343,24 @@ fn main() -> ExitCode {
                 eprintln!("no flow {flow} in {}", flows.display());
                 return ExitCode::from(2);
             };
-            match translate(plan, &group, apply, output) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("ferry translate: {e}");
-                    ExitCode::FAILURE
+            use ferry::translate::select::Selection;
+            let selection = match (group, groups) {
+                (Some(g), _) => Selection::One(g),
+                (None, Some(re)) => match Selection::matching(&re) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("ferry translate: {e}");
+                        return ExitCode::from(2);
+                    }
+                },
+                (None, None) => {
+                    debug_assert!(all_groups, "clap requires one of --group, --groups, --all-groups");
+                    Selection::All
                 }
-            }
+            };
+            let max_age = max_age
+                .unwrap_or_else(|| ferry::translate::select::default_max_age(plan.settings.emit_checkpoints_interval));
+            translate(plan, &selection, max_age, apply, output)
         }
         Command::Health { url, ca, insecure, timeout } => {
             let timeout = Duration::from_secs_f64(timeout.clamp(0.1, 3600.0));
@@ -539,36 +572,73 @@ fn watch_status(node: &client::Node, output: Output, interval: Duration) -> Exit
     }
 }
 
-fn translate(plan: &config::FlowPlan, group: &str, apply: bool, output: Output) -> Result<(), String> {
+/// Exit code of `ferry translate --apply` when it refused a group (and applied the others).
+const EXIT_REFUSED: u8 = 3;
+
+fn parse_max_age(s: &str) -> Result<Duration, String> {
+    ferry::translate::select::parse_duration(s)
+}
+
+fn translate(
+    plan: &config::FlowPlan,
+    selection: &ferry::translate::select::Selection,
+    max_age: Duration,
+    apply: bool,
+    output: Output,
+) -> ExitCode {
     use ferry::translate as t;
-    let offsets = t::translated_offsets(plan, group)?;
-    if offsets.is_empty() {
-        return Err(format!("no checkpoints for group `{group}` on `{}` (flow {})", plan.target.alias, plan.id));
-    }
-    let current = t::current_offsets(plan, group)?;
-    if output == Output::Table {
-        print!("{}", t::render(&offsets, &current));
-    }
-    let committed = if apply { Some(t::apply(plan, group, &offsets)?) } else { None };
-    match output {
-        Output::Table => {
-            if let Some(n) = committed {
-                println!("committed {n} offset(s) to group `{group}` on `{}`", plan.target.alias);
-            }
+    let report = match t::run(plan, selection, max_age, apply) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ferry translate: {e}");
+            return ExitCode::FAILURE;
         }
+    };
+    let target = &plan.target.alias;
+    let one = matches!(selection, t::select::Selection::One(_));
+    match output {
+        Output::Table if one => {
+            let g = &report.groups[0];
+            print!("{}", t::render(&g.offsets, &g.current));
+        }
+        Output::Table => print!("{}", t::render_groups(&report)),
         Output::Json => {
-            let doc = cli::translate::offsets_json(
-                &plan.id.to_string(),
-                &plan.target.alias,
-                group,
-                &offsets,
-                &current,
-                committed,
-            );
+            let flow = plan.id.to_string();
+            let doc = if one {
+                cli::translate::group_json(&flow, target, &report.groups[0])
+            } else {
+                cli::translate::report_json(&flow, target, &report, apply)
+            };
             print!("{}", cli::pretty(&doc));
         }
     }
-    Ok(())
+    let (mut refused, mut failed) = (0, 0);
+    for g in &report.groups {
+        if let Some(r) = &g.refused {
+            refused += 1;
+            let verb = if apply { "refused" } else { "--apply would refuse" };
+            eprintln!("ferry translate: {verb} group `{}`: {r}", g.group);
+        }
+        if let Some(e) = &g.error {
+            failed += 1;
+            eprintln!("ferry translate: group `{}`: {e}", g.group);
+        }
+        if let (Some(n), Output::Table) = (g.committed, output) {
+            println!("committed {n} offset(s) to group `{}` on `{target}`", g.group);
+        }
+    }
+    if !one && output == Output::Table {
+        let committed = report.groups.iter().filter(|g| g.committed.is_some()).count();
+        let verb = if apply { "refused" } else { "would be refused" };
+        println!("{} group(s): {committed} committed, {refused} {verb}, {failed} failed", report.groups.len());
+    }
+    if failed > 0 {
+        ExitCode::FAILURE
+    } else if apply && refused > 0 {
+        ExitCode::from(EXIT_REFUSED)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// The node's own settings from `ferry run`'s flags.

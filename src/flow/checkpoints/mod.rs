@@ -392,12 +392,21 @@ impl<'a> Computer<'a> {
         if !should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, topic) {
             return None;
         }
-        let mut downstream = st.forward_syncs().translate(topic, partition, offset).offset()?;
-        if plan.settings.replication_policy == PolicyKind::Identity
-            && let Some(back) = st.reverse_inverse(topic, partition, offset).offset()
-        {
-            downstream = downstream.min(back);
-        }
+        let forward = st.forward_syncs().translate(topic, partition, offset);
+        let downstream = if plan.settings.replication_policy == PolicyKind::Identity {
+            match (forward, st.reverse_inverse(topic, partition, offset)) {
+                // Before this flow's first sync of the partition: on a standby whose topic holds only the
+                // target's records (copies, which this flow skips) until its first own record, the
+                // inverted reverse syncs alone know where the group stands (a fail-back from a standby).
+                (Translation::TooOld | Translation::NoSyncs, back @ Translation::Exact(_)) => back.offset()?,
+                (forward, back) => match back.offset() {
+                    Some(back) => forward.offset()?.min(back),
+                    None => forward.offset()?,
+                },
+            }
+        } else {
+            forward.offset()?
+        };
         Some((plan.policy.format_remote_topic(&plan.id.source, topic), downstream))
     }
 
