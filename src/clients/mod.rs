@@ -291,11 +291,6 @@ impl Connection {
         self.records.get(&self.cluster, tuning)
     }
 
-    /// Record producers in use on this connection.
-    pub fn record_producers(&self) -> usize {
-        self.records.live()
-    }
-
     /// Create `spec` unless it exists; wait until it shows in metadata. Returns its partition count.
     pub fn ensure_topic(&self, flow: &impl fmt::Display, spec: &kafka::TopicSpec) -> Result<i32, KafkaOpError> {
         kafka::ensure_topic(&*self.admin()?, &self.cluster.alias, flow, spec)

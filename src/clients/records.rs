@@ -215,11 +215,6 @@ impl RecordProducers {
             self.0.lock().unwrap_or_else(|p| p.into_inner()).values().filter_map(Weak::upgrade).collect();
         live.iter().map(|p| p.in_flight_of(owner)).sum()
     }
-
-    /// Record producers some lane still holds (for tests and status).
-    pub(super) fn live(&self) -> usize {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).values().filter(|w| w.strong_count() > 0).count()
-    }
 }
 
 /// One copier lifetime's share of its target's record producer.
