@@ -1,7 +1,8 @@
 //! Partitions that change hands between ferry nodes, the hard ways: a node frozen past its session
 //! timeout (SIGSTOP, as a VM pause or a long GC would) whose queued records land after the new owner's,
 //! and a partition taken away and given back while the target is too slow to drain it. What an operator
-//! would see go wrong is asserted: checkpoints that point past records, records that never arrive.
+//! would see go wrong is asserted: checkpoints that point past records, records that never arrive; and a
+//! deployment-wide pause and resume driven by `ferry pause` / `ferry resume` against one node each.
 //! Real brokers (the binary's shared pair), real `ferry` processes.
 
 mod support;
@@ -333,6 +334,17 @@ fn assert_still(west: &Cluster, remote: &str, expected: i64, what: &str) {
 /// A pause taken on one node holds on every node of the deployment (the other node's share too, and
 /// whichever node a rebalance gives the partitions to), survives restarts of every node, shows who took
 /// it on each node, and a resume on another node brings everything across once.
+/// `ferry ARGS` (no admin token from the test's environment): exit code, stdout, stderr.
+fn ferry_cli(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(support::ferry_bin())
+        .args(args)
+        .env_remove("FERRY_ADMIN_TOKEN_FILE")
+        .output()
+        .unwrap_or_else(|e| panic!("run ferry {args:?}: {e}"));
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
 #[test]
 fn a_pause_on_one_node_holds_on_every_node_and_across_restarts() {
     let (east, west) = shared_pair();
@@ -350,10 +362,10 @@ fn a_pause_on_one_node_holds_on_every_node_and_across_restarts() {
         total(&west.bootstrap, &remote) == 1_000 && nodes.values().all(|f| assigned(f, FLOW) > 0)
     });
 
-    let (code, body) = support::http_post(nodes["n1"].listen_addr(), "/flows/east-%3Ewest/pause");
-    assert_eq!(code, 200, "{body}");
-    let answer: serde_json::Value = serde_json::from_str(&body).expect("JSON answer");
-    assert_eq!((answer["applied"].clone(), answer["recorded"].clone()), (true.into(), true.into()), "{body}");
+    // The operator's way: `ferry pause` against one node (its listener has no token: loopback).
+    let (code, out, err) = ferry_cli(&["pause", FLOW, "--url", &format!("http://{}", nodes["n1"].listen_addr())]);
+    assert_eq!(code, 0, "ferry pause exits 0 once recorded for the deployment and applied\n{out}{err}");
+    assert!(out.contains("paused") && out.contains("east->west"), "{out}");
     wait_for(Duration::from_secs(10), "both nodes paused, saying who paused", || {
         nodes.values().all(|f| {
             let s = flow_status(f);
@@ -385,8 +397,9 @@ fn a_pause_on_one_node_holds_on_every_node_and_across_restarts() {
     assert_still(west, &remote, 1_000, "still paused after the whole deployment restarted");
 
     // A resume on the other node: everything arrives, once.
-    let (code, body) = support::http_post(nodes["n2"].listen_addr(), "/flows/east-%3Ewest/resume");
-    assert_eq!(code, 200, "{body}");
+    let (code, out, err) = ferry_cli(&["resume", FLOW, "--url", &format!("http://{}", nodes["n2"].listen_addr())]);
+    assert_eq!(code, 0, "ferry resume exits 0 once recorded and applied\n{out}{err}");
+    assert!(out.contains("resumed") && out.contains("east->west"), "{out}");
     let mut expected = values("a", 0..1_000);
     expected.extend(values("b", 0..500));
     let n1 = nodes.get_mut("n1").expect("n1");
