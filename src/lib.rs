@@ -22,6 +22,7 @@ pub mod policy;
 pub mod raw_admin;
 pub mod reload;
 pub mod restart_policy;
+pub mod settings;
 pub mod status;
 pub mod sync_rule;
 pub mod sync_store;

@@ -55,7 +55,7 @@ pub fn errors_json(dir: &Path, errors: &ConfigErrors) -> Value {
     let list: Vec<Value> = errors
         .0
         .iter()
-        .map(|e| json!({ "file": e.file.display().to_string(), "key": e.key, "reason": e.reason.trim_end() }))
+        .map(|e| json!({ "file": e.file.display().to_string(), "line": e.line, "key": e.key, "reason": e.reason.trim_end() }))
         .collect();
     json!({ "dir": dir.display().to_string(), "valid": false, "errors": list, "clusters": [], "flows": [] })
 }
