@@ -334,16 +334,16 @@ fn merge(
     file: Option<&str>,
     env: &BTreeMap<&'static str, &str>,
     given: &[(&'static str, String)],
-) -> Result<config::Config, config::ConfigError> {
-    let mut builder = config::Config::builder();
+) -> Result<::config::Config, ::config::ConfigError> {
+    let mut builder = ::config::Config::builder();
     for (key, value) in DEFAULTS {
         builder = builder.set_default(key, value)?;
     }
     if let Some(text) = file {
-        builder = builder.add_source(config::File::from_str(text, config::FileFormat::Toml));
+        builder = builder.add_source(::config::File::from_str(text, ::config::FileFormat::Toml));
     }
     let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    builder = builder.add_source(config::Environment::with_prefix("FERRY").source(Some(env)));
+    builder = builder.add_source(::config::Environment::with_prefix("FERRY").source(Some(env)));
     for (key, value) in given {
         builder = builder.set_override(*key, value.as_str())?;
     }
