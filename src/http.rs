@@ -52,7 +52,7 @@ pub struct HttpOptions {
     pub tls: Option<TlsFiles>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsFiles {
     /// Certificate chain, leaf first.
     pub cert: PathBuf,

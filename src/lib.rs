@@ -1,8 +1,9 @@
 //! ferry: a Kafka replication node, wire-compatible with MirrorMaker 2.
 //!
 //! The crate is split into a pure core that does no I/O (naming [`policy`], topic and group
-//! [`filter`]s, MM2 record formats in [`mm2`], flow [`config`]) and a thin shell of actors that move
-//! data between Kafka and that core ([`node`], [`flow`]), with [`http`] serving health and metrics.
+//! [`filter`]s, MM2 record formats in [`mm2`], flow [`config`], the node's own [`settings`]) and a thin
+//! shell of actors that move data between Kafka and that core ([`node`], [`flow`]), with [`http`] serving
+//! health and metrics.
 
 pub mod checkpoint_store;
 pub mod cli;
@@ -22,6 +23,7 @@ pub mod policy;
 pub mod raw_admin;
 pub mod reload;
 pub mod restart_policy;
+pub mod settings;
 pub mod status;
 pub mod sync_rule;
 pub mod sync_store;

@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use actix::Actor;
 use anyhow::Context as _;
-use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use ferry::cli::{self, Output, client};
 use ferry::config;
 use ferry::node::{Node, Shutdown};
 use ferry::reload::Reload;
 use ferry::reload::Trigger;
+use ferry::settings::{self, LogFormat, ReloadMode};
 use ferry::status::StatusBoard;
 
 #[derive(Parser)]
@@ -23,54 +24,64 @@ use ferry::status::StatusBoard;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// Log format on stderr.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
-    log_format: LogFormat,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
+    /// Log format on stderr. For `run` also FERRY_LOG_FORMAT or `log_format` in the settings file;
+    /// default: text.
+    #[arg(long, value_enum, global = true)]
+    log_format: Option<LogFormat>,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Run the node: every flow defined in the flows directory.
+    ///
+    /// Each setting comes from the command line, else its FERRY_* environment variable, else the node
+    /// settings file (--config), else its default.
     Run {
-        /// Directory of `*.toml` flow files.
+        /// Node settings file (TOML): any of `flows`, `listen`, `node_id`, `deployment`,
+        /// `shutdown_timeout_seconds`, `log_format`, `admin_token_file`, `tls_cert`, `tls_key`, `reload`;
+        /// relative paths in it are from its directory.
+        #[arg(long, value_name = "FILE", env = "FERRY_CONFIG")]
+        config: Option<PathBuf>,
+        /// Print the settings the node would run with, and where each came from, then exit.
         #[arg(long)]
-        flows: PathBuf,
+        print_settings: bool,
+        /// Directory of `*.toml` flow files. Env FERRY_FLOWS; required (here, there or in the settings file).
+        #[arg(long)]
+        flows: Option<PathBuf>,
         /// Address of the HTTP endpoint (/health, /flows, /metrics, POST /reload). Loopback by default;
-        /// on any other address, mutating endpoints need --admin-token-file.
-        #[arg(long, default_value = "127.0.0.1:9464")]
-        listen: SocketAddr,
-        /// Seconds a graceful stop (SIGTERM/SIGINT) may take before the node exits anyway.
-        #[arg(long, default_value_t = 30.0)]
-        shutdown_timeout: f64,
+        /// on any other address, mutating endpoints need --admin-token-file. Env FERRY_LISTEN; default:
+        /// 127.0.0.1:9464.
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        /// Seconds a graceful stop (SIGTERM/SIGINT) may take before the node exits anyway. Env
+        /// FERRY_SHUTDOWN_TIMEOUT_SECONDS; default: 30.
+        #[arg(long, value_name = "SECONDS")]
+        shutdown_timeout: Option<f64>,
         /// File holding the bearer token that mutating endpoints (POST /reload, ...) require; re-read
-        /// on every such request. Reads stay open.
+        /// on every such request. Reads stay open. Env FERRY_ADMIN_TOKEN_FILE.
         #[arg(long)]
         admin_token_file: Option<PathBuf>,
-        /// PEM certificate chain: serve HTTPS (with --tls-key).
-        #[arg(long, requires = "tls_key")]
+        /// PEM certificate chain: serve HTTPS (with --tls-key). Env FERRY_TLS_CERT.
+        #[arg(long)]
         tls_cert: Option<PathBuf>,
-        /// PEM private key of --tls-cert.
-        #[arg(long, requires = "tls_cert")]
+        /// PEM private key of --tls-cert. Env FERRY_TLS_KEY.
+        #[arg(long)]
         tls_key: Option<PathBuf>,
         /// This node's id among the nodes sharing its flows (static membership in each flow's copier
-        /// group): stable across restarts of the same node. Default: the host name.
-        #[arg(long, env = "FERRY_NODE_ID")]
+        /// group): stable across restarts of the same node. Env FERRY_NODE_ID; default: the host name.
+        #[arg(long)]
         node_id: Option<String>,
         /// The deployment: nodes that share flows use the same name; independent deployments on the same
-        /// clusters use different ones (it prefixes the groups ferry uses).
-        #[arg(long, env = "FERRY_DEPLOYMENT", default_value = "ferry")]
-        deployment: String,
+        /// clusters use different ones (it prefixes the groups ferry uses). Env FERRY_DEPLOYMENT;
+        /// default: ferry.
+        #[arg(long)]
+        deployment: Option<String>,
         /// When the flows directory is read again: `auto` on every change (watched, and rescanned every
         /// 30 s) and on SIGHUP or POST /reload; `manual` only on SIGHUP or POST /reload, so that an edit
-        /// can be reviewed with `ferry reload --dry-run` before it applies.
-        #[arg(long, value_enum, default_value_t = ReloadMode::Auto)]
-        reload: ReloadMode,
+        /// can be reviewed with `ferry reload --dry-run` before it applies. Env FERRY_RELOAD; default:
+        /// auto.
+        #[arg(long, value_enum)]
+        reload: Option<ReloadMode>,
     },
     /// Print a node's flows as a table: state, lag, records/s, last checkpoint.
     Status {
@@ -201,12 +212,6 @@ enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum ReloadMode {
-    Auto,
-    Manual,
 }
 
 /// How to reach a node's HTTP listener.
@@ -437,6 +442,8 @@ fn main() -> ExitCode {
             }
         }
         Command::Run {
+            config,
+            print_settings,
             flows,
             listen,
             shutdown_timeout,
@@ -447,24 +454,51 @@ fn main() -> ExitCode {
             deployment,
             reload,
         } => {
-            init_logging(cli.log_format);
-            let tls = tls_cert.zip(tls_key).map(|(cert, key)| ferry::http::TlsFiles { cert, key });
-            let http = ferry::http::HttpOptions { listen, admin_token_file, tls };
-            let set = match config::load_dir(&flows) {
+            let flags = settings::Flags {
+                flows,
+                listen,
+                node_id,
+                deployment,
+                shutdown_timeout,
+                log_format: cli.log_format,
+                admin_token_file,
+                tls_cert,
+                tls_key,
+                reload,
+            };
+            let node = match settings::load(config.as_deref(), &flags) {
+                Ok(node) => node,
+                Err(errors) => {
+                    eprint!("{errors}");
+                    return ExitCode::from(2);
+                }
+            };
+            let node_id = node.node_id.clone().unwrap_or_else(ferry::node::default_node_id);
+            if print_settings {
+                print!("{}", node.to_toml(&node_id));
+                return ExitCode::SUCCESS;
+            }
+            init_logging(node.log_format);
+            tracing::info!(
+                flows = %node.flows.display(),
+                listen = %node.listen,
+                node_id,
+                deployment = node.deployment,
+                shutdown_timeout_s = node.shutdown_timeout.as_secs_f64(),
+                reload = ?node.reload,
+                admin_token_file = node.admin_token_file.as_ref().map(|p| p.display().to_string()),
+                tls = node.tls.is_some(),
+                from = node.sources(),
+                "node settings"
+            );
+            let set = match config::load_dir(&node.flows) {
                 Ok(set) => set,
                 Err(errors) => {
                     eprint!("{errors}");
                     return ExitCode::from(2);
                 }
             };
-            let node_id = node_id.filter(|n| !n.is_empty()).unwrap_or_else(ferry::node::default_node_id);
-            let node = NodeSettings {
-                shutdown_timeout: Duration::from_secs_f64(shutdown_timeout.max(0.0)),
-                node_id,
-                deployment,
-                auto_reload: reload == ReloadMode::Auto,
-            };
-            match run(flows, set, http, node) {
+            match run(node, node_id, set) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = format!("{e:#}"), "ferry stopped with an error");
@@ -641,17 +675,11 @@ fn translate(
     }
 }
 
-/// The node's own settings from `ferry run`'s flags.
-struct NodeSettings {
-    shutdown_timeout: Duration,
-    node_id: String,
-    deployment: String,
-    auto_reload: bool,
-}
-
-fn run(flows: PathBuf, set: config::FlowSet, http: ferry::http::HttpOptions, node: NodeSettings) -> anyhow::Result<()> {
-    let NodeSettings { shutdown_timeout, node_id, deployment, auto_reload } = node;
-    let listen = http.listen;
+fn run(node: settings::NodeSettings, node_id: String, set: config::FlowSet) -> anyhow::Result<()> {
+    let settings::NodeSettings { flows, listen, deployment, shutdown_timeout, admin_token_file, tls, reload, .. } =
+        node;
+    let http = ferry::http::HttpOptions { listen, admin_token_file, tls };
+    let auto_reload = reload == ReloadMode::Auto;
     let system = actix::System::new();
     system.block_on(async move {
         let status = StatusBoard::default();

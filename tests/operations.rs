@@ -335,6 +335,62 @@ fn flows_show_members_and_leader_and_every_series_exists_from_the_start_with_jso
 
 /// `metrics_per_partition = true` adds MM2-like per-partition series (lag, records copied) that add up to
 /// the per-topic ones; without it there are none (a wide flow would put thousands on every scrape).
+/// `ferry run`'s own settings in layers: a settings file (named by FERRY_CONFIG) sets the flows, the
+/// listener, the log format, the node id and the deployment; FERRY_NODE_ID and FERRY_DEPLOYMENT override
+/// the file; `--deployment` overrides both. What the node uses is seen from outside: it answers on the
+/// file's address and logs JSON, `/flows` shows the variable's node id as the member and leader, and the
+/// copier group on the source carries the flag's deployment.
+#[test]
+fn node_settings_come_from_a_file_under_ferry_variables_under_the_command_line() {
+    let (east, west) = shared_pair();
+    let topic = unique("ops-settings");
+    create_topic(&east.bootstrap, &topic, 2, &[]);
+    let flows = pair_dir(east, west, &flow("east", "west", &[&topic], ""));
+    let listen = std::net::SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+    let (file_dep, env_dep, flag_dep) = (unique("file-dep"), unique("env-dep"), unique("flag-dep"));
+    let settings = tempfile::tempdir().expect("settings dir");
+    let path = settings.path().join("node.toml");
+    let text = format!(
+        "flows = {:?}\nlisten = \"{listen}\"\nlog_format = \"json\"\nnode_id = \"file-node\"\ndeployment = \"{file_dep}\"\n",
+        flows.path().display().to_string()
+    );
+    std::fs::write(&path, text).expect("write node.toml");
+    let path_text = path.display().to_string();
+    let env = [("FERRY_CONFIG", path_text.as_str()), ("FERRY_NODE_ID", "env-node"), ("FERRY_DEPLOYMENT", &env_dep)];
+    let mut ferry = Ferry::start_run(&["--deployment", &flag_dep], &env, listen);
+    ferry.wait_log("node started", STARTED);
+
+    // The file's listener answers; the file's log format is used from the first line on.
+    assert_eq!(ferry.listen_addr(), listen);
+    let log = ferry.log();
+    let first: serde_json::Value = json(log.lines().next().expect("a log line"));
+    assert_eq!(first["fields"]["message"], "node settings", "{log}");
+    let from = first["fields"]["from"].as_str().unwrap_or_default();
+    for source in
+        [format!("listen from {path_text}"), "node_id from FERRY_NODE_ID".into(), "deployment from --deployment".into()]
+    {
+        assert!(from.contains(&source), "the settings line says `{source}`: {from}");
+    }
+
+    // The variable's node id is the member and the leader.
+    wait_for(Duration::from_secs(60), "/flows lists env-node as the member and the leader", || {
+        assert_alive(&mut ferry);
+        let f = flow_json(&ferry);
+        f["leader_node"] == "env-node"
+            && f["nodes"].as_array().is_some_and(|n| n.len() == 1 && n[0]["node"] == "env-node")
+    });
+
+    // The flag's deployment names the copier group; neither the file's nor the variable's has members.
+    let group = |deployment: &str| format!("{deployment}.{FLOW}");
+    wait_for(Duration::from_secs(30), "the copier group of the flag's deployment has a member", || {
+        !support::client::group_members(&east.bootstrap, &group(&flag_dep)).is_empty()
+    });
+    for other in [&file_dep, &env_dep] {
+        assert!(support::client::group_members(&east.bootstrap, &group(other)).is_empty(), "{other}");
+    }
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
 #[test]
 fn per_partition_series_exist_only_when_asked_and_add_up_to_the_topic() {
     let (east, west) = shared_pair();

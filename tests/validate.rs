@@ -46,6 +46,8 @@ fn each_kind_of_broken_file_is_named_with_its_key() {
         "[[flows]]\nsource = \"west\"\ntarget = \"east\"\ntopics = [\"ok\", \"(oops\"]\n",
     );
     write(dir.path(), "unknown-cluster.toml", "[[flows]]\nsource = \"east\"\ntarget = \"north\"\n");
+    // Types are strict: a string is no boolean (nor a number), and is not converted to one.
+    write(dir.path(), "wrong-type.toml", "[[flows]]\nsource = \"north\"\ntarget = \"east\"\nenabled = \"off\"\n");
 
     let out = validate(dir.path(), &[]);
     assert_eq!(out.status.code(), Some(2), "invalid flows must exit 2");
@@ -55,6 +57,7 @@ fn each_kind_of_broken_file_is_named_with_its_key() {
         ("unknown-key.toml", "flows[0].colour"),
         ("bad-regex.toml", "flows[0].topics[1]"),
         ("unknown-cluster.toml", "flows[0].target: unknown cluster `north`"),
+        ("wrong-type.toml", "line 4: flows[0].enabled: invalid type: string \"…\", expected a boolean"),
         ("clusters.toml", "clusters.west.client.\"sasl.password\": environment variable WEST_PASSWORD is not set"),
     ];
     for (file, key) in expect {

@@ -55,7 +55,7 @@ pub fn errors_json(dir: &Path, errors: &ConfigErrors) -> Value {
     let list: Vec<Value> = errors
         .0
         .iter()
-        .map(|e| json!({ "file": e.file.display().to_string(), "key": e.key, "reason": e.reason.trim_end() }))
+        .map(|e| json!({ "file": e.file.display().to_string(), "line": e.line, "key": e.key, "reason": e.reason.trim_end() }))
         .collect();
     json!({ "dir": dir.display().to_string(), "valid": false, "errors": list, "clusters": [], "flows": [] })
 }
@@ -96,5 +96,13 @@ mod tests {
         assert_eq!(v["valid"], false);
         assert!(v["errors"][0]["file"].as_str().is_some_and(|f| f.ends_with("bad.toml")), "{v}");
         assert_eq!(v["errors"].as_array().map(Vec::len), Some(errors.0.len()));
+        assert_eq!(v["errors"][0]["line"], serde_json::Value::Null, "a validation error has no line");
+
+        // A value refused while parsing carries its line.
+        std::fs::write(dir.path().join("bad.toml"), "[[flows]]\nsource = \"east\"\ntarget = \"west\"\nenabled = 0\n")
+            .expect("write");
+        let v = errors_json(dir.path(), &crate::config::load_dir(dir.path()).expect_err("invalid"));
+        let e = &v["errors"][0];
+        assert_eq!((&e["line"], &e["key"]), (&json!(4), &json!("flows[0].enabled")), "{v}");
     }
 }

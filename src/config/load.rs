@@ -3,6 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize as _;
+
+use super::locate::{key_at, line_at};
 use super::raw::RawFile;
 use super::secrets::unquote_values;
 use super::validate::validate;
@@ -34,6 +37,7 @@ pub fn load_dir(dir: &Path) -> Result<FlowSet, ConfigErrors> {
 fn list_flow_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     let read = std::fs::read_dir(dir).map_err(|e| ConfigError {
         file: dir.to_path_buf(),
+        line: None,
         key: String::new(),
         reason: format!("cannot read the flows directory: {e}"),
     })?;
@@ -49,28 +53,24 @@ pub fn is_flow_file(path: &Path) -> bool {
     !hidden && path.extension().is_some_and(|e| e == "toml") && path.is_file()
 }
 
-/// Parse one file into its raw form. The `config` crate reads the TOML; serde rejects unknown keys.
+/// Parse one file into its raw form, strictly: serde through `toml` directly, so a value of the wrong
+/// type is refused (`enabled = "off"` is no boolean) with its line and key, as is an unknown key.
 fn parse_file(path: &Path) -> Result<RawFile, ConfigError> {
-    let at = |reason: String| ConfigError { file: path.to_path_buf(), key: String::new(), reason };
+    let at = |reason: String| ConfigError { file: path.to_path_buf(), line: None, key: String::new(), reason };
     let text = std::fs::read_to_string(path).map_err(|e| at(format!("cannot read: {e}")))?;
-    // Parse with `toml` first: its errors carry line and column, which `config` drops.
-    if let Err(e) = text.parse::<toml::Table>() {
-        return Err(at(syntax_error(&text, &e)));
-    }
-    // Values are quoted in serde's messages (`invalid type: string "..."`); they may be secrets.
-    let built = config::Config::builder()
-        .add_source(config::File::from_str(&text, config::FileFormat::Toml))
-        .build()
-        .map_err(|e| at(format!("invalid TOML: {}", unquote_values(&e.to_string()))))?;
-    built.try_deserialize::<RawFile>().map_err(|e| {
-        let (key, reason) = split_config_error(&unquote_values(&e.to_string()));
-        ConfigError { file: path.to_path_buf(), key, reason }
+    let de = toml::de::Deserializer::parse(&text).map_err(|e| at(syntax_error(&text, &e)))?;
+    RawFile::deserialize(de).map_err(|e| {
+        // `toml` names no key, only the span of the value (or key) it refused.
+        let offset = e.span().map_or(0, |s| s.start);
+        // Values are quoted in serde's messages (`invalid type: string "..."`); they may be secrets.
+        let reason = unquote_values(e.message().trim_end());
+        ConfigError { file: path.to_path_buf(), line: Some(line_at(&text, offset)), key: key_at(&text, offset), reason }
     })
 }
 
 /// "invalid TOML at line L, column C: reason". Never the offending line: `toml`'s own message quotes
 /// it, and it may hold a literal secret (`"sasl.password" = "hunter2` with the quote unclosed).
-fn syntax_error(text: &str, e: &toml::de::Error) -> String {
+pub(crate) fn syntax_error(text: &str, e: &toml::de::Error) -> String {
     let reason = e.message().trim_end().replace('\n', "; ");
     match e.span() {
         Some(span) => {
@@ -103,20 +103,6 @@ pub fn secret_files_in(dir: &Path) -> Vec<PathBuf> {
     out.into_iter().collect()
 }
 
-/// `config` reports deserialisation errors as "REASON for key `PATH`"; split them so our message
-/// reads "file: key: reason" like every other error.
-fn split_config_error(msg: &str) -> (String, String) {
-    let (mut key, reason) = match msg.rsplit_once(" for key `") {
-        Some((reason, rest)) => (rest.trim_end_matches('`').to_string(), reason.to_string()),
-        None => (String::new(), msg.to_string()),
-    };
-    // Name the unknown key itself, not just the table that holds it.
-    if let Some(field) = reason.strip_prefix("unknown field `").and_then(|r| r.split('`').next()) {
-        key = if key.is_empty() { field.to_string() } else { format!("{key}.{field}") };
-    }
-    (key, reason)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,20 +130,62 @@ mod tests {
         assert!(!e.reason.contains("SECRET-5678"), "{e}");
     }
 
+    /// `text` as the file `flows.toml`, parsed.
+    fn parse_text(text: &str) -> Result<RawFile, ConfigError> {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("flows.toml");
+        std::fs::write(&path, text).expect("write");
+        parse_file(&path)
+    }
+
+    const FLOW: &str = "[clusters.a]\nbootstrap_servers = \"x:1\"\n[[flows]]\nsource = \"a\"\ntarget = \"b\"\n";
+
+    #[test]
+    fn a_wrong_type_is_refused_with_line_and_key_not_converted() {
+        let e = parse_text(&format!("{FLOW}enabled = \"off\"\n")).expect_err("a string is no boolean");
+        assert_eq!((e.line, e.key.as_str()), (Some(6), "flows[0].enabled"), "{e}");
+        let shown = e.to_string();
+        assert!(shown.contains("flows.toml: line 6: flows[0].enabled: invalid type: string"), "{shown}");
+        assert!(shown.contains("expected a boolean") && !shown.contains("off"), "{shown}");
+
+        let e = parse_text(&format!("{FLOW}topics = [\"t\"]\nreplication_factor = \"3\"\n")).expect_err("no number");
+        assert_eq!((e.line, e.key.as_str()), (Some(7), "flows[0].replication_factor"), "{e}");
+        let e = parse_text(&format!("{FLOW}[[flows]]\nsource = \"b\"\ntarget = \"a\"\ntopics = [\"t\", 5]\n"))
+            .expect_err("no string");
+        assert_eq!((e.line, e.key.as_str()), (Some(9), "flows[1].topics[1]"), "{e}");
+        let e = parse_text("[clusters.a]\nbootstrap_servers = \"x:1\"\nclient = { \"linger.ms\" = [5] }\n")
+            .expect_err("no property value");
+        assert_eq!((e.line, e.key.as_str()), (Some(3), "clusters.a.client.\"linger.ms\""), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = parse_text(&format!("{FLOW}colour = \"blue\"\n")).expect_err("unknown key");
+        assert_eq!((e.line, e.key.as_str()), (Some(6), "flows[0].colour"), "{e}");
+        assert!(e.reason.starts_with("unknown field `colour`"), "{e}");
+        let e = parse_text("[cluster.a]\nbootstrap_servers = \"x:1\"\n").expect_err("unknown key");
+        assert_eq!(e.key, "cluster", "{e}");
+    }
+
+    #[test]
+    fn integers_stand_for_floats_and_properties_take_any_scalar() {
+        let raw = parse_text(&format!(
+            "{FLOW}linger_ms = 5\nemit_checkpoints_interval_seconds = 1\noffset_lag_max = 10\n\
+             [clusters.b]\nbootstrap_servers = \"y:1\"\n\
+             [clusters.b.client]\n\"linger.ms\" = 5\n\"batch.size\" = 1.5\n\"enable.idempotence\" = true\n\"acks\" = \"all\"\n"
+        ))
+        .expect("valid");
+        let flow = &raw.flows[0];
+        assert_eq!((flow.linger_ms, flow.emit_checkpoints_interval_seconds), (Some(5.0), Some(1.0)));
+        let client: Vec<String> = raw.clusters["b"].client.values().map(|v| format!("{v:?}")).collect();
+        assert_eq!(client, ["String(\"all\")", "Float(1.5)", "Bool(true)", "Int(5)"]);
+    }
+
     #[test]
     fn secret_file_references_are_listed_even_in_broken_files() {
         let dir = tempfile::tempdir().expect("dir");
         let text = "[clusters.a\nx = \"${file:/run/secrets/a}\"\ny = \"${file:rel/b} ${file:/run/secrets/a}\"\n";
         std::fs::write(dir.path().join("a.toml"), text).expect("write");
         assert_eq!(secret_files_in(dir.path()), vec![PathBuf::from("/run/secrets/a"), dir.path().join("rel/b")]);
-    }
-
-    #[test]
-    fn config_error_is_split_into_key_and_reason() {
-        let (k, r) = split_config_error("invalid type: string \"x\", expected f64 for key `flows[0].offset_lag_max`");
-        assert_eq!(k, "flows[0].offset_lag_max");
-        assert!(r.starts_with("invalid type"));
-        let (k, _) = split_config_error("unknown field `colour`, expected one of `source` for key `flows[0]`");
-        assert_eq!(k, "flows[0].colour");
     }
 }

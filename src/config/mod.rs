@@ -13,6 +13,7 @@
 
 pub mod diff;
 mod load;
+pub(crate) mod locate;
 pub mod raw;
 pub mod secrets;
 pub mod topology;
@@ -25,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use diff::{FlowSetDiff, diff};
+pub(crate) use load::syntax_error;
 pub use load::{is_flow_file, load_dir, secret_files_in};
 pub use secrets::{is_secret_key, redact, scrub};
 pub use validate::valid_alias;
@@ -36,6 +38,8 @@ use crate::policy::ReplicationPolicy;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
     pub file: PathBuf,
+    /// The line of a value refused while parsing (a wrong type, an unknown key), when known.
+    pub line: Option<usize>,
     /// Dotted path of the offending key, e.g. `flows[0].topics[1]` or `clusters.east.client`.
     pub key: String,
     pub reason: String,
@@ -45,11 +49,11 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Multi-line reasons (TOML snippets, regex carets) are indented under their error.
         let reason = self.reason.trim_end().replace('\n', "\n      ");
-        if self.key.is_empty() {
-            write!(f, "{}: {}", self.file.display(), reason)
-        } else {
-            write!(f, "{}: {}: {}", self.file.display(), self.key, reason)
+        write!(f, "{}: ", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, "line {line}: ")?;
         }
+        if self.key.is_empty() { write!(f, "{reason}") } else { write!(f, "{}: {reason}", self.key) }
     }
 }
 

@@ -27,7 +27,12 @@ struct Errors<'a> {
 
 impl Errors<'_> {
     fn push(&mut self, key: impl Into<String>, reason: impl Into<String>) {
-        self.out.push(ConfigError { file: self.file.to_path_buf(), key: key.into(), reason: reason.into() });
+        self.out.push(ConfigError {
+            file: self.file.to_path_buf(),
+            line: None,
+            key: key.into(),
+            reason: reason.into(),
+        });
     }
 }
 
@@ -113,7 +118,7 @@ fn unprotected_identity_cycles(flows: &BTreeMap<FlowId, FlowPlan>, errors: &mut 
                 p.id
             )
         };
-        errors.push(ConfigError { file: p.file.clone(), key: "replication_policy".to_string(), reason });
+        errors.push(ConfigError { file: p.file.clone(), line: None, key: "replication_policy".to_string(), reason });
     }
 }
 

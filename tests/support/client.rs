@@ -166,6 +166,15 @@ impl ClientContext for ErrorLog {
 
 impl ConsumerContext for ErrorLog {}
 
+/// The client ids of the members of consumer group `group` on `bootstrap`, as the broker describes the
+/// group: empty when it has none or does not exist.
+pub fn group_members(bootstrap: &str, group: &str) -> Vec<String> {
+    let consumer: BaseConsumer = config(bootstrap).create().expect("create consumer");
+    let Ok(list) = consumer.fetch_group_list(Some(group), Duration::from_secs(10)) else { return Vec::new() };
+    let found = list.groups().iter().filter(|g| g.name() == group);
+    found.flat_map(|g| g.members().iter().map(|m| m.client_id().to_string())).collect()
+}
+
 /// Connects to `bootstrap` with exactly `props` (see [`client_config`]) and fetches metadata:
 /// `Ok` once that works, else the first error librdkafka reported within `deadline` (a timeout if
 /// it reported none). Authentication and TLS failures arrive through librdkafka's error callback

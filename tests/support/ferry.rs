@@ -46,9 +46,7 @@ impl Ferry {
     }
 
     fn spawn(bin: &Path, flows_dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> Ferry {
-        let dir = tempfile::Builder::new().prefix("ferry-run-").tempdir().expect("ferry temp dir");
         let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let log = File::create(dir.path().join("ferry.log")).expect("create ferry.log");
         // Tests share clusters: each flows directory is its own deployment (its own copier and lease
         // groups), and a node restarted on the same directory keeps its id (static membership of the lease
         // group: it leads again at once). Tests that run several nodes of one deployment set FERRY_NODE_ID.
@@ -59,22 +57,48 @@ impl Ferry {
             format!("test-{:016x}", h.finish())
         };
         let deployment = format!("ferry-{node_id}");
-        let child = Command::new(bin)
-            .arg("run")
+        let mut cmd = Command::new(bin);
+        cmd.arg("run")
             .arg("--flows")
             .arg(flows_dir)
             .arg("--listen")
             .arg(listen.to_string())
             .args(extra_args)
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
             .env("FERRY_NODE_ID", node_id)
             .env("FERRY_DEPLOYMENT", deployment)
-            .envs(env.iter().copied())
+            .envs(env.iter().copied());
+        Ferry::launch(cmd, listen)
+    }
+
+    /// Starts `ferry run ARGS` with `env` and nothing from the harness (no --flows, --listen, node id or
+    /// deployment, and none of the test's own FERRY_* settings variables): for tests of where the
+    /// settings come from. `listen` is where the test expects the node to listen.
+    pub fn start_run(args: &[&str], env: &[(&str, &str)], listen: SocketAddr) -> Ferry {
+        let mut cmd = Command::new(ferry_bin());
+        cmd.arg("run").args(args);
+        for (name, _) in std::env::vars_os() {
+            if name.to_str().is_some_and(|n| n.starts_with("FERRY_") && !n.starts_with("FERRY_TEST_")) {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.envs(env.iter().copied());
+        Ferry::launch(cmd, listen)
+    }
+
+    /// Runs `cmd` with stdout and stderr in ferry.log, `RUST_LOG` passed through unless `cmd` sets it
+    /// (default `info`), and a watchdog.
+    fn launch(mut cmd: Command, listen: SocketAddr) -> Ferry {
+        let dir = tempfile::Builder::new().prefix("ferry-run-").tempdir().expect("ferry temp dir");
+        let log = File::create(dir.path().join("ferry.log")).expect("create ferry.log");
+        if !cmd.get_envs().any(|(k, _)| k == "RUST_LOG") {
+            cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup log fd"))
             .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", cmd.get_program().to_string_lossy()));
         let watchdog = spawn_watchdog(child.id(), None);
         Ferry { child: Some(child), watchdog: Some(watchdog), listen, dir }
     }
