@@ -575,13 +575,15 @@ class Bench:
         window = CpuWindow(self.src_pids() + [watcher.pid])
         t0 = time.time()
         if engine == "ferry":
-            proc = self.ferry().start(work, "east", [ferry_flow("east", alias, d.topics, **d.ferry_flow)],
-                                      {"east": SRC, alias: DST})
+            ferry = self.ferry()
+            proc = ferry.start(work, "east", [ferry_flow("east", alias, d.topics, **d.ferry_flow)],
+                               {"east": SRC, alias: DST})
         else:
             proc = MM2(self.tools).start(work, mm2_props([("east", alias, ", ".join(d.topics))],
                                                          {"east": SRC, alias: DST}))
         res = {"engine": engine, "alias": alias, "records": records, "size": size, "partitions": partitions,
                "topics": len(d.topics)}
+        batches = BatchSampler(ferry.port) if engine == "ferry" else None
         peak_threads = 0
         deadline = t0 + self.args.timeout
         last_count, last_progress = 0, time.time()
@@ -618,6 +620,9 @@ class Bench:
             if time.time() > deadline or time.time() - last_progress > max(180, self.args.timeout / 3):
                 res["error"] = f"no completion in time ({last_count} records on the target)"
                 break
+        if batches:
+            res.update(batches.finish())
+            res.update(ferry_startup(work / "ferry.log", t0))
         stop(proc)
         stop(watcher)
         if "first_s" in res and "done_s" in res:
@@ -972,6 +977,9 @@ class Bench:
             if time.time() > deadline:
                 res["error"] = f"no completion within {self.args.timeout} s"
                 break
+        if batches:
+            res.update(batches.finish())
+            res.update(ferry_startup(work / "ferry.log", t0))
         stop(proc)
         stop(watcher)
         if "first_s" in res and "done_s" in res:
@@ -1216,13 +1224,78 @@ def top_lines(report: str, n: int) -> str:
     return "\n".join(rows[:n])
 
 
-def log_time(path: Path, needle: str) -> float | None:
+class BatchSampler:
+    """ferry's record producer's batches while it copies: `ferry_client_batch_records` / `_bytes` (librdkafka's
+    statistics, average per statistics window) scraped from /metrics once a second; the median and the
+    largest of the windows that saw batches."""
+
+    SERIES = {"ferry_client_batch_records": "batch_records", "ferry_client_batch_bytes": "batch_bytes"}
+
+    def __init__(self, port: int):
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.samples: dict[str, list[float]] = {k: [] for k in self.SERIES.values()}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        import urllib.request
+        while not self.done.wait(1.0):
+            try:
+                text = urllib.request.urlopen(self.url, timeout=2).read().decode()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                name = line.split("{", 1)[0]
+                if name in self.SERIES and 'client="record-producer"' in line:
+                    v = float(line.rsplit(" ", 1)[1])
+                    xs = self.samples[self.SERIES[name]]
+                    # A window's figure stays until the next window: keep each window once.
+                    if v > 0 and (not xs or xs[-1] != v):
+                        xs.append(v)
+
+    def finish(self) -> dict:
+        # The window the copy ended in is published up to one statistics interval (15 s) later.
+        seen, deadline = len(self.samples["batch_records"]), time.time() + 17
+        while len(self.samples["batch_records"]) == seen and time.time() < deadline:
+            time.sleep(0.5)
+        self.done.set()
+        self.thread.join(5)
+        out = {}
+        for k, xs in self.samples.items():
+            if xs:
+                out[f"{k}_median"] = median(xs)
+                out[f"{k}_max"] = max(xs)
+        return out
+
+
+# ferry's start-up, from its log: (result key, the first (or last) line containing the text).
+STARTUP_MARKS = [
+    ("startup_first_topic_created_s", "created remote topic", False),
+    ("startup_last_topic_created_s", "created remote topic", True),
+    ("startup_assigned_s", "the copier group assigned partitions", False),
+    ("startup_partitions_started_s", "copier partitions started", False),
+    ("startup_writable_s", "every remote partition takes writes", False),
+]
+
+
+def ferry_startup(path: Path, t0: float) -> dict:
+    out = {}
+    for key, needle, last in STARTUP_MARKS:
+        t = log_time(path, needle, last=last)
+        if t is not None:
+            out[key] = t - t0
+    return out
+
+
+def log_time(path: Path, needle: str, last: bool = False) -> float | None:
     """Epoch seconds of the first log line containing `needle` (ferry: RFC 3339 UTC; log4j: local ISO 8601)."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return None
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for line in reversed(lines) if last else lines:
         if needle in line:
             m = re.match(r"\[?(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)[.,](\d+)(Z?)", line)
             if not m:
@@ -1387,6 +1460,23 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
         md += ["", f"Ratios: ferry/MM2 copy rate **{fmt(tp, '.2f', 'x')}**, MM2/ferry peak RSS **{fmt(rss, '.1f', 'x')}**, "
                    f"MM2/ferry CPU **{fmt(cpu, '.1f', 'x')}**, ferry/limit **{fmt(fl and fl * 100, '.0f', ' %')}**, "
                    f"MM2/limit {fmt(ml and ml * 100, '.0f', ' %')}."]
+        fb = [r["ferry"] for r in rounds if "ferry" in r and "batch_records_median" in r["ferry"]]
+        if fb:
+            md += ["", f"ferry's record producer batches (librdkafka statistics, per window while copying): "
+                       f"{fmt(med(rounds, 'ferry', 'batch_records_median'), ',.0f')} records / "
+                       f"{fmt(med(rounds, 'ferry', 'batch_bytes_median'), ',.0f')} B median, "
+                       f"{fmt(med(rounds, 'ferry', 'batch_records_max'), ',.0f')} records / "
+                       f"{fmt(med(rounds, 'ferry', 'batch_bytes_max'), ',.0f')} B at most."]
+        marks = [(k, n) for k, n in (("startup_first_topic_created_s", "first remote topic created"),
+                                     ("startup_last_topic_created_s", "last remote topic created"),
+                                     ("startup_assigned_s", "copier group assigned its partitions"),
+                                     ("startup_partitions_started_s", "first partitions started"),
+                                     ("startup_writable_s", "every remote partition takes writes"))
+                 if med(rounds, "ferry", k) is not None]
+        if marks:
+            md += ["", "ferry's start-up (from its log, after process start): " + "; ".join(
+                f"{n} {fmt(med(rounds, 'ferry', k), '.1f', ' s')}" for k, n in marks)
+                + f"; first record on the target {fmt(med(rounds, 'ferry', 'first_s'), '.1f', ' s')}."]
         if name == "headline":
             md += ["", "Targets (goals of the performance issue, not assertions): "
                        f"throughput ≥ 2x MM2: {check(tp, lambda v: v >= 2)}; ≥ 80 % of the limit: "
