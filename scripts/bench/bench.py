@@ -977,9 +977,6 @@ class Bench:
             if time.time() > deadline:
                 res["error"] = f"no completion within {self.args.timeout} s"
                 break
-        if batches:
-            res.update(batches.finish())
-            res.update(ferry_startup(work / "ferry.log", t0))
         stop(proc)
         stop(watcher)
         if "first_s" in res and "done_s" in res:
