@@ -4,6 +4,7 @@
 //! [`filter`]s, MM2 record formats in [`mm2`], flow [`config`]) and a thin shell of actors that move
 //! data between Kafka and that core ([`node`], [`flow`]), with [`http`] serving health and metrics.
 
+pub mod check;
 pub mod checkpoint_store;
 pub mod cli;
 pub mod clients;

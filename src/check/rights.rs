@@ -1,0 +1,452 @@
+//! The rights a flow needs on its clusters: README's "## ACLs" tables as one table in code ([`RIGHTS`]),
+//! resolved for a flow and a deployment into concrete resources ([`needs`]), and judged against what the
+//! brokers report this principal may do ([`judge`]). Names come from the functions the actors use
+//! (copier and lease groups, transactional id, internal topics), never re-derived here; a unit test
+//! checks that the README's tables say the same.
+
+use serde::Serialize;
+
+use crate::config::FlowPlan;
+use crate::flow::Identity;
+use crate::raw_admin::AclOperation as Op;
+
+/// The flow's cluster a row of [`RIGHTS`] is about (as the README's two tables split them; the
+/// offset-syncs topics move with `offset_syncs_topic_location`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Source,
+    Target,
+}
+
+/// The resources a row is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subject {
+    /// Every topic the flow copies, `heartbeats` included once it exists.
+    CopiedTopics,
+    CopierGroup,
+    OffsetSyncsTopic,
+    Heartbeats,
+    CheckpointedGroups,
+    /// The remote topic of every copied topic, and of `heartbeats`.
+    RemoteTopics,
+    ProgressTopic,
+    CheckpointsTopic,
+    CheckpointsTransactionalId,
+    LeaseTopic,
+    ControlTopic,
+    LeaseGroup,
+    /// Every checkpointed group, when `sync_group_offsets_enabled`.
+    SyncedGroups,
+    /// The reverse flow's offset-syncs topic, when it exists.
+    ReverseOffsetSyncsTopic,
+}
+
+/// One row of the README's tables.
+#[derive(Debug)]
+pub struct Row {
+    pub side: Side,
+    pub subject: Subject,
+    pub rights: &'static [Op],
+    /// Who needs them ([`Row::used_by`]), with `{source}` and `{target}` for the flow's aliases.
+    used_by: &'static str,
+    /// The README's resource cell, with `{source}`, `{target}` and `{D}` (the deployment) for a flow's.
+    readme_resource: &'static str,
+    /// What the README's rights cell says beyond [`Row::rights`].
+    readme_rights_extra: &'static str,
+}
+
+use Op::{Alter, AlterConfigs, Create, Describe, DescribeConfigs, Read, Write};
+use Side::{Source, Target};
+use Subject::*;
+
+impl Row {
+    /// The row as the README's table writes it, for flow `source->target` of `deployment`.
+    pub fn readme_line(&self, source: &str, target: &str, deployment: &str) -> String {
+        let fill = |t: &str| t.replace("{source}", source).replace("{target}", target).replace("{D}", deployment);
+        let rights: Vec<&str> = self.rights.iter().map(Op::as_str).collect();
+        format!(
+            "| {} | {}{} | {} |",
+            fill(self.readme_resource),
+            rights.join(", "),
+            fill(self.readme_rights_extra),
+            self.used_by(source, target)
+        )
+    }
+
+    /// Who needs the rights, for flow `source->target`.
+    pub fn used_by(&self, source: &str, target: &str) -> String {
+        self.used_by.replace("{source}", source).replace("{target}", target)
+    }
+}
+
+/// Everything a flow needs, in the README's order.
+pub const RIGHTS: &[Row] = &[
+    Row {
+        side: Source,
+        subject: CopiedTopics,
+        rights: &[Read, DescribeConfigs],
+        used_by: "copier; topic sync (remote topics get the source's configs)",
+        readme_resource: "topic: every topic the flow copies, and `heartbeats`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Source,
+        subject: CopierGroup,
+        rights: &[Read],
+        used_by: "copier group: splits the partitions among the nodes",
+        readme_resource: "group `{D}.{source}->{target}`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Source,
+        subject: OffsetSyncsTopic,
+        rights: &[Create, Write, Read],
+        used_by: "offset-sync emitter writes it, checkpoint computer reads it",
+        readme_resource: "topic `mm2-offset-syncs.{target}.internal`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Source,
+        subject: Heartbeats,
+        rights: &[Create, Write],
+        used_by: "heartbeat emitter (Heartbeat({target}, {source}), as MM2)",
+        readme_resource: "topic `heartbeats`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Source,
+        subject: CheckpointedGroups,
+        rights: &[Describe],
+        used_by: "checkpoint computer lists the groups and reads their offsets",
+        readme_resource: "group: every group the flow checkpoints (`groups`)",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: RemoteTopics,
+        rights: &[Create, Write, DescribeConfigs, AlterConfigs, Alter],
+        used_by: "topic sync creates them, syncs configs (AlterConfigs), adds partitions (Alter); copier writes",
+        readme_resource: "topic `{source}.<topic>` for every copied topic, and `{source}.heartbeats`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: ProgressTopic,
+        rights: &[Create, Read, Write],
+        used_by: "copy progress",
+        readme_resource: "topic `mm2-offsets.{source}.internal`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: CheckpointsTopic,
+        rights: &[Create, Read, Write],
+        used_by: "checkpoint computer (reads the published checkpoints at start)",
+        readme_resource: "topic `{source}.checkpoints.internal`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: CheckpointsTransactionalId,
+        rights: &[Write],
+        used_by: "checkpoint producer (fences an ex-leader)",
+        readme_resource: "transactional id `{D}.{source}->{target}.checkpoints`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: LeaseTopic,
+        rights: &[Create, Read],
+        used_by: "lease",
+        readme_resource: "topic `ferry.leases.internal`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: ControlTopic,
+        rights: &[Create, Read, Write],
+        used_by: "the deployment's pauses (every node reads it; the node that takes a pause writes it)",
+        readme_resource: "topic `ferry.control.internal`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: LeaseGroup,
+        rights: &[Read],
+        used_by: "lease group (who leads the flow)",
+        readme_resource: "group `{D}.{source}->{target}.leader`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: Heartbeats,
+        rights: &[Create, Write],
+        used_by: "heartbeat emitter",
+        readme_resource: "topic `heartbeats`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: SyncedGroups,
+        rights: &[Read],
+        used_by: "group offset sync (commits in the checkpoint producer's transactions)",
+        readme_resource: "group: every group synced (`sync_group_offsets_enabled`)",
+        readme_rights_extra: "; Read on its `{source}.<topic>`",
+    },
+    Row {
+        side: Target,
+        subject: ReverseOffsetSyncsTopic,
+        rights: &[Read],
+        used_by: "reverse checkpoints (fail-back)",
+        readme_resource: "topic `mm2-offset-syncs.{source}.internal`, if a reverse flow `{target}->{source}` writes it \
+                          (its `offset_syncs_topic_location` is `\"source\"`)",
+        readme_rights_extra: "",
+    },
+];
+
+/// A resource as `kafka-acls` names its type.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(tag = "type", content = "name", rename_all = "snake_case")]
+pub enum Resource {
+    Topic(String),
+    Group(String),
+    TransactionalId(String),
+}
+
+impl Resource {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Resource::Topic(_) => "topic",
+            Resource::Group(_) => "group",
+            Resource::TransactionalId(_) => "transactional id",
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Resource::Topic(n) | Resource::Group(n) | Resource::TransactionalId(n) => n,
+        }
+    }
+}
+
+impl std::fmt::Display for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind(), self.name())
+    }
+}
+
+/// One resource a flow needs rights on, on one of its clusters.
+#[derive(Clone, Debug)]
+pub struct Need {
+    /// The alias of the cluster that holds the resource.
+    pub cluster: String,
+    pub resource: Resource,
+    pub row: &'static Row,
+}
+
+/// What the flow copies and checkpoints, as listed on its source.
+pub struct Selected<'a> {
+    pub topics: &'a [String],
+    pub groups: &'a [String],
+}
+
+/// The resources of every row of [`RIGHTS`] for `plan` run by `identity`'s deployment.
+pub fn needs(plan: &FlowPlan, identity: &Identity, selected: &Selected<'_>) -> Vec<Need> {
+    let mut out = Vec::new();
+    for row in RIGHTS {
+        let on_side = match row.side {
+            Source => &plan.source.alias,
+            Target => &plan.target.alias,
+        };
+        let mut push = |cluster: &str, resource: Resource| {
+            out.push(Need { cluster: cluster.to_string(), resource, row });
+        };
+        match row.subject {
+            CopiedTopics => selected.topics.iter().for_each(|t| push(on_side, Resource::Topic(t.clone()))),
+            RemoteTopics => {
+                let heartbeats = plan.policy.heartbeats_topic();
+                let mut remotes: Vec<String> = selected.topics.iter().map(|t| remote_topic(plan, t)).collect();
+                let remote_heartbeats = remote_topic(plan, heartbeats);
+                if !remotes.contains(&remote_heartbeats) {
+                    remotes.push(remote_heartbeats);
+                }
+                remotes.into_iter().for_each(|t| push(on_side, Resource::Topic(t)));
+            }
+            CopierGroup => push(on_side, Resource::Group(crate::flow::copier::copier_group(identity, plan))),
+            LeaseGroup => push(on_side, Resource::Group(crate::flow::lease::lease_group(identity, plan))),
+            CheckpointsTransactionalId => {
+                push(on_side, Resource::TransactionalId(crate::flow::checkpoints::transactional_id(identity, plan)));
+            }
+            CheckpointedGroups => selected.groups.iter().for_each(|g| push(on_side, Resource::Group(g.clone()))),
+            SyncedGroups if plan.settings.sync_group_offsets_enabled => {
+                selected.groups.iter().for_each(|g| push(on_side, Resource::Group(g.clone())));
+            }
+            SyncedGroups => {}
+            OffsetSyncsTopic => {
+                let (cluster, topic) = crate::flow::offset_syncs::syncs_location(plan);
+                push(&cluster.alias, Resource::Topic(topic));
+            }
+            ReverseOffsetSyncsTopic => {
+                let (cluster, topic) = crate::flow::checkpoints::reverse_syncs_location(plan);
+                push(&cluster.alias, Resource::Topic(topic));
+            }
+            Heartbeats => push(on_side, Resource::Topic(plan.policy.heartbeats_topic().to_string())),
+            ProgressTopic => push(on_side, Resource::Topic(crate::flow::progress::topic_spec(plan).name)),
+            CheckpointsTopic => push(on_side, Resource::Topic(plan.policy.checkpoints_topic(&plan.id.source))),
+            LeaseTopic => push(on_side, Resource::Topic(crate::flow::lease::LEASE_TOPIC.to_string())),
+            ControlTopic => push(on_side, Resource::Topic(crate::control::CONTROL_TOPIC.to_string())),
+        }
+    }
+    out
+}
+
+/// `topic`'s name on the flow's target.
+pub fn remote_topic(plan: &FlowPlan, topic: &str) -> String {
+    plan.policy.format_remote_topic(&plan.id.source, topic)
+}
+
+/// What the cluster told about one resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Known {
+    /// The resource was described (a group that does not exist yet is described too): the operations
+    /// the broker computed for this principal, `None` when it did not say.
+    Described(Option<Vec<Op>>),
+    /// A topic that does not exist; what a validate-only CreateTopics of it answered (`Err`: the
+    /// broker's error name, e.g. `TOPIC_AUTHORIZATION_FAILED`, and message).
+    Absent { create: Result<(), (String, String)> },
+    /// The broker refused to describe it: no Describe (the broker's error name).
+    Hidden(String),
+    /// No API reports rights on it (transactional ids); `unrestricted`: the cluster grants this
+    /// principal every cluster operation (no authorizer, or a super user).
+    NoApi { unrestricted: bool, bootstrap: String },
+    /// The cluster could not be asked.
+    Failed(String),
+}
+
+/// The verdict on one need.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every right is granted (for a topic that does not exist: Create, which is all it needs now).
+    Granted { note: Option<String> },
+    /// These rights are not granted: the flow would fail on them.
+    Missing { rights: Vec<&'static str>, reason: String },
+    /// A topic that does not exist yet and that this principal may create (a validate-only CreateTopics
+    /// said so): ferry creates it at start. Its `later` rights can be judged only once it exists.
+    Creatable { later: Vec<&'static str> },
+    /// The brokers cannot tell now; not a failure.
+    Unknown { reason: String },
+    /// No API reports these rights: check them by hand.
+    NotCheckable { hint: String },
+    /// Asking failed, or creating the topic would fail for another reason than rights.
+    Failed { reason: String },
+}
+
+impl Verdict {
+    /// Whether the flow would fail on it.
+    pub fn is_problem(&self) -> bool {
+        matches!(self, Verdict::Missing { .. } | Verdict::Failed { .. })
+    }
+
+    /// The word shown in the table.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Verdict::Granted { .. } => "OK",
+            Verdict::Creatable { .. } => "CREATE",
+            Verdict::Missing { .. } => "MISSING",
+            Verdict::Unknown { .. } => "UNKNOWN",
+            Verdict::NotCheckable { .. } => "UNCHECKED",
+            Verdict::Failed { .. } => "FAILED",
+        }
+    }
+}
+
+/// Whether a principal with `ops` on the cluster resource may do everything (no authorizer answers
+/// every operation; so does a super user's).
+pub fn unrestricted(ops: &[Op]) -> bool {
+    ops.contains(&Op::All)
+        || [Op::Alter, Op::AlterConfigs, Op::ClusterAction, Op::Create, Op::Describe, Op::DescribeConfigs, Op::IdempotentWrite]
+            .iter()
+            .all(|op| ops.contains(op))
+}
+
+/// Judges `need` from what its cluster told about the resource.
+pub fn judge(need: &Need, known: &Known) -> Verdict {
+    let rights = need.row.rights;
+    let names = |ops: &[Op]| ops.iter().map(Op::as_str).collect::<Vec<_>>();
+    let is_topic = matches!(need.resource, Resource::Topic(_));
+    match known {
+        Known::Described(None) => Verdict::Unknown {
+            reason: "the broker did not report this principal's operations (KIP-430, Kafka 2.3+)".into(),
+        },
+        Known::Described(Some(ops)) if ops.is_empty() => Verdict::Unknown {
+            reason: "the broker reported no operations for this principal (KIP-430)".into(),
+        },
+        Known::Described(Some(ops)) => {
+            // Create matters only for a topic that does not exist yet.
+            let missing: Vec<Op> = rights
+                .iter()
+                .copied()
+                .filter(|op| !(is_topic && *op == Op::Create))
+                .filter(|op| !ops.contains(&Op::All) && !ops.contains(op))
+                .collect();
+            if missing.is_empty() {
+                Verdict::Granted { note: None }
+            } else {
+                let list = names(&missing).join(", ");
+                Verdict::Missing {
+                    rights: names(&missing),
+                    reason: format!("not granted {list}; grant {list} on {} to this principal", need.resource),
+                }
+            }
+        }
+        Known::Absent { create } if !rights.contains(&Op::Create) => Verdict::Granted {
+            note: Some(match create {
+                _ if need.row.subject == Subject::ReverseOffsetSyncsTopic => {
+                    "not needed: the topic does not exist (no reverse flow writes it)".into()
+                }
+                _ => "the topic does not exist".into(),
+            }),
+        },
+        Known::Absent { create: Ok(()) } => Verdict::Creatable {
+            later: rights.iter().filter(|op| **op != Op::Create).map(Op::as_str).collect(),
+        },
+        Known::Absent { create: Err((code, _)) } if code.contains("AUTHORIZATION_FAILED") => Verdict::Missing {
+            rights: vec!["Create"],
+            reason: format!(
+                "does not exist and this principal may not create it ({code}); grant Create on {} to this \
+                 principal, or create it beforehand",
+                need.resource
+            ),
+        },
+        Known::Absent { create: Err((code, message)) } => Verdict::Failed {
+            reason: format!("does not exist, and creating it would fail: {message} ({code})"),
+        },
+        Known::Hidden(code) => {
+            let mut missing = vec!["Describe"];
+            missing.extend(rights.iter().map(Op::as_str).filter(|r| *r != "Describe"));
+            Verdict::Missing {
+                reason: format!(
+                    "not authorized to Describe ({code}), so ferry cannot tell whether it exists; grant {} on {} to \
+                     this principal",
+                    missing.join(", "),
+                    need.resource
+                ),
+                rights: missing,
+            }
+        }
+        Known::NoApi { unrestricted: true, .. } => Verdict::Granted {
+            note: Some("the cluster grants this principal every operation (no authorizer, or a super user)".into()),
+        },
+        Known::NoApi { unrestricted: false, bootstrap } => Verdict::NotCheckable {
+            hint: format!(
+                "no Kafka API reports rights on a {}; check with: kafka-acls --bootstrap-server {bootstrap} \
+                 --command-config ADMIN.properties --list --{} {}",
+                need.resource.kind(),
+                need.resource.kind().replace(' ', "-"),
+                need.resource.name()
+            ),
+        },
+        Known::Failed(reason) => Verdict::Failed { reason: reason.clone() },
+    }
+}
