@@ -1247,7 +1247,8 @@ unsafe fn array<'a, T>(p: *mut *const T, cnt: usize) -> &'a [*const T] {
 /// `ops` is NULL or points to `cnt` ints that stay valid for the call.
 unsafe fn operations(ops: *const c_int, cnt: usize) -> Option<Vec<AclOperation>> {
     // SAFETY: see the function's contract.
-    (!ops.is_null()).then(|| unsafe { std::slice::from_raw_parts(ops, cnt) }.iter().map(|&c| AclOperation::from_code(c)).collect())
+    (!ops.is_null())
+        .then(|| unsafe { std::slice::from_raw_parts(ops, cnt) }.iter().map(|&c| AclOperation::from_code(c)).collect())
 }
 
 /// Copies a C string (NULL: empty), replacing invalid UTF-8.

@@ -649,7 +649,11 @@ fn check_lists_remote_names_and_reports_a_bad_internal_topic_and_an_unreachable_
         .unwrap_or_default();
     assert_eq!(bad.len(), 1, "{doc}");
     assert_eq!((bad[0]["topic"].as_str(), bad[0]["cluster"].as_str()), (Some(checkpoints.as_str()), Some(dst)));
-    assert!(doc["problems"].as_array().is_some_and(|p| p.iter().any(|p| p.as_str().is_some_and(|p| p.contains(&checkpoints)))));
+    assert!(
+        doc["problems"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p.as_str().is_some_and(|p| p.contains(&checkpoints))))
+    );
 
     // A cluster nobody listens on, the target of a second flow.
     let nowhere = format!("127.0.0.1:{}", support::free_port());

@@ -88,10 +88,7 @@ pub fn topics(plan: &FlowPlan) -> Vec<Internal> {
         Internal {
             role: "lease",
             cluster: target.clone(),
-            spec: TopicSpec {
-                configs: Vec::new(),
-                ..TopicSpec::compacted(crate::flow::lease::LEASE_TOPIC, 1, rf)
-            },
+            spec: TopicSpec { configs: Vec::new(), ..TopicSpec::compacted(crate::flow::lease::LEASE_TOPIC, 1, rf) },
             cleanup: Cleanup::Any,
             partitions: Partitions::Exactly(
                 1,
@@ -123,12 +120,19 @@ pub enum Observed {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum State {
-    Ok { notes: Vec<String> },
+    Ok {
+        notes: Vec<String>,
+    },
     /// ferry creates it at start.
     Absent,
     /// The flow would misbehave on it.
-    Wrong { reasons: Vec<String>, notes: Vec<String> },
-    Unknown { reason: String },
+    Wrong {
+        reasons: Vec<String>,
+        notes: Vec<String>,
+    },
+    Unknown {
+        reason: String,
+    },
 }
 
 impl State {
@@ -175,4 +179,58 @@ pub fn judge(topic: &Internal, observed: &Observed) -> State {
         _ => {}
     }
     if reasons.is_empty() { State::Ok { notes } } else { State::Wrong { reasons, notes } }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exists(partitions: i32, policy: &str) -> Observed {
+        Observed::Exists { partitions, cleanup_policy: Ok(policy.into()) }
+    }
+
+    #[test]
+    fn internal_topics_are_where_the_actors_look() {
+        let plan = crate::check::rights::tests::plan("");
+        let all = topics(&plan);
+        let found: Vec<(&str, &str, &str, i32)> =
+            all.iter().map(|t| (t.role, t.cluster.as_str(), t.spec.name.as_str(), t.spec.partitions)).collect();
+        assert_eq!(
+            found,
+            [
+                ("offset-syncs", "east", "mm2-offset-syncs.west.internal", 1),
+                ("checkpoints", "west", "east.checkpoints.internal", 1),
+                ("copy progress", "west", "mm2-offsets.east.internal", 25),
+                ("heartbeats", "east", "heartbeats", 1),
+                ("heartbeats", "west", "heartbeats", 1),
+                ("lease", "west", "ferry.leases.internal", 1),
+                ("control", "west", "ferry.control.internal", 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn wrong_internal_topics_say_why() {
+        let plan = crate::check::rights::tests::plan("");
+        let all = topics(&plan);
+        let by_role = |role: &str| all.iter().find(|t| t.role == role).expect("role");
+        let (checkpoints, progress, lease, heartbeats) =
+            (by_role("checkpoints"), by_role("copy progress"), by_role("lease"), by_role("heartbeats"));
+
+        assert_eq!(judge(checkpoints, &exists(1, "compact")), State::Ok { notes: vec![] });
+        assert_eq!(judge(checkpoints, &Observed::Absent), State::Absent);
+        let State::Wrong { reasons, .. } = judge(checkpoints, &exists(1, "compact,delete")) else { panic!("wrong") };
+        assert!(reasons[0].starts_with("cleanup.policy=compact,delete; ferry requires compact"), "{reasons:?}");
+        // Any partition count works where ferry uses partition 0 or hashes over what there is...
+        let State::Ok { notes } = judge(progress, &exists(5, "compact")) else { panic!("ok") };
+        assert!(notes[0].contains("5 partitions"), "{notes:?}");
+        // ...but the lease must have one.
+        let State::Wrong { reasons, .. } = judge(lease, &exists(3, "delete")) else { panic!("wrong") };
+        assert_eq!(reasons.len(), 1, "the lease's cleanup policy does not matter: {reasons:?}");
+        assert!(reasons[0].starts_with("3 partitions; ferry requires 1"), "{reasons:?}");
+        // Heartbeats need no compaction; an unknown policy is a note.
+        assert!(matches!(judge(heartbeats, &exists(1, "delete")), State::Ok { notes } if notes.len() == 1));
+        let unknown = Observed::Exists { partitions: 1, cleanup_policy: Err("not authorized".into()) };
+        assert!(!judge(checkpoints, &unknown).is_problem());
+    }
 }

@@ -250,7 +250,10 @@ fn check_flow(plan: &FlowPlan, identity: &Identity, clusters: &BTreeMap<String, 
     let source = &clusters[&plan.source.alias];
     for c in [source, &clusters[&plan.target.alias]] {
         if c.described.is_err() {
-            report.errors.push(format!("cluster `{}` ({}) unreachable: not checked there", c.spec.alias, c.spec.bootstrap_servers));
+            report.errors.push(format!(
+                "cluster `{}` ({}) unreachable: not checked there",
+                c.spec.alias, c.spec.bootstrap_servers
+            ));
         }
     }
     let mut copied: Vec<String> = Vec::new();
@@ -268,9 +271,10 @@ fn check_flow(plan: &FlowPlan, identity: &Identity, clusters: &BTreeMap<String, 
                 copied = selected.keys().cloned().collect();
                 for (topic, known) in literal {
                     match known {
-                        Known::Absent { .. } => report
-                            .notes
-                            .push(format!("topic {topic} (named in `topics`) does not exist on `{}`", plan.source.alias)),
+                        Known::Absent { .. } => report.notes.push(format!(
+                            "topic {topic} (named in `topics`) does not exist on `{}`",
+                            plan.source.alias
+                        )),
                         known => {
                             hidden.insert(topic, known);
                         }
@@ -293,7 +297,8 @@ fn check_flow(plan: &FlowPlan, identity: &Identity, clusters: &BTreeMap<String, 
         }
     }
     let topics_with_hidden: Vec<String> = copied.iter().chain(hidden.keys()).cloned().collect();
-    let needs = rights::needs(plan, identity, &rights::Selected { topics: &topics_with_hidden, groups: &report.groups });
+    let needs =
+        rights::needs(plan, identity, &rights::Selected { topics: &topics_with_hidden, groups: &report.groups });
     let internals = internal::topics(plan);
 
     // Specs of the topics ferry would create, for the validate-only creation of the absent ones.
@@ -527,7 +532,8 @@ fn gather(
 
 /// Group errors that pass: a cluster's first group request creates `__consumer_offsets`, whose
 /// coordinators answer NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for a few seconds.
-const RETRIABLE_GROUP_ERRORS: [&str; 3] = ["NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS"];
+const RETRIABLE_GROUP_ERRORS: [&str; 3] =
+    ["NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS"];
 
 /// What describing `groups` answered, each group asked again while its error passes (within [`CALL_TIMEOUT`]).
 fn describe_groups(cluster: &Cluster, admin: &Admin, groups: &BTreeSet<String>) -> HashMap<String, Known> {

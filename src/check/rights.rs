@@ -361,13 +361,22 @@ impl Verdict {
     }
 }
 
-/// Whether a principal with `ops` on the cluster resource may do everything (no authorizer answers
-/// every operation; so does a super user's).
+/// Every operation Kafka defines on the cluster resource: what a cluster without an authorizer reports
+/// for anyone (Kafka 4.3), and what it reports for a super user.
+pub const CLUSTER_OPERATIONS: [Op; 7] = [
+    Op::Alter,
+    Op::AlterConfigs,
+    Op::ClusterAction,
+    Op::Create,
+    Op::Describe,
+    Op::DescribeConfigs,
+    Op::IdempotentWrite,
+];
+
+/// Whether a principal with `ops` on the cluster resource may do everything (no authorizer, or a super
+/// user): then nothing is refused to it, transactional ids included.
 pub fn unrestricted(ops: &[Op]) -> bool {
-    ops.contains(&Op::All)
-        || [Op::Alter, Op::AlterConfigs, Op::ClusterAction, Op::Create, Op::Describe, Op::DescribeConfigs, Op::IdempotentWrite]
-            .iter()
-            .all(|op| ops.contains(op))
+    ops.contains(&Op::All) || CLUSTER_OPERATIONS.iter().all(|op| ops.contains(op))
 }
 
 /// Judges `need` from what its cluster told about the resource.
@@ -379,9 +388,9 @@ pub fn judge(need: &Need, known: &Known) -> Verdict {
         Known::Described(None) => Verdict::Unknown {
             reason: "the broker did not report this principal's operations (KIP-430, Kafka 2.3+)".into(),
         },
-        Known::Described(Some(ops)) if ops.is_empty() => Verdict::Unknown {
-            reason: "the broker reported no operations for this principal (KIP-430)".into(),
-        },
+        Known::Described(Some(ops)) if ops.is_empty() => {
+            Verdict::Unknown { reason: "the broker reported no operations for this principal (KIP-430)".into() }
+        }
         Known::Described(Some(ops)) => {
             // Create matters only for a topic that does not exist yet.
             let missing: Vec<Op> = rights
@@ -408,9 +417,9 @@ pub fn judge(need: &Need, known: &Known) -> Verdict {
                 _ => "the topic does not exist".into(),
             }),
         },
-        Known::Absent { create: Ok(()) } => Verdict::Creatable {
-            later: rights.iter().filter(|op| **op != Op::Create).map(Op::as_str).collect(),
-        },
+        Known::Absent { create: Ok(()) } => {
+            Verdict::Creatable { later: rights.iter().filter(|op| **op != Op::Create).map(Op::as_str).collect() }
+        }
         Known::Absent { create: Err((code, _)) } if code.contains("AUTHORIZATION_FAILED") => Verdict::Missing {
             rights: vec!["Create"],
             reason: format!(
@@ -419,8 +428,16 @@ pub fn judge(need: &Need, known: &Known) -> Verdict {
                 need.resource
             ),
         },
-        Known::Absent { create: Err((code, message)) } => Verdict::Failed {
-            reason: format!("does not exist, and creating it would fail: {message} ({code})"),
+        Known::Absent { create: Err((code, message)) } => {
+            Verdict::Failed { reason: format!("does not exist, and creating it would fail: {message} ({code})") }
+        }
+        // ferry looks for this topic in metadata and reads it only if it shows: hidden is as absent.
+        Known::Hidden(code) if need.row.subject == Subject::ReverseOffsetSyncsTopic => Verdict::Unknown {
+            reason: format!(
+                "not authorized to Describe ({code}), so ferry treats it as absent; if a reverse flow writes it, \
+                 grant Describe, Read on {} for fail-back checkpoints",
+                need.resource
+            ),
         },
         Known::Hidden(code) => {
             let mut missing = vec!["Describe"];
@@ -448,5 +465,147 @@ pub fn judge(need: &Need, known: &Known) -> Verdict {
             ),
         },
         Known::Failed(reason) => Verdict::Failed { reason: reason.clone() },
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The flow `east->west` of `[[flows]]` keys `extra`.
+    pub(crate) fn plan(extra: &str) -> FlowPlan {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(
+            dir.path().join("f.toml"),
+            format!(
+                "[clusters.east]\nbootstrap_servers = \"e:1\"\n[clusters.west]\nbootstrap_servers = \"w:1\"\n\
+                 [[flows]]\nsource = \"east\"\ntarget = \"west\"\ntopics = [\"orders\"]\n{extra}\n"
+            ),
+        )
+        .expect("write");
+        let set = crate::config::load_dir(dir.path()).expect("valid");
+        set.flows.into_values().next().expect("a flow")
+    }
+
+    fn identity() -> Identity {
+        Identity { node_id: "n1".into(), deployment: "D".into() }
+    }
+
+    fn need(subject: Subject, side: Side, resource: Resource) -> Need {
+        let row = RIGHTS.iter().find(|r| r.subject == subject && r.side == side).expect("row");
+        Need { cluster: "east".into(), resource, row }
+    }
+
+    #[test]
+    fn the_readme_tables_say_what_the_code_checks() {
+        let readme = include_str!("../../README.md");
+        for row in RIGHTS {
+            let line = row.readme_line("east", "west", "D");
+            assert!(readme.contains(&line), "README's ACL tables lack this row (or word it otherwise):\n{line}");
+        }
+    }
+
+    #[test]
+    fn resources_are_named_by_the_actors_own_functions() {
+        let plan = plan("sync_group_offsets_enabled = true");
+        let topics = ["orders".to_string(), "heartbeats".to_string()];
+        let groups = ["billing".to_string()];
+        let all = needs(&plan, &identity(), &Selected { topics: &topics, groups: &groups });
+        let found: Vec<(&str, String)> = all.iter().map(|n| (n.cluster.as_str(), n.resource.to_string())).collect();
+        for (cluster, resource) in [
+            ("east", "topic orders"),
+            ("east", "group D.east->west"),
+            ("east", "topic mm2-offset-syncs.west.internal"),
+            ("east", "topic heartbeats"),
+            ("east", "group billing"),
+            ("west", "topic east.orders"),
+            ("west", "topic east.heartbeats"),
+            ("west", "topic mm2-offsets.east.internal"),
+            ("west", "topic east.checkpoints.internal"),
+            ("west", "transactional id D.east->west.checkpoints"),
+            ("west", "topic ferry.leases.internal"),
+            ("west", "topic ferry.control.internal"),
+            ("west", "group D.east->west.leader"),
+            ("west", "group billing"),
+            ("west", "topic mm2-offset-syncs.east.internal"),
+        ] {
+            assert!(found.contains(&(cluster, resource.to_string())), "{resource} on {cluster} in {found:?}");
+        }
+        // The remote heartbeats topic once, though `heartbeats` is also a copied topic.
+        assert_eq!(found.iter().filter(|(_, r)| r == "topic east.heartbeats").count(), 1);
+
+        // With the offset-syncs topic on the target, it moves there, and the reverse flow's to the source.
+        let plan = super::tests::plan("offset_syncs_topic_location = \"target\"");
+        let all = needs(&plan, &identity(), &Selected { topics: &[], groups: &[] });
+        let syncs: Vec<(&str, &str)> = all
+            .iter()
+            .filter(|n| matches!(n.row.subject, OffsetSyncsTopic | ReverseOffsetSyncsTopic))
+            .map(|n| (n.cluster.as_str(), n.resource.name()))
+            .collect();
+        assert_eq!(syncs, [("west", "mm2-offset-syncs.east.internal"), ("east", "mm2-offset-syncs.west.internal")]);
+        assert!(!all.iter().any(|n| n.row.subject == SyncedGroups), "no group sync, no synced groups");
+    }
+
+    #[test]
+    fn verdicts_from_what_the_broker_reported() {
+        let group = need(CopierGroup, Source, Resource::Group("D.east->west".into()));
+        let judged = |n: &Need, k: Known| judge(n, &k);
+        assert_eq!(
+            judged(&group, Known::Described(Some(vec![Op::Read, Op::Describe]))),
+            Verdict::Granted { note: None }
+        );
+        assert_eq!(judged(&group, Known::Described(Some(vec![Op::All]))), Verdict::Granted { note: None });
+        let Verdict::Missing { rights, reason } = judged(&group, Known::Described(Some(vec![Op::Describe]))) else {
+            panic!("Read is missing")
+        };
+        assert_eq!(rights, ["Read"]);
+        assert!(reason.contains("grant Read on group D.east->west"), "{reason}");
+        assert!(matches!(judged(&group, Known::Described(None)), Verdict::Unknown { .. }));
+        let Verdict::Missing { rights, .. } = judged(&group, Known::Hidden("GROUP_AUTHORIZATION_FAILED".into())) else {
+            panic!("hidden")
+        };
+        assert_eq!(rights, ["Describe", "Read"]);
+
+        // A topic that exists needs no Create; one that does not needs only Create now.
+        let syncs = need(OffsetSyncsTopic, Source, Resource::Topic("mm2-offset-syncs.west.internal".into()));
+        assert_eq!(judged(&syncs, Known::Described(Some(vec![Op::Read, Op::Write]))), Verdict::Granted { note: None });
+        assert_eq!(
+            judged(&syncs, Known::Absent { create: Ok(()) }),
+            Verdict::Creatable { later: vec!["Write", "Read"] }
+        );
+        let refused = Known::Absent { create: Err(("TOPIC_AUTHORIZATION_FAILED".into(), "Broker: ...".into())) };
+        assert!(matches!(judged(&syncs, refused), Verdict::Missing { rights, .. } if rights == ["Create"]));
+        let invalid = Known::Absent { create: Err(("InvalidReplicationFactor".into(), "Broker: Invalid".into())) };
+        assert!(matches!(judged(&syncs, invalid), Verdict::Failed { .. }));
+
+        // A reverse flow's topic the principal cannot see is as absent to ferry: not a failure.
+        let reverse = need(ReverseOffsetSyncsTopic, Target, Resource::Topic("mm2-offset-syncs.east.internal".into()));
+        assert!(!judged(&reverse, Known::Hidden("TOPIC_AUTHORIZATION_FAILED".into())).is_problem());
+        assert!(!judged(&reverse, Known::Absent { create: Err(("_NOT_ASKED".into(), String::new())) }).is_problem());
+
+        // Transactional ids: nothing reports them, unless the principal may do everything.
+        let txn =
+            need(CheckpointsTransactionalId, Target, Resource::TransactionalId("D.east->west.checkpoints".into()));
+        let Verdict::NotCheckable { hint } =
+            judged(&txn, Known::NoApi { unrestricted: false, bootstrap: "w:1".into() })
+        else {
+            panic!("not checkable")
+        };
+        assert!(
+            hint.contains("--bootstrap-server w:1") && hint.contains("--transactional-id D.east->west.checkpoints")
+        );
+        assert!(matches!(
+            judged(&txn, Known::NoApi { unrestricted: true, bootstrap: "w:1".into() }),
+            Verdict::Granted { .. }
+        ));
+    }
+
+    #[test]
+    fn a_cluster_without_authorizer_grants_everything() {
+        let all = CLUSTER_OPERATIONS;
+        assert!(unrestricted(&all));
+        assert!(unrestricted(&[Op::All]));
+        assert!(!unrestricted(&[Op::Describe, Op::Create]));
+        assert!(!unrestricted(&[]));
     }
 }

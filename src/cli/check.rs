@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
+use crate::check::internal::State;
 use crate::check::rights::Verdict;
 use crate::check::{FlowReport, Report, RightCheck};
-use crate::check::internal::State;
 
 /// OK rows of one kind beyond this many (copied topics, remote topics, groups) are shown as a count.
 const LISTED_OK: usize = 3;
@@ -94,20 +94,14 @@ fn right_rows(checks: &[RightCheck]) -> Vec<[String; 4]> {
     let mut i = 0;
     while i < checks.len() {
         let c = &checks[i];
-        let same = checks[i..]
-            .iter()
-            .take_while(|o| std::ptr::eq(o.row, c.row) && o.cluster == c.cluster)
-            .collect::<Vec<_>>();
-        let granted: Vec<&&RightCheck> = same.iter().filter(|o| matches!(o.verdict, Verdict::Granted { note: None })).collect();
+        let same =
+            checks[i..].iter().take_while(|o| std::ptr::eq(o.row, c.row) && o.cluster == c.cluster).collect::<Vec<_>>();
+        let granted: Vec<&&RightCheck> =
+            same.iter().filter(|o| matches!(o.verdict, Verdict::Granted { note: None })).collect();
         let fold = granted.len() > LISTED_OK;
         if fold {
             let kind = c.resource.kind();
-            rows.push([
-                "OK".into(),
-                c.cluster.clone(),
-                format!("{} {kind}s", granted.len()),
-                c.rights.join(", "),
-            ]);
+            rows.push(["OK".into(), c.cluster.clone(), format!("{} {kind}s", granted.len()), c.rights.join(", ")]);
         }
         for o in &same {
             if fold && matches!(o.verdict, Verdict::Granted { note: None }) {
@@ -127,9 +121,14 @@ fn detail(c: &RightCheck) -> String {
     let found = match &c.verdict {
         Verdict::Granted { note: None } => return rights,
         Verdict::Granted { note: Some(n) } => n.clone(),
-        Verdict::Creatable { later } if later.is_empty() => return format!("{rights}: does not exist yet, may be created"),
+        Verdict::Creatable { later } if later.is_empty() => {
+            return format!("{rights}: does not exist yet, may be created");
+        }
         Verdict::Creatable { later } => {
-            return format!("{rights}: does not exist yet, may be created ({} checked once it exists)", later.join(", "));
+            return format!(
+                "{rights}: does not exist yet, may be created ({} checked once it exists)",
+                later.join(", ")
+            );
         }
         Verdict::Missing { reason, .. } | Verdict::Unknown { reason } | Verdict::Failed { reason } => reason.clone(),
         Verdict::NotCheckable { hint } => hint.clone(),
@@ -144,4 +143,89 @@ pub fn report_json(report: &Report) -> Value {
     doc["ok"] = json!(problems.is_empty());
     doc["problems"] = json!(problems);
     doc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::rights::{RIGHTS, Resource, Subject};
+    use crate::check::{ClusterReport, CopiedTopic, InternalCheck};
+
+    fn right(subject: Subject, resource: Resource, verdict: Verdict) -> RightCheck {
+        let row = RIGHTS.iter().find(|r| r.subject == subject).expect("row");
+        RightCheck {
+            row,
+            cluster: "east".into(),
+            resource,
+            rights: row.rights.iter().map(|o| o.as_str()).collect(),
+            used_by: row.used_by("east", "west"),
+            verdict,
+        }
+    }
+
+    fn report() -> Report {
+        let ok = || Verdict::Granted { note: None };
+        let mut rights: Vec<RightCheck> =
+            (0..5).map(|i| right(Subject::CopiedTopics, Resource::Topic(format!("t{i}")), ok())).collect();
+        rights.push(right(
+            Subject::CopierGroup,
+            Resource::Group("ferry.east->west".into()),
+            Verdict::Missing { rights: vec!["Read"], reason: "not granted Read; grant Read on it".into() },
+        ));
+        Report {
+            deployment: "ferry".into(),
+            clusters: vec![ClusterReport {
+                alias: "east".into(),
+                bootstrap_servers: "e:1".into(),
+                reachable: true,
+                cluster_id: Some("id".into()),
+                brokers: Some(3),
+                error: None,
+            }],
+            flows: vec![FlowReport {
+                flow: "east->west".into(),
+                file: "flows/f.toml".into(),
+                topics: vec![CopiedTopic { topic: "t0".into(), remote: "east.t0".into(), partitions: 2 }],
+                groups: vec!["billing".into()],
+                rights,
+                internal_topics: vec![InternalCheck {
+                    cluster: "west".into(),
+                    role: "lease",
+                    topic: "ferry.leases.internal".into(),
+                    state: State::Wrong { reasons: vec!["3 partitions; ferry requires 1".into()], notes: vec![] },
+                }],
+                errors: vec![],
+                notes: vec![],
+            }],
+        }
+    }
+
+    #[test]
+    fn the_table_folds_granted_rows_and_names_each_problem() {
+        let text = render(&report());
+        assert!(text.contains("t0 -> east.t0 (2 partition(s))"), "{text}");
+        assert!(text.contains("groups (1): billing"), "{text}");
+        assert!(text.contains("5 topics") && !text.contains("topic t3"), "granted topics folded:\n{text}");
+        let missing = text.lines().find(|l| l.trim_start().starts_with("MISSING")).expect("a MISSING row");
+        assert!(missing.contains("group ferry.east->west") && missing.contains("Read: not granted Read"), "{text}");
+        assert!(text.contains("WRONG") && text.contains("ferry.leases.internal"), "{text}");
+        assert!(text.contains("2 problem(s):"), "{text}");
+        assert!(text.contains("flow east->west: MISSING Read on group ferry.east->west on `east`"), "{text}");
+    }
+
+    #[test]
+    fn the_json_has_the_same_facts() {
+        let doc = report_json(&report());
+        assert_eq!(doc["ok"], false);
+        assert_eq!(doc["problems"].as_array().map(Vec::len), Some(2));
+        let f = &doc["flows"][0];
+        assert_eq!(f["topics"][0]["remote"], "east.t0");
+        assert_eq!(f["rights"].as_array().map(Vec::len), Some(6), "every right, none folded");
+        let missing = &f["rights"][5];
+        assert_eq!(missing["status"], "missing");
+        assert_eq!(missing["resource"], serde_json::json!({ "type": "group", "name": "ferry.east->west" }));
+        assert_eq!(missing["rights"], serde_json::json!(["Read"]));
+        assert_eq!(f["internal_topics"][0]["status"], "wrong");
+        assert_eq!(doc["clusters"][0]["reachable"], true);
+    }
 }

@@ -94,8 +94,7 @@ pub async fn validate_create_topics(
         .iter()
         .map(|s| NewTopic::new(&s.name, s.partitions, TopicReplication::Fixed(s.replication_factor.unwrap_or(-1))))
         .collect();
-    let opts =
-        AdminOptions::new().validate_only(true).operation_timeout(Some(timeout)).request_timeout(Some(timeout));
+    let opts = AdminOptions::new().validate_only(true).operation_timeout(Some(timeout)).request_timeout(Some(timeout));
     let results = admin
         .create_topics(&topics, &opts)
         .await
