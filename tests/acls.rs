@@ -530,11 +530,12 @@ fn check(dir: &tempfile::TempDir, deployment: &str, args: &[&str]) -> (i32, Stri
 }
 
 /// `ferry check` as a principal granted everything a flow needs but Read on its copier group (it may
-/// describe the group): exit 1, the missing right named with the flow and the group, in the table and in
-/// the JSON; the transactional id shown as not checkable; no password in the output. Once Read is
-/// granted: exit 0, the remote topic names listed.
+/// describe the group) and Write on the offset-syncs topic an operator created beforehand: exit 1, each
+/// missing right named with the flow and the resource, in the table and in the JSON; the transactional id
+/// shown as not checkable; no password in the output. Once both are granted: exit 0, the remote topic
+/// names listed.
 #[test]
-fn check_names_the_one_missing_right_and_passes_once_granted() {
+fn check_names_each_missing_right_and_passes_once_granted() {
     let bed = bed();
     let _turn = take_turn("check");
     let (src, dst) = (&bed.source, &bed.target);
@@ -542,16 +543,14 @@ fn check_names_the_one_missing_right_and_passes_once_granted() {
     let copier_group = format!("{deployment}.{flow}");
     let p = unique("acl-chk");
     let (topic, group) = (format!("{p}-data"), format!("{p}-g"));
+    let syncs_topic = "mm2-offset-syncs.down.internal";
     create_topic(&src.bootstrap, &topic, 2, &[]);
+    create_topic(&src.bootstrap, syncs_topic, 1, &[("cleanup.policy", "compact")]);
     commit_group_offsets(&src.bootstrap, &group, &[(&topic, 0, 0)]);
     std::thread::scope(|s| {
         s.spawn(|| {
-            src.allow_all(
-                "alice",
-                &[("topic", "heartbeats"), ("topic", "mm2-offset-syncs.down.internal")],
-                "literal",
-                &["All"],
-            );
+            src.allow("alice", "topic", "heartbeats", "literal", &["All"]);
+            src.allow("alice", "topic", syncs_topic, "literal", &["Describe", "Read"]);
             src.allow("alice", "topic", &topic, "literal", &["Read", "Describe", "DescribeConfigs"]);
             src.allow_all("alice", &[("group", &group), ("group", &copier_group)], "literal", &["Describe"]);
         });
@@ -583,10 +582,19 @@ fn check_names_the_one_missing_right_and_passes_once_granted() {
     eprintln!("[check] one right missing:\n{table}{err}");
     assert_eq!(code, 1, "{table}{err}");
     let missing: Vec<&str> = table.lines().filter(|l| l.trim_start().starts_with("MISSING")).collect();
-    assert_eq!(missing.len(), 1, "{table}");
+    assert_eq!(missing.len(), 2, "{table}");
     assert!(missing[0].contains(&format!("group {copier_group}")) && missing[0].contains("Read"), "{table}");
+    assert!(
+        missing[1].contains(&format!("topic {syncs_topic}")) && missing[1].contains("not granted Write"),
+        "{table}"
+    );
     let problem = table.lines().find(|l| l.contains("MISSING Read")).unwrap_or_default();
     assert!(problem.contains(&format!("flow {flow}")) && problem.contains(&copier_group), "{table}");
+    let problem = table.lines().find(|l| l.contains("MISSING Write")).unwrap_or_default();
+    assert!(problem.contains(&format!("flow {flow}")) && problem.contains(syncs_topic), "{table}");
+    // It exists, compacted as ferry requires; its configs are not the principal's to describe.
+    let state = table.lines().find(|l| l.contains(syncs_topic) && !l.contains("topic ")).unwrap_or_default();
+    assert!(state.trim_start().starts_with("OK") && state.contains("cleanup.policy unknown"), "{table}");
     let txn = table.lines().find(|l| l.contains("transactional id")).unwrap_or_default();
     assert!(txn.contains("UNCHECKED") && txn.contains("kafka-acls"), "{table}");
     for secret in [src.password("alice"), dst.password("alice")] {
@@ -597,12 +605,15 @@ fn check_names_the_one_missing_right_and_passes_once_granted() {
     let doc: serde_json::Value = serde_json::from_str(&doc).unwrap_or_else(|e| panic!("not JSON ({e}): {doc}"));
     let rights = doc["flows"][0]["rights"].as_array().cloned().unwrap_or_default();
     let missing: Vec<&serde_json::Value> = rights.iter().filter(|r| r["status"] == "missing").collect();
-    assert_eq!(missing.len(), 1, "{doc}");
+    assert_eq!(missing.len(), 2, "{doc}");
     assert_eq!(missing[0]["resource"], serde_json::json!({"type": "group", "name": copier_group}), "{doc}");
     assert_eq!((missing[0]["rights"][0].as_str(), missing[0]["cluster"].as_str()), (Some("Read"), Some("up")));
+    assert_eq!(missing[1]["resource"], serde_json::json!({"type": "topic", "name": syncs_topic}), "{doc}");
+    assert_eq!(missing[1]["rights"], serde_json::json!(["Write"]), "{doc}");
     assert_eq!(doc["ok"], false);
 
     src.allow("alice", "group", &copier_group, "literal", &["Read"]);
+    src.allow("alice", "topic", syncs_topic, "literal", &["Write"]);
     let mut last = String::new();
     wait_for(REPORTED, "ferry check passing after the grant", || {
         let (code, table, err) = check(&dir, deployment, &[]);

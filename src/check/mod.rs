@@ -37,6 +37,8 @@ pub struct Report {
     pub deployment: String,
     pub clusters: Vec<ClusterReport>,
     pub flows: Vec<FlowReport>,
+    /// Disabled flows, not checked (unless named with `--flow`).
+    pub disabled: Vec<String>,
 }
 
 /// Whether a cluster answered.
@@ -167,7 +169,16 @@ pub fn run(set: &FlowSet, deployment: &str, only: Option<&FlowId>) -> Result<Rep
     });
     let identity = Identity { node_id: String::new(), deployment: deployment.to_string() };
     let flows = plans.iter().map(|p| check_flow(p, &identity, &clusters)).collect();
-    Ok(Report { deployment: deployment.to_string(), clusters: clusters.values().map(Cluster::report).collect(), flows })
+    let disabled = match only {
+        Some(_) => Vec::new(),
+        None => set.flows.values().filter(|p| !p.settings.enabled).map(|p| p.id.to_string()).collect(),
+    };
+    Ok(Report {
+        deployment: deployment.to_string(),
+        clusters: clusters.values().map(Cluster::report).collect(),
+        flows,
+        disabled,
+    })
 }
 
 /// A cluster's connection and what its probe found.
@@ -514,8 +525,11 @@ fn gather(
     match kafka::block_on(alias, kafka::describe_topics_configs(&admin, alias, &existing)) {
         Ok(Ok(configs)) => {
             for (topic, c) in configs {
-                let policy = c.map_err(|e| cluster.said(e)).map(|entries| {
-                    entries.into_iter().find(|e| e.name == "cleanup.policy").and_then(|e| e.value).unwrap_or_default()
+                // A principal without DescribeConfigs on the topic gets an answer without entries.
+                let policy = c.map_err(|e| cluster.said(e)).and_then(|entries| {
+                    entries.into_iter().find(|e| e.name == "cleanup.policy").and_then(|e| e.value).ok_or_else(|| {
+                        "not reported (this principal may lack DescribeConfigs on the topic)".to_string()
+                    })
                 });
                 facts.cleanup.insert(topic, policy);
             }

@@ -16,6 +16,9 @@ const LISTED_OK: usize = 3;
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "deployment `{}`: {} flow(s)", report.deployment, report.flows.len());
+    if !report.disabled.is_empty() {
+        let _ = writeln!(out, "disabled, not checked: {}", report.disabled.join(", "));
+    }
     for c in &report.clusters {
         let state = match (&c.error, &c.cluster_id, c.brokers) {
             (Some(e), _, _) => format!("UNREACHABLE: {e}"),
@@ -197,6 +200,7 @@ mod tests {
                 errors: vec![],
                 notes: vec![],
             }],
+            disabled: vec!["west->east".into()],
         }
     }
 
@@ -205,6 +209,7 @@ mod tests {
         let text = render(&report());
         assert!(text.contains("t0 -> east.t0 (2 partition(s))"), "{text}");
         assert!(text.contains("groups (1): billing"), "{text}");
+        assert!(text.contains("disabled, not checked: west->east"), "{text}");
         assert!(text.contains("5 topics") && !text.contains("topic t3"), "granted topics folded:\n{text}");
         let missing = text.lines().find(|l| l.trim_start().starts_with("MISSING")).expect("a MISSING row");
         assert!(missing.contains("group ferry.east->west") && missing.contains("Read: not granted Read"), "{text}");
