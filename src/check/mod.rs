@@ -267,68 +267,14 @@ fn check_flow(plan: &FlowPlan, identity: &Identity, clusters: &BTreeMap<String, 
             ));
         }
     }
-    let mut copied: Vec<String> = Vec::new();
-    let mut hidden: BTreeMap<String, Known> = BTreeMap::new();
-    if source.described.is_ok() {
-        match selected_topics(plan, source) {
-            Ok((selected, literal)) => {
-                for (topic, partitions) in &selected {
-                    report.topics.push(CopiedTopic {
-                        topic: topic.clone(),
-                        remote: rights::remote_topic(plan, topic),
-                        partitions: *partitions,
-                    });
-                }
-                copied = selected.keys().cloned().collect();
-                for (topic, known) in literal {
-                    match known {
-                        Known::Absent { .. } => report.notes.push(format!(
-                            "topic {topic} (named in `topics`) does not exist on `{}`",
-                            plan.source.alias
-                        )),
-                        known => {
-                            hidden.insert(topic, known);
-                        }
-                    }
-                }
-            }
-            Err(e) => report.errors.push(format!("cannot list the topics of `{}`: {e}", plan.source.alias)),
-        }
-        match checkpointed_groups(plan, source) {
-            Ok((groups, partial)) => {
-                report.groups = groups;
-                if let Some(e) = partial {
-                    report.notes.push(format!(
-                        "listing the groups of `{}`: a broker did not answer, its groups are missing: {e}",
-                        plan.source.alias
-                    ));
-                }
-            }
-            Err(e) => report.errors.push(format!("cannot list the groups of `{}`: {e}", plan.source.alias)),
-        }
-    }
-    let topics_with_hidden: Vec<String> = copied.iter().chain(hidden.keys()).cloned().collect();
+    let hidden = if source.described.is_ok() { list_source(plan, source, &mut report) } else { BTreeMap::new() };
+    let copied = report.topics.iter().map(|t| t.topic.clone());
+    let topics_with_hidden: Vec<String> = copied.chain(hidden.keys().cloned()).collect();
     let needs =
         rights::needs(plan, identity, &rights::Selected { topics: &topics_with_hidden, groups: &report.groups });
     let internals = internal::topics(plan);
 
-    // Specs of the topics ferry would create, for the validate-only creation of the absent ones.
-    let mut specs: HashMap<(String, String), TopicSpec> = HashMap::new();
-    for t in &internals {
-        specs.insert((t.cluster.clone(), t.spec.name.clone()), t.spec.clone());
-    }
-    // Remote topics get their source topic's partitions (remote heartbeats: 1 until the source has them).
-    let partitions: HashMap<String, i32> = report.topics.iter().map(|t| (t.remote.clone(), t.partitions)).collect();
-    for need in needs.iter().filter(|n| n.row.subject == rights::Subject::RemoteTopics) {
-        let name = need.resource.name().to_string();
-        let spec = TopicSpec {
-            partitions: partitions.get(&name).copied().unwrap_or(1),
-            name: name.clone(),
-            replication_factor: plan.settings.replication_factor,
-            configs: Vec::new(),
-        };
-        specs.entry((need.cluster.clone(), name)).or_insert(spec);
-    }
+    let specs = creation_specs(plan, &internals, &needs, &report.topics);
 
     let mut facts: HashMap<String, Facts> = HashMap::new();
     for alias in [&plan.source.alias, &plan.target.alias] {
@@ -386,6 +332,74 @@ fn check_flow(plan: &FlowPlan, identity: &Identity, clusters: &BTreeMap<String, 
         });
     }
     report
+}
+
+/// Lists what the flow would copy and checkpoint on its source into `report`; returns the topics named
+/// literally in `topics` that the source hides from this principal (what it said of each).
+fn list_source(plan: &FlowPlan, source: &Cluster, report: &mut FlowReport) -> BTreeMap<String, Known> {
+    let mut hidden = BTreeMap::new();
+    match selected_topics(plan, source) {
+        Ok((selected, literal)) => {
+            for (topic, partitions) in &selected {
+                report.topics.push(CopiedTopic {
+                    topic: topic.clone(),
+                    remote: rights::remote_topic(plan, topic),
+                    partitions: *partitions,
+                });
+            }
+            for (topic, known) in literal {
+                match known {
+                    Known::Absent { .. } => report
+                        .notes
+                        .push(format!("topic {topic} (named in `topics`) does not exist on `{}`", plan.source.alias)),
+                    known => {
+                        hidden.insert(topic, known);
+                    }
+                }
+            }
+        }
+        Err(e) => report.errors.push(format!("cannot list the topics of `{}`: {e}", plan.source.alias)),
+    }
+    match checkpointed_groups(plan, source) {
+        Ok((groups, partial)) => {
+            report.groups = groups;
+            if let Some(e) = partial {
+                report.notes.push(format!(
+                    "listing the groups of `{}`: a broker did not answer, its groups are missing: {e}",
+                    plan.source.alias
+                ));
+            }
+        }
+        Err(e) => report.errors.push(format!("cannot list the groups of `{}`: {e}", plan.source.alias)),
+    }
+    hidden
+}
+
+/// The topics ferry would create, by (cluster, name), as it would create them: for the validate-only
+/// creation of the absent ones. Remote topics get their source topic's partitions (remote heartbeats: 1
+/// until the source has them).
+fn creation_specs(
+    plan: &FlowPlan,
+    internals: &[Internal],
+    needs: &[Need],
+    copied: &[CopiedTopic],
+) -> HashMap<(String, String), TopicSpec> {
+    let mut specs: HashMap<(String, String), TopicSpec> = HashMap::new();
+    for t in internals {
+        specs.insert((t.cluster.clone(), t.spec.name.clone()), t.spec.clone());
+    }
+    let partitions: HashMap<String, i32> = copied.iter().map(|t| (t.remote.clone(), t.partitions)).collect();
+    for need in needs.iter().filter(|n| n.row.subject == rights::Subject::RemoteTopics) {
+        let name = need.resource.name().to_string();
+        let spec = TopicSpec {
+            partitions: partitions.get(&name).copied().unwrap_or(1),
+            name: name.clone(),
+            replication_factor: plan.settings.replication_factor,
+            configs: Vec::new(),
+        };
+        specs.entry((need.cluster.clone(), name)).or_insert(spec);
+    }
+    specs
 }
 
 fn right_check(plan: &FlowPlan, need: &Need, known: &Known) -> RightCheck {
