@@ -1,5 +1,6 @@
-//! The `ferry` command: `run` a node, `validate` a flows directory, `translate` groups' offsets; talk to
-//! a running node (`status`, `pause`, `resume`, `reload`, and `health`, the container's HEALTHCHECK);
+//! The `ferry` command: `run` a node, `validate` a flows directory, `check` it against its clusters,
+//! `translate` groups' offsets; talk to a running node (`status`, `pause`, `resume`, `reload`, and
+//! `health`, the container's HEALTHCHECK);
 //! `completions` and `man`, generated from the definitions below.
 
 use std::net::SocketAddr;
@@ -153,6 +154,29 @@ enum Command {
     Validate {
         #[arg(long)]
         flows: PathBuf,
+        /// `table` for people, `json` for scripts (the same facts).
+        #[arg(short, long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+    /// Preflight: connect to each cluster and say whether the flows would run, changing nothing.
+    ///
+    /// For each flow: the topics it would copy and their remote names, the groups it would checkpoint,
+    /// whether every right it needs is granted (from the operations the brokers report for this
+    /// principal, and a validate-only CreateTopics for a topic that does not exist; rights on a
+    /// transactional id cannot be asked and are shown as unchecked), and the state of its internal
+    /// topics (exists, compacted, partitions). Exit status: 0 when nothing checked would fail; 1 when
+    /// something would (a missing right, a wrong internal topic, a cluster that does not answer within
+    /// a few seconds); 2 for an invalid flows directory or an unknown --flow.
+    Check {
+        #[arg(long)]
+        flows: PathBuf,
+        /// Check only this flow (SOURCE->TARGET), enabled or not. Default: every enabled flow.
+        #[arg(long)]
+        flow: Option<config::FlowId>,
+        /// The deployment the flows run as (`ferry run --deployment`): it prefixes the groups and the
+        /// transactional id whose rights are checked.
+        #[arg(long, env = "FERRY_DEPLOYMENT", default_value = "ferry")]
+        deployment: String,
         /// `table` for people, `json` for scripts (the same facts).
         #[arg(short, long, value_enum, default_value_t = Output::Table)]
         output: Output,
@@ -336,6 +360,7 @@ fn main() -> ExitCode {
     let _failpoints = fail::FailScenario::setup();
     match cli.command {
         Command::Validate { flows, output } => validate(&flows, output),
+        Command::Check { flows, flow, deployment, output } => check(&flows, flow.as_ref(), &deployment, output),
         Command::Translate { flows, flow, group, groups, all_groups, apply, max_age, output } => {
             let set = match config::load_dir(&flows) {
                 Ok(set) => set,
@@ -545,6 +570,29 @@ fn validate(flows: &std::path::Path, output: Output) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `ferry check`: 0 when nothing would fail, 1 when something would, 2 for an invalid directory or flow.
+fn check(flows: &std::path::Path, flow: Option<&config::FlowId>, deployment: &str, output: Output) -> ExitCode {
+    let set = match config::load_dir(flows) {
+        Ok(set) => set,
+        Err(errors) => {
+            eprint!("{errors}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = match ferry::check::run(&set, deployment, flow) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ferry check: {e} ({})", flows.display());
+            return ExitCode::from(2);
+        }
+    };
+    match output {
+        Output::Table => print!("{}", cli::check::render(&report)),
+        Output::Json => print!("{}", cli::pretty(&cli::check::report_json(&report))),
+    }
+    if report.problems().is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
 /// `ferry pause` / `ferry resume`: 0 when done, [`EXIT_INCOMPLETE`] when accepted but not complete.

@@ -1,6 +1,7 @@
 //! Safe wrappers over the librdkafka admin calls that rdkafka 0.39 does not expose: incremental topic
 //! config changes (IncrementalAlterConfigs), listing and describing consumer groups with their state
-//! (ListGroups / ConsumerGroupDescribe / DescribeGroups), reading and writing the committed
+//! (ListGroups / ConsumerGroupDescribe / DescribeGroups) and the cluster (DescribeCluster), each with the
+//! caller's authorized operations where asked (KIP-430), reading and writing the committed
 //! offsets of any group (OffsetFetch / OffsetCommit with generation -1, as MM2's admin client does),
 //! and committing any group's offsets inside a producer's transaction (rdkafka takes the group's
 //! metadata only from a consumer of that group).
@@ -77,6 +78,14 @@ unsafe extern "C" {
     fn rd_kafka_ConsumerGroupDescription_state(grpdesc: *const rd::rd_kafka_ConsumerGroupDescription_t) -> c_int;
     fn rd_kafka_TopicDescription_authorized_operations(
         topicdesc: *const rd::rd_kafka_TopicDescription_t,
+        cntp: *mut usize,
+    ) -> *const c_int;
+    fn rd_kafka_ConsumerGroupDescription_authorized_operations(
+        grpdesc: *const rd::rd_kafka_ConsumerGroupDescription_t,
+        cntp: *mut usize,
+    ) -> *const c_int;
+    fn rd_kafka_DescribeCluster_result_authorized_operations(
+        result: *const rd::rd_kafka_DescribeCluster_result_t,
         cntp: *mut usize,
     ) -> *const c_int;
 }
@@ -217,6 +226,9 @@ pub struct GroupDescription {
     /// Why this group could not be described (coordinator unavailable, not authorised, ...). A group
     /// that does not exist is not an error here: it is `Dead` with no error.
     pub error: Option<AdminError>,
+    /// What the caller's principal may do with the group (KIP-430), also for a group that does not
+    /// exist; `None` with an error or when the broker did not say.
+    pub authorized_operations: Option<Vec<AclOperation>>,
 }
 
 /// A committed offset of a group for one partition, with the commit's metadata string.
@@ -401,6 +413,7 @@ pub async fn list_consumer_groups_partial<C: ClientContext + 'static>(
 /// `GROUP_ID_NOT_FOUND` and librdkafka falls back to DescribeGroups, which (at the version librdkafka
 /// 2.12 uses) reports an unknown group as `Dead` without error. A `GROUP_ID_NOT_FOUND` that still
 /// reaches us (DescribeGroups v6, KIP-1043) is mapped to `Dead` as well, as MM2 4.x does.
+/// The caller's authorized operations on each group are asked for too.
 pub async fn describe_consumer_groups<C: ClientContext + 'static>(
     admin: &AdminClient<C>,
     groups: &[String],
@@ -420,6 +433,7 @@ pub async fn describe_consumer_groups<C: ClientContext + 'static>(
     run(admin, OP, move |rk, cancel| {
         let options = AdminOptions::new(rk, rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS, OP)?;
         options.set_request_timeout(timeout, OP)?;
+        options.include_authorized_operations(OP)?;
         let queue = Queue::new(rk, OP)?;
         let mut ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
         // SAFETY: valid handle, options and queue; `ptrs` holds `ptrs.len()` valid C strings, which
@@ -446,7 +460,10 @@ pub async fn describe_consumer_groups<C: ClientContext + 'static>(
                         None,
                     ),
                 };
-                out.push(GroupDescription { group_id, state, members, error });
+                let mut ops_cnt = 0usize;
+                let ops = rd_kafka_ConsumerGroupDescription_authorized_operations(d, &mut ops_cnt);
+                let authorized_operations = operations(ops, ops_cnt);
+                out.push(GroupDescription { group_id, state, members, error, authorized_operations });
             }
         }
         Ok(out)
@@ -764,12 +781,7 @@ pub async fn describe_topics<C: ClientContext + 'static>(
     run(admin, OP, move |rk, cancel| {
         let options = AdminOptions::new(rk, rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS, OP)?;
         options.set_request_timeout(timeout, OP)?;
-        // SAFETY: valid options; a returned error object is ours to destroy.
-        let err = ErrorObject(unsafe { rd::rd_kafka_AdminOptions_set_include_authorized_operations(options.0, 1) });
-        // SAFETY: NULL or a valid error object owned by `err`.
-        if let Some(e) = unsafe { AdminError::from_error_object(OP, err.0) } {
-            return Err(e);
-        }
+        options.include_authorized_operations(OP)?;
         let queue = Queue::new(rk, OP)?;
         let mut ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
         // SAFETY: `ptrs` holds valid C strings, which librdkafka copies into the collection.
@@ -805,13 +817,53 @@ pub async fn describe_topics<C: ClientContext + 'static>(
                     .flatten();
                 let mut ops_cnt = 0usize;
                 let ops = rd_kafka_TopicDescription_authorized_operations(d, &mut ops_cnt);
-                let authorized_operations = (!ops.is_null()).then(|| {
-                    std::slice::from_raw_parts(ops, ops_cnt).iter().map(|&c| AclOperation::from_code(c)).collect()
-                });
+                let authorized_operations = operations(ops, ops_cnt);
                 out.push(TopicDescription { name, id, partitions: parts as i32, error, authorized_operations });
             }
         }
         Ok(out)
+    })
+    .await
+}
+
+/// The cluster as [`describe_cluster`] shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterDescription {
+    pub cluster_id: Option<String>,
+    /// How many brokers the cluster reports.
+    pub brokers: usize,
+    /// What the caller's principal may do with the cluster resource (KIP-430); `None` when the broker
+    /// did not say.
+    pub authorized_operations: Option<Vec<AclOperation>>,
+}
+
+/// Describes the cluster (DescribeCluster, KIP-700): its id, its brokers and what the caller may do
+/// with it. A cluster that does not answer within `timeout` is an `Err` (`_TIMED_OUT`).
+pub async fn describe_cluster<C: ClientContext + 'static>(
+    admin: &AdminClient<C>,
+    timeout: Duration,
+) -> Result<ClusterDescription, AdminError> {
+    const OP: &str = "DescribeCluster";
+    run(admin, OP, move |rk, cancel| {
+        let options = AdminOptions::new(rk, rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECLUSTER, OP)?;
+        options.set_request_timeout(timeout, OP)?;
+        options.include_authorized_operations(OP)?;
+        let queue = Queue::new(rk, OP)?;
+        // SAFETY: valid handle, options and queue.
+        unsafe { rd::rd_kafka_DescribeCluster(rk.0, options.0, queue.0) };
+        let event = queue.wait(rd::RD_KAFKA_EVENT_DESCRIBECLUSTER_RESULT, timeout, cancel, OP)?;
+        // SAFETY: `event` is a DescribeCluster result; the id, node array and operations belong to it
+        // and it outlives this block.
+        unsafe {
+            let result = rd::rd_kafka_event_DescribeCluster_result(event.0);
+            let id = rd::rd_kafka_DescribeCluster_result_cluster_id(result);
+            let cluster_id = (!id.is_null()).then(|| cstring(id));
+            let mut brokers = 0usize;
+            rd::rd_kafka_DescribeCluster_result_nodes(result, &mut brokers);
+            let mut ops_cnt = 0usize;
+            let ops = rd_kafka_DescribeCluster_result_authorized_operations(result, &mut ops_cnt);
+            Ok(ClusterDescription { cluster_id, brokers, authorized_operations: operations(ops, ops_cnt) })
+        }
     })
     .await
 }
@@ -1017,6 +1069,17 @@ impl AdminOptions {
         }
         Ok(())
     }
+
+    /// Asks for the caller's authorized operations on each described resource (KIP-430).
+    fn include_authorized_operations(&self, op: &'static str) -> Result<(), AdminError> {
+        // SAFETY: valid options; a returned error object is ours to destroy.
+        let err = ErrorObject(unsafe { rd::rd_kafka_AdminOptions_set_include_authorized_operations(self.0, 1) });
+        // SAFETY: NULL or a valid error object owned by `err`.
+        match unsafe { AdminError::from_error_object(op, err.0) } {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Drop for AdminOptions {
@@ -1175,6 +1238,17 @@ unsafe fn array<'a, T>(p: *mut *const T, cnt: usize) -> &'a [*const T] {
     }
     // SAFETY: see the function's contract.
     unsafe { std::slice::from_raw_parts(p.cast_const(), cnt) }
+}
+
+/// The authorized operations librdkafka returned (`ops`, `cnt` of them); `None` for NULL (not asked, or
+/// the broker did not say).
+///
+/// # Safety
+/// `ops` is NULL or points to `cnt` ints that stay valid for the call.
+unsafe fn operations(ops: *const c_int, cnt: usize) -> Option<Vec<AclOperation>> {
+    // SAFETY: see the function's contract.
+    (!ops.is_null())
+        .then(|| unsafe { std::slice::from_raw_parts(ops, cnt) }.iter().map(|&c| AclOperation::from_code(c)).collect())
 }
 
 /// Copies a C string (NULL: empty), replacing invalid UTF-8.

@@ -12,6 +12,9 @@
 //!   the flow runs and publishes checkpoints, and the offset-sync backlog is read latest-only, so a
 //!   group older than its partition's newest sync gets no checkpoint from an older one.
 //!
+//! - `ferry check` with every right but one: it names the flow, the resource and the right, exits 1, and
+//!   once the right is granted exits 0 listing the remote topics (table and JSON alike).
+//!
 //! The tests share one test bed (a SASL_SSL source and target, both with ACLs, user `alice`) and
 //! take turns: two brokers in all.
 
@@ -511,4 +514,117 @@ fn unreadable_checkpoints_topic_warns_and_translates_from_the_newest_syncs_only(
     let warnings = log_lines(&ferry.log(), "cannot read the published checkpoints", "");
     assert_eq!(warnings, 1, "{}", ferry.log());
     ferry.terminate(Duration::from_secs(30));
+}
+
+/// `ferry check --flows DIR --deployment D ARGS`: exit code, stdout, stderr.
+fn check(dir: &tempfile::TempDir, deployment: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(support::ferry_bin())
+        .args(["check", "--flows"])
+        .arg(dir.path())
+        .args(["--deployment", deployment])
+        .args(args)
+        .output()
+        .expect("run ferry check");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+/// `ferry check` as a principal granted everything a flow needs but Read on its copier group (it may
+/// describe the group) and Write on the offset-syncs topic an operator created beforehand: exit 1, each
+/// missing right named with the flow and the resource, in the table and in the JSON; the transactional id
+/// shown as not checkable; no password in the output. Once both are granted: exit 0, the remote topic
+/// names listed.
+#[test]
+fn check_names_each_missing_right_and_passes_once_granted() {
+    let bed = bed();
+    let _turn = take_turn("check");
+    let (src, dst) = (&bed.source, &bed.target);
+    let (deployment, flow) = ("acl-d", "up->down");
+    let copier_group = format!("{deployment}.{flow}");
+    let p = unique("acl-chk");
+    let (topic, group) = (format!("{p}-data"), format!("{p}-g"));
+    let syncs_topic = "mm2-offset-syncs.down.internal";
+    create_topic(&src.bootstrap, &topic, 2, &[]);
+    create_topic(&src.bootstrap, syncs_topic, 1, &[("cleanup.policy", "compact")]);
+    commit_group_offsets(&src.bootstrap, &group, &[(&topic, 0, 0)]);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            src.allow("alice", "topic", "heartbeats", "literal", &["All"]);
+            src.allow("alice", "topic", syncs_topic, "literal", &["Describe", "Read"]);
+            src.allow("alice", "topic", &topic, "literal", &["Read", "Describe", "DescribeConfigs"]);
+            src.allow_all("alice", &[("group", &group), ("group", &copier_group)], "literal", &["Describe"]);
+        });
+        s.spawn(|| {
+            let prefix = format!("{deployment}.");
+            dst.allow_all(
+                "alice",
+                &[("topic", "up."), ("group", &prefix), ("transactional-id", &prefix)],
+                "prefixed",
+                &["All"],
+            );
+            dst.allow_all(
+                "alice",
+                &[
+                    ("topic", "heartbeats"),
+                    ("topic", "mm2-offsets.up.internal"),
+                    ("topic", "ferry.leases.internal"),
+                    ("topic", "ferry.control.internal"),
+                ],
+                "literal",
+                &["All"],
+            );
+        });
+    });
+    let dir = flows_dir(bed, ("up", "down"), &[&topic], &[&group]);
+    let remote = format!("up.{topic}");
+
+    let (code, table, err) = check(&dir, deployment, &[]);
+    eprintln!("[check] one right missing:\n{table}{err}");
+    assert_eq!(code, 1, "{table}{err}");
+    let missing: Vec<&str> = table.lines().filter(|l| l.trim_start().starts_with("MISSING")).collect();
+    assert_eq!(missing.len(), 2, "{table}");
+    assert!(missing[0].contains(&format!("group {copier_group}")) && missing[0].contains("Read"), "{table}");
+    assert!(
+        missing[1].contains(&format!("topic {syncs_topic}")) && missing[1].contains("not granted Write"),
+        "{table}"
+    );
+    let problem = table.lines().find(|l| l.contains("MISSING Read")).unwrap_or_default();
+    assert!(problem.contains(&format!("flow {flow}")) && problem.contains(&copier_group), "{table}");
+    let problem = table.lines().find(|l| l.contains("MISSING Write")).unwrap_or_default();
+    assert!(problem.contains(&format!("flow {flow}")) && problem.contains(syncs_topic), "{table}");
+    // It exists, compacted as ferry requires; its configs are not the principal's to describe.
+    let state = table.lines().find(|l| l.contains(syncs_topic) && !l.contains("topic ")).unwrap_or_default();
+    assert!(state.trim_start().starts_with("OK") && state.contains("cleanup.policy unknown"), "{table}");
+    let txn = table.lines().find(|l| l.contains("transactional id")).unwrap_or_default();
+    assert!(txn.contains("UNCHECKED") && txn.contains("kafka-acls"), "{table}");
+    for secret in [src.password("alice"), dst.password("alice")] {
+        assert!(!table.contains(secret) && !err.contains(secret), "a password in the output");
+    }
+    let (code, doc, _) = check(&dir, deployment, &["-o", "json"]);
+    assert_eq!(code, 1);
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap_or_else(|e| panic!("not JSON ({e}): {doc}"));
+    let rights = doc["flows"][0]["rights"].as_array().cloned().unwrap_or_default();
+    let missing: Vec<&serde_json::Value> = rights.iter().filter(|r| r["status"] == "missing").collect();
+    assert_eq!(missing.len(), 2, "{doc}");
+    assert_eq!(missing[0]["resource"], serde_json::json!({"type": "group", "name": copier_group}), "{doc}");
+    assert_eq!((missing[0]["rights"][0].as_str(), missing[0]["cluster"].as_str()), (Some("Read"), Some("up")));
+    assert_eq!(missing[1]["resource"], serde_json::json!({"type": "topic", "name": syncs_topic}), "{doc}");
+    assert_eq!(missing[1]["rights"], serde_json::json!(["Write"]), "{doc}");
+    assert_eq!(doc["ok"], false);
+
+    src.allow("alice", "group", &copier_group, "literal", &["Read"]);
+    src.allow("alice", "topic", syncs_topic, "literal", &["Write"]);
+    let mut last = String::new();
+    wait_for(REPORTED, "ferry check passing after the grant", || {
+        let (code, table, err) = check(&dir, deployment, &[]);
+        last = format!("{table}{err}");
+        code == 0
+    });
+    eprintln!("[check] granted:\n{last}");
+    assert!(last.contains(&format!("{topic} -> {remote}")) && last.contains("no problems"), "{last}");
+    let (code, doc, _) = check(&dir, deployment, &["-o", "json"]);
+    assert_eq!(code, 0);
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap_or_else(|e| panic!("not JSON ({e}): {doc}"));
+    assert_eq!(doc["flows"][0]["topics"][0]["remote"], remote.as_str(), "{doc}");
+    assert_eq!(doc["ok"], true, "{doc}");
 }

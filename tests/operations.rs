@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use support::observe::{self, health, metric_sum};
 use support::scenario::*;
 use support::web::{http_post, http_request};
-use support::{Ferry, create_topic, produce, shared_pair, unique, wait_for};
+use support::{Ferry, commit_group_offsets, create_topic, produce, shared_pair, unique, wait_for};
 
 const PATH: &str = "/flows/east-%3Ewest";
 
@@ -656,10 +656,80 @@ fn the_cli_pauses_and_resumes_a_flow_and_its_json_says_what_its_tables_say() {
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }
 
+/// `ferry check` between the shared clusters (no authorizer): every right granted, the topics listed with
+/// their remote names, the group it would checkpoint, exit 0; a checkpoints topic created beforehand
+/// without compaction is reported with the reason, exit 1; a cluster that does not answer is named with
+/// its bootstrap within seconds, exit 1, and the other flow is still checked. The JSON carries the same.
+#[test]
+fn check_lists_remote_names_and_reports_a_bad_internal_topic_and_an_unreachable_cluster() {
+    let (east, west) = shared_pair();
+    // Aliases of this test's own: its internal topics are no other test's.
+    let (src, dst, gone) = ("chk_src", "chk_dst", "chk_gone");
+    let (topic, group) = (unique("chk"), unique("chk-group"));
+    create_topic(&east.bootstrap, &topic, 2, &[]);
+    commit_group_offsets(&east.bootstrap, &group, &[(&topic, 0, 0)]);
+    let remote = format!("{src}.{topic}");
+    let flows = flow(src, dst, &[&topic], &format!("groups = [\"{group}\"]"));
+    let dir = support::scenario::flows_dir(&[(src, &east.bootstrap), (dst, &west.bootstrap)], &flows);
+    let path = dir.path().to_str().expect("path");
+
+    let (code, table, err) = cli(&["check", "--flows", path], &[]);
+    eprintln!("[check] healthy:\n{table}{err}");
+    assert_eq!(code, 0, "{table}{err}");
+    assert!(table.contains(&format!("{topic} -> {remote}")), "{table}");
+    assert!(table.contains(&format!("groups (1): {group}")), "{table}");
+    assert!(!table.contains("MISSING") && table.contains("no problems"), "{table}");
+    let (code, doc, err) = cli(&["check", "--flows", path, "-o", "json"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let doc = json(&doc);
+    let f = &doc["flows"][0];
+    assert_eq!((doc["ok"].as_bool(), f["flow"].as_str()), (Some(true), Some("chk_src->chk_dst")), "{doc}");
+    assert_eq!(f["topics"][0]["remote"], remote.as_str(), "{doc}");
+    assert_eq!(f["groups"], serde_json::json!([group]), "{doc}");
+    assert!(f["rights"].as_array().is_some_and(|r| r.iter().all(|r| r["status"] != "missing")), "{doc}");
+
+    // A checkpoints topic someone created without compaction.
+    let checkpoints = format!("{src}.checkpoints.internal");
+    create_topic(&west.bootstrap, &checkpoints, 1, &[("cleanup.policy", "delete")]);
+    let (code, table, err) = cli(&["check", "--flows", path], &[]);
+    eprintln!("[check] bad checkpoints topic:\n{table}{err}");
+    assert_eq!(code, 1, "{table}{err}");
+    let line = table.lines().find(|l| l.contains(&checkpoints) && l.contains("WRONG")).unwrap_or_default();
+    assert!(line.contains("cleanup.policy=delete") && line.contains("requires compact"), "{table}");
+    let (code, doc, _) = cli(&["check", "--flows", path, "-o", "json"], &[]);
+    assert_eq!(code, 1);
+    let doc = json(&doc);
+    let bad: Vec<&serde_json::Value> = doc["flows"][0]["internal_topics"]
+        .as_array()
+        .map(|t| t.iter().filter(|t| t["status"] == "wrong").collect())
+        .unwrap_or_default();
+    assert_eq!(bad.len(), 1, "{doc}");
+    assert_eq!((bad[0]["topic"].as_str(), bad[0]["cluster"].as_str()), (Some(checkpoints.as_str()), Some(dst)));
+    assert!(
+        doc["problems"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p.as_str().is_some_and(|p| p.contains(&checkpoints))))
+    );
+
+    // A cluster nobody listens on, the target of a second flow.
+    let nowhere = format!("127.0.0.1:{}", support::free_port());
+    let flows = format!("{flows}\n{}", flow(src, gone, &[&topic], ""));
+    let dir = support::scenario::flows_dir(&[(src, &east.bootstrap), (dst, &west.bootstrap), (gone, &nowhere)], &flows);
+    let started = Instant::now();
+    let (code, table, err) = cli(&["check", "--flows", dir.path().to_str().expect("path")], &[]);
+    let took = started.elapsed();
+    eprintln!("[check] unreachable cluster ({took:?}):\n{table}{err}");
+    assert_eq!(code, 1, "{table}{err}");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    let line = table.lines().find(|l| l.starts_with(&format!("cluster {gone} "))).unwrap_or_default();
+    assert!(line.contains(&nowhere) && line.contains("UNREACHABLE"), "{table}");
+    assert!(table.contains(&format!("{topic} -> {remote}")), "the reachable flow is still checked: {table}");
+}
+
 /// Completions for each shell and the man pages come out of the clap definitions and name every command.
 #[test]
 fn completions_and_man_pages_are_generated_for_every_command() {
-    let commands = ["run", "status", "pause", "resume", "reload", "health", "validate", "translate"];
+    let commands = ["run", "status", "pause", "resume", "reload", "health", "validate", "check", "translate"];
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
         let (code, script, err) = cli(&["completions", shell], &[]);
         assert_eq!(code, 0, "{shell}: {err}");

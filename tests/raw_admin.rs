@@ -12,8 +12,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ferry::raw_admin::{
-    AdminError, CommittedOffset, ConfigOp, GroupState, alter_consumer_group_offsets, describe_consumer_groups,
-    incremental_alter_topic_configs, list_consumer_group_offsets, list_consumer_groups,
+    AclOperation, AdminError, CommittedOffset, ConfigOp, GroupState, alter_consumer_group_offsets, describe_cluster,
+    describe_consumer_groups, incremental_alter_topic_configs, list_consumer_group_offsets, list_consumer_groups,
 };
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, ConfigSource, ResourceSpecifier};
@@ -103,6 +103,11 @@ async fn idle_group_is_listed_described_read_and_written() {
     assert_eq!(described[1].group_id, missing);
     assert_eq!((&described[1].state, described[1].members, &described[1].error), (&GroupState::Dead, 0, &None));
     assert!(describe_consumer_groups(&admin, &[], TIMEOUT).await.expect("describe nothing").is_empty());
+    // Without an authorizer, every group operation is authorized, also on a group that does not exist.
+    for d in &described {
+        let ops = d.authorized_operations.as_deref().unwrap_or_default();
+        assert!(ops.contains(&AclOperation::Read) && ops.contains(&AclOperation::Describe), "{d:?}");
+    }
 
     let mut offsets = list_consumer_group_offsets(&admin, &group, TIMEOUT).await.expect("list offsets");
     offsets.sort_by_key(|o| o.partition);
@@ -187,6 +192,24 @@ impl Drop for Member {
 /// Describes `group` (one member expected), then tries to overwrite its offset of partition 0 as a
 /// non-member: the broker must refuse, and the committed offset must stay. Returns what describe
 /// and alter said.
+/// DescribeCluster: the cluster's id and one broker, and (no authorizer) every cluster operation for anyone;
+/// an address nobody listens on is a `_TIMED_OUT` within the timeout.
+#[tokio::test]
+async fn the_cluster_is_described_with_what_the_caller_may_do() {
+    let east = &shared_pair().0;
+    let d = describe_cluster(&admin(&east.bootstrap), TIMEOUT).await.expect("describe cluster");
+    assert_eq!(d.brokers, 1, "{d:?}");
+    assert!(d.cluster_id.as_deref().is_some_and(|id| id.len() == 22), "{d:?}");
+    let ops = d.authorized_operations.clone().unwrap_or_default();
+    assert!(ferry::check::rights::unrestricted(&ops), "{d:?}");
+
+    let nowhere = admin(&format!("127.0.0.1:{}", support::free_port()));
+    let started = std::time::Instant::now();
+    let e = describe_cluster(&nowhere, Duration::from_secs(2)).await.expect_err("nobody there");
+    assert_eq!(e.name, "_TIMED_OUT", "{e}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+}
+
 async fn alter_active_group(protocol: &str) -> (GroupState, usize, AdminError) {
     let east = &shared_pair().0;
     let topic = unique("raw-active");

@@ -1,7 +1,8 @@
 //! The `ferry` commands besides `run`, as far as they are more than a call into the core: talking to a
-//! running node ([`client`]: `pause`, `resume`, `reload`, `status`) and printing what they found, as a
-//! table for people or as JSON for scripts (`-o json`: the same facts, from the same values).
+//! running node ([`client`]: `pause`, `resume`, `reload`, `status`) and printing what they (and `check`)
+//! found, as a table for people or as JSON for scripts (`-o json`: the same facts, from the same values).
 
+pub mod check;
 pub mod client;
 pub mod reload;
 pub mod status;

@@ -605,7 +605,7 @@ async fn refused_topics(
 
 /// A `topics` pattern that names one topic: only characters of topic names (a `.` in it is meant
 /// literally, though as a pattern it matches any character).
-fn is_literal(pattern: &str) -> bool {
+pub(crate) fn is_literal(pattern: &str) -> bool {
     !pattern.is_empty() && pattern.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 

@@ -130,7 +130,7 @@ fn connection_line(line: &str) -> Option<(String, String)> {
 
 /// Why `cluster` does not answer: its last diagnosis, else the most recent connection problem librdkafka
 /// logged for any of its bootstrap servers, within [`CAUSE_WINDOW`].
-pub(super) fn connection_problem(cluster: &str) -> Option<String> {
+pub fn connection_problem(cluster: &str) -> Option<String> {
     let causes = CAUSES.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((at, found)) = causes.by_cluster.get(cluster)
         && at.elapsed() <= CAUSE_WINDOW

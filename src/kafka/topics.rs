@@ -78,6 +78,39 @@ pub async fn create_topic(
     }
 }
 
+/// What a validate-only CreateTopics answers for each of `specs` (the broker checks the rights and the
+/// request and creates nothing): `Err((code, message))` with the broker's code name, e.g.
+/// `TOPIC_AUTHORIZATION_FAILED`. An empty `specs` asks nothing.
+pub async fn validate_create_topics(
+    admin: &AdminClient<impl ClientContext + 'static>,
+    cluster: &str,
+    specs: &[TopicSpec],
+    timeout: Duration,
+) -> Result<HashMap<String, Result<(), (String, String)>>, KafkaOpError> {
+    if specs.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let topics: Vec<NewTopic<'_>> = specs
+        .iter()
+        .map(|s| NewTopic::new(&s.name, s.partitions, TopicReplication::Fixed(s.replication_factor.unwrap_or(-1))))
+        .collect();
+    let opts = AdminOptions::new().validate_only(true).operation_timeout(Some(timeout)).request_timeout(Some(timeout));
+    let results = admin
+        .create_topics(&topics, &opts)
+        .await
+        .map_err(|e| KafkaOpError::kafka(cluster, "validate-only create topics", e))?;
+    Ok(results
+        .into_iter()
+        .map(|r| match r {
+            Ok(name) => (name, Ok(())),
+            Err((name, code)) => {
+                let code_name = authorization_code(code).map_or_else(|| format!("{code:?}"), str::to_string);
+                (name, Err((code_name, code.to_string())))
+            }
+        })
+        .collect())
+}
+
 /// Create `spec` on `cluster` unless it exists, and wait until it shows in metadata. Returns the topic's
 /// actual partition count. Blocking: for worker threads.
 pub fn ensure_topic<A: ClientContext + 'static>(

@@ -27,6 +27,8 @@ mod emit;
 mod group_sync;
 mod sync_reader;
 
+pub(crate) use sync_reader::reverse_syncs_location;
+
 use super::supervisor::{ActorKind, FlowSupervisor, ItemErrorsChanged};
 use super::worker::{Control, Signal, Worker};
 use crate::checkpoint_store::CheckpointStore;

@@ -115,7 +115,7 @@ fn other_syncs_topic(
 }
 
 /// The cluster and name of [`other_syncs_topic`] for `plan`.
-pub(super) fn reverse_syncs_location(plan: &FlowPlan) -> (&ClusterSpec, String) {
+pub(crate) fn reverse_syncs_location(plan: &FlowPlan) -> (&ClusterSpec, String) {
     let s = &plan.settings;
     let (alias, topic) =
         other_syncs_topic(s.offset_syncs_topic_location, &plan.policy, &plan.id.source, &plan.id.target);

@@ -1,0 +1,611 @@
+//! The rights a flow needs on its clusters: README's "## ACLs" tables as one table in code ([`RIGHTS`]),
+//! resolved for a flow and a deployment into concrete resources ([`needs`]), and judged against what the
+//! brokers report this principal may do ([`judge`]). Names come from the functions the actors use
+//! (copier and lease groups, transactional id, internal topics), never re-derived here; a unit test
+//! checks that the README's tables say the same.
+
+use serde::Serialize;
+
+use crate::config::FlowPlan;
+use crate::flow::Identity;
+use crate::raw_admin::AclOperation as Op;
+
+/// The flow's cluster a row of [`RIGHTS`] is about (as the README's two tables split them; the
+/// offset-syncs topics move with `offset_syncs_topic_location`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Source,
+    Target,
+}
+
+/// The resources a row is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subject {
+    /// Every topic the flow copies, `heartbeats` included once it exists.
+    CopiedTopics,
+    CopierGroup,
+    OffsetSyncsTopic,
+    Heartbeats,
+    CheckpointedGroups,
+    /// The remote topic of every copied topic, and of `heartbeats`.
+    RemoteTopics,
+    ProgressTopic,
+    CheckpointsTopic,
+    CheckpointsTransactionalId,
+    LeaseTopic,
+    ControlTopic,
+    LeaseGroup,
+    /// Every checkpointed group, when `sync_group_offsets_enabled`.
+    SyncedGroups,
+    /// The reverse flow's offset-syncs topic, when it exists.
+    ReverseOffsetSyncsTopic,
+}
+
+/// One row of the README's tables.
+#[derive(Debug)]
+pub struct Row {
+    pub side: Side,
+    pub subject: Subject,
+    pub rights: &'static [Op],
+    /// Who needs them ([`Row::used_by`]), with `{source}` and `{target}` for the flow's aliases.
+    used_by: &'static str,
+    /// The README's resource cell, with `{source}`, `{target}` and `{D}` (the deployment) for a flow's.
+    readme_resource: &'static str,
+    /// What the README's rights cell says beyond [`Row::rights`].
+    readme_rights_extra: &'static str,
+}
+
+use Op::{Alter, AlterConfigs, Create, Describe, DescribeConfigs, Read, Write};
+use Side::{Source, Target};
+use Subject::*;
+
+impl Row {
+    /// The row as the README's table writes it, for flow `source->target` of `deployment`.
+    pub fn readme_line(&self, source: &str, target: &str, deployment: &str) -> String {
+        let fill = |t: &str| t.replace("{source}", source).replace("{target}", target).replace("{D}", deployment);
+        let rights: Vec<&str> = self.rights.iter().map(Op::as_str).collect();
+        format!(
+            "| {} | {}{} | {} |",
+            fill(self.readme_resource),
+            rights.join(", "),
+            fill(self.readme_rights_extra),
+            self.used_by(source, target)
+        )
+    }
+
+    /// Who needs the rights, for flow `source->target`.
+    pub fn used_by(&self, source: &str, target: &str) -> String {
+        self.used_by.replace("{source}", source).replace("{target}", target)
+    }
+}
+
+/// Everything a flow needs, in the README's order.
+pub const RIGHTS: &[Row] = &[
+    Row {
+        side: Source,
+        subject: CopiedTopics,
+        rights: &[Read, DescribeConfigs],
+        used_by: "copier; topic sync (remote topics get the source's configs)",
+        readme_resource: "topic: every topic the flow copies, and `heartbeats`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Source,
+        subject: CopierGroup,
+        rights: &[Read],
+        used_by: "copier group: splits the partitions among the nodes",
+        readme_resource: "group `{D}.{source}->{target}`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Source,
+        subject: OffsetSyncsTopic,
+        rights: &[Create, Write, Read],
+        used_by: "offset-sync emitter writes it, checkpoint computer reads it",
+        readme_resource: "topic `mm2-offset-syncs.{target}.internal`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Source,
+        subject: Heartbeats,
+        rights: &[Create, Write],
+        used_by: "heartbeat emitter (Heartbeat({target}, {source}), as MM2)",
+        readme_resource: "topic `heartbeats`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Source,
+        subject: CheckpointedGroups,
+        rights: &[Describe],
+        used_by: "checkpoint computer lists the groups and reads their offsets",
+        readme_resource: "group: every group the flow checkpoints (`groups`)",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: RemoteTopics,
+        rights: &[Create, Write, DescribeConfigs, AlterConfigs, Alter],
+        used_by: "topic sync creates them, syncs configs (AlterConfigs), adds partitions (Alter); copier writes",
+        readme_resource: "topic `{source}.<topic>` for every copied topic, and `{source}.heartbeats`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: ProgressTopic,
+        rights: &[Create, Read, Write],
+        used_by: "copy progress",
+        readme_resource: "topic `mm2-offsets.{source}.internal`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: CheckpointsTopic,
+        rights: &[Create, Read, Write],
+        used_by: "checkpoint computer (reads the published checkpoints at start)",
+        readme_resource: "topic `{source}.checkpoints.internal`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: CheckpointsTransactionalId,
+        rights: &[Write],
+        used_by: "checkpoint producer (fences an ex-leader)",
+        readme_resource: "transactional id `{D}.{source}->{target}.checkpoints`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: LeaseTopic,
+        rights: &[Create, Read],
+        used_by: "lease",
+        readme_resource: "topic `ferry.leases.internal`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: ControlTopic,
+        rights: &[Create, Read, Write],
+        used_by: "the deployment's pauses (every node reads it; the node that takes a pause writes it)",
+        readme_resource: "topic `ferry.control.internal`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: LeaseGroup,
+        rights: &[Read],
+        used_by: "lease group (who leads the flow)",
+        readme_resource: "group `{D}.{source}->{target}.leader`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: Heartbeats,
+        rights: &[Create, Write],
+        used_by: "heartbeat emitter",
+        readme_resource: "topic `heartbeats`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: SyncedGroups,
+        rights: &[Read],
+        used_by: "group offset sync (commits in the checkpoint producer's transactions)",
+        readme_resource: "group: every group synced (`sync_group_offsets_enabled`)",
+        readme_rights_extra: "; Read on its `{source}.<topic>`",
+    },
+    Row {
+        side: Target,
+        subject: ReverseOffsetSyncsTopic,
+        rights: &[Read],
+        used_by: "reverse checkpoints (fail-back)",
+        readme_resource: "topic `mm2-offset-syncs.{source}.internal`, if a reverse flow `{target}->{source}` writes it \
+                          (its `offset_syncs_topic_location` is `\"source\"`)",
+        readme_rights_extra: "",
+    },
+];
+
+/// A resource as `kafka-acls` names its type.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(tag = "type", content = "name", rename_all = "snake_case")]
+pub enum Resource {
+    Topic(String),
+    Group(String),
+    TransactionalId(String),
+}
+
+impl Resource {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Resource::Topic(_) => "topic",
+            Resource::Group(_) => "group",
+            Resource::TransactionalId(_) => "transactional id",
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Resource::Topic(n) | Resource::Group(n) | Resource::TransactionalId(n) => n,
+        }
+    }
+}
+
+impl std::fmt::Display for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind(), self.name())
+    }
+}
+
+/// One resource a flow needs rights on, on one of its clusters.
+#[derive(Clone, Debug)]
+pub struct Need {
+    /// The alias of the cluster that holds the resource.
+    pub cluster: String,
+    pub resource: Resource,
+    pub row: &'static Row,
+}
+
+/// What the flow copies and checkpoints, as listed on its source.
+pub struct Selected<'a> {
+    pub topics: &'a [String],
+    pub groups: &'a [String],
+}
+
+/// The resources of every row of [`RIGHTS`] for `plan` run by `identity`'s deployment.
+pub fn needs(plan: &FlowPlan, identity: &Identity, selected: &Selected<'_>) -> Vec<Need> {
+    let mut out = Vec::new();
+    for row in RIGHTS {
+        let on_side = match row.side {
+            Source => &plan.source.alias,
+            Target => &plan.target.alias,
+        };
+        let mut push = |cluster: &str, resource: Resource| {
+            out.push(Need { cluster: cluster.to_string(), resource, row });
+        };
+        match row.subject {
+            CopiedTopics => selected.topics.iter().for_each(|t| push(on_side, Resource::Topic(t.clone()))),
+            RemoteTopics => {
+                let heartbeats = plan.policy.heartbeats_topic();
+                let mut remotes: Vec<String> = selected.topics.iter().map(|t| remote_topic(plan, t)).collect();
+                let remote_heartbeats = remote_topic(plan, heartbeats);
+                if !remotes.contains(&remote_heartbeats) {
+                    remotes.push(remote_heartbeats);
+                }
+                remotes.into_iter().for_each(|t| push(on_side, Resource::Topic(t)));
+            }
+            CopierGroup => push(on_side, Resource::Group(crate::flow::copier::copier_group(identity, plan))),
+            LeaseGroup => push(on_side, Resource::Group(crate::flow::lease::lease_group(identity, plan))),
+            CheckpointsTransactionalId => {
+                push(on_side, Resource::TransactionalId(crate::flow::checkpoints::transactional_id(identity, plan)));
+            }
+            CheckpointedGroups => selected.groups.iter().for_each(|g| push(on_side, Resource::Group(g.clone()))),
+            SyncedGroups if plan.settings.sync_group_offsets_enabled => {
+                selected.groups.iter().for_each(|g| push(on_side, Resource::Group(g.clone())));
+            }
+            SyncedGroups => {}
+            OffsetSyncsTopic => {
+                let (cluster, topic) = crate::flow::offset_syncs::syncs_location(plan);
+                push(&cluster.alias, Resource::Topic(topic));
+            }
+            ReverseOffsetSyncsTopic => {
+                let (cluster, topic) = crate::flow::checkpoints::reverse_syncs_location(plan);
+                push(&cluster.alias, Resource::Topic(topic));
+            }
+            Heartbeats => push(on_side, Resource::Topic(plan.policy.heartbeats_topic().to_string())),
+            ProgressTopic => push(on_side, Resource::Topic(crate::flow::progress::topic_spec(plan).name)),
+            CheckpointsTopic => push(on_side, Resource::Topic(plan.policy.checkpoints_topic(&plan.id.source))),
+            LeaseTopic => push(on_side, Resource::Topic(crate::flow::lease::LEASE_TOPIC.to_string())),
+            ControlTopic => push(on_side, Resource::Topic(crate::control::CONTROL_TOPIC.to_string())),
+        }
+    }
+    out
+}
+
+/// `topic`'s name on the flow's target.
+pub fn remote_topic(plan: &FlowPlan, topic: &str) -> String {
+    plan.policy.format_remote_topic(&plan.id.source, topic)
+}
+
+/// What the cluster told about one resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Known {
+    /// The resource was described (a group that does not exist yet is described too): the operations
+    /// the broker computed for this principal, `None` when it did not say.
+    Described(Option<Vec<Op>>),
+    /// A topic that does not exist; what a validate-only CreateTopics of it answered (`Err`: the
+    /// broker's error name, e.g. `TOPIC_AUTHORIZATION_FAILED`, and message).
+    Absent { create: Result<(), (String, String)> },
+    /// The broker refused to describe it: no Describe (the broker's error name).
+    Hidden(String),
+    /// No API reports rights on it (transactional ids); `unrestricted`: the cluster grants this
+    /// principal every cluster operation (no authorizer, or a super user).
+    NoApi { unrestricted: bool, bootstrap: String },
+    /// The cluster could not be asked.
+    Failed(String),
+}
+
+/// The verdict on one need.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every right is granted (for a topic that does not exist: Create, which is all it needs now).
+    Granted { note: Option<String> },
+    /// These rights are not granted: the flow would fail on them.
+    Missing { rights: Vec<&'static str>, reason: String },
+    /// A topic that does not exist yet and that this principal may create (a validate-only CreateTopics
+    /// said so): ferry creates it at start. Its `later` rights can be judged only once it exists.
+    Creatable { later: Vec<&'static str> },
+    /// The brokers cannot tell now; not a failure.
+    Unknown { reason: String },
+    /// No API reports these rights: check them by hand.
+    NotCheckable { hint: String },
+    /// Asking failed, or creating the topic would fail for another reason than rights.
+    Failed { reason: String },
+}
+
+impl Verdict {
+    /// Whether the flow would fail on it.
+    pub fn is_problem(&self) -> bool {
+        matches!(self, Verdict::Missing { .. } | Verdict::Failed { .. })
+    }
+
+    /// The word shown in the table.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Verdict::Granted { .. } => "OK",
+            Verdict::Creatable { .. } => "CREATE",
+            Verdict::Missing { .. } => "MISSING",
+            Verdict::Unknown { .. } => "UNKNOWN",
+            Verdict::NotCheckable { .. } => "UNCHECKED",
+            Verdict::Failed { .. } => "FAILED",
+        }
+    }
+}
+
+/// Every operation Kafka defines on the cluster resource: what a cluster without an authorizer reports
+/// for anyone (Kafka 4.3), and what it reports for a super user.
+pub const CLUSTER_OPERATIONS: [Op; 7] = [
+    Op::Alter,
+    Op::AlterConfigs,
+    Op::ClusterAction,
+    Op::Create,
+    Op::Describe,
+    Op::DescribeConfigs,
+    Op::IdempotentWrite,
+];
+
+/// Whether a principal with `ops` on the cluster resource may do everything (no authorizer, or a super
+/// user): then nothing is refused to it, transactional ids included.
+pub fn unrestricted(ops: &[Op]) -> bool {
+    ops.contains(&Op::All) || CLUSTER_OPERATIONS.iter().all(|op| ops.contains(op))
+}
+
+/// Judges `need` from what its cluster told about the resource.
+pub fn judge(need: &Need, known: &Known) -> Verdict {
+    let rights = need.row.rights;
+    let names = |ops: &[Op]| ops.iter().map(Op::as_str).collect::<Vec<_>>();
+    let is_topic = matches!(need.resource, Resource::Topic(_));
+    match known {
+        Known::Described(None) => Verdict::Unknown {
+            reason: "the broker did not report this principal's operations (KIP-430, Kafka 2.3+)".into(),
+        },
+        Known::Described(Some(ops)) if ops.is_empty() => {
+            Verdict::Unknown { reason: "the broker reported no operations for this principal (KIP-430)".into() }
+        }
+        Known::Described(Some(ops)) => {
+            // Create matters only for a topic that does not exist yet.
+            let missing: Vec<Op> = rights
+                .iter()
+                .copied()
+                .filter(|op| !(is_topic && *op == Op::Create))
+                .filter(|op| !ops.contains(&Op::All) && !ops.contains(op))
+                .collect();
+            if missing.is_empty() {
+                Verdict::Granted { note: None }
+            } else {
+                let list = names(&missing).join(", ");
+                Verdict::Missing {
+                    rights: names(&missing),
+                    reason: format!("not granted {list}; grant {list} on {} to this principal", need.resource),
+                }
+            }
+        }
+        Known::Absent { create } if !rights.contains(&Op::Create) => Verdict::Granted {
+            note: Some(match create {
+                _ if need.row.subject == Subject::ReverseOffsetSyncsTopic => {
+                    "not needed: the topic does not exist (no reverse flow writes it)".into()
+                }
+                _ => "the topic does not exist".into(),
+            }),
+        },
+        Known::Absent { create: Ok(()) } => {
+            Verdict::Creatable { later: rights.iter().filter(|op| **op != Op::Create).map(Op::as_str).collect() }
+        }
+        Known::Absent { create: Err((code, _)) } if code.contains("AUTHORIZATION_FAILED") => Verdict::Missing {
+            rights: vec!["Create"],
+            reason: format!(
+                "does not exist and this principal may not create it ({code}); grant Create on {} to this \
+                 principal, or create it beforehand",
+                need.resource
+            ),
+        },
+        Known::Absent { create: Err((code, message)) } => {
+            Verdict::Failed { reason: format!("does not exist, and creating it would fail: {message} ({code})") }
+        }
+        // ferry looks for this topic in metadata and reads it only if it shows: hidden is as absent.
+        Known::Hidden(code) if need.row.subject == Subject::ReverseOffsetSyncsTopic => Verdict::Unknown {
+            reason: format!(
+                "not authorized to Describe ({code}), so ferry treats it as absent; if a reverse flow writes it, \
+                 grant Describe, Read on {} for fail-back checkpoints",
+                need.resource
+            ),
+        },
+        Known::Hidden(code) => {
+            let mut missing = vec!["Describe"];
+            missing.extend(rights.iter().map(Op::as_str).filter(|r| *r != "Describe"));
+            Verdict::Missing {
+                reason: format!(
+                    "not authorized to Describe ({code}), so ferry cannot tell whether it exists; grant {} on {} to \
+                     this principal",
+                    missing.join(", "),
+                    need.resource
+                ),
+                rights: missing,
+            }
+        }
+        Known::NoApi { unrestricted: true, .. } => Verdict::Granted {
+            note: Some("the cluster grants this principal every operation (no authorizer, or a super user)".into()),
+        },
+        Known::NoApi { unrestricted: false, bootstrap } => Verdict::NotCheckable {
+            hint: format!(
+                "no Kafka API reports rights on a {}; check with: kafka-acls --bootstrap-server {bootstrap} \
+                 --command-config ADMIN.properties --list --{} {}",
+                need.resource.kind(),
+                need.resource.kind().replace(' ', "-"),
+                need.resource.name()
+            ),
+        },
+        Known::Failed(reason) => Verdict::Failed { reason: reason.clone() },
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The flow `east->west` of `[[flows]]` keys `extra`.
+    pub(crate) fn plan(extra: &str) -> FlowPlan {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(
+            dir.path().join("f.toml"),
+            format!(
+                "[clusters.east]\nbootstrap_servers = \"e:1\"\n[clusters.west]\nbootstrap_servers = \"w:1\"\n\
+                 [[flows]]\nsource = \"east\"\ntarget = \"west\"\ntopics = [\"orders\"]\n{extra}\n"
+            ),
+        )
+        .expect("write");
+        let set = crate::config::load_dir(dir.path()).expect("valid");
+        set.flows.into_values().next().expect("a flow")
+    }
+
+    fn identity() -> Identity {
+        Identity { node_id: "n1".into(), deployment: "D".into() }
+    }
+
+    fn need(subject: Subject, side: Side, resource: Resource) -> Need {
+        let row = RIGHTS.iter().find(|r| r.subject == subject && r.side == side).expect("row");
+        Need { cluster: "east".into(), resource, row }
+    }
+
+    #[test]
+    fn the_readme_tables_say_what_the_code_checks() {
+        let readme = include_str!("../../README.md");
+        for row in RIGHTS {
+            let line = row.readme_line("east", "west", "D");
+            assert!(readme.contains(&line), "README's ACL tables lack this row (or word it otherwise):\n{line}");
+        }
+    }
+
+    #[test]
+    fn resources_are_named_by_the_actors_own_functions() {
+        let plan = plan("sync_group_offsets_enabled = true");
+        let topics = ["orders".to_string(), "heartbeats".to_string()];
+        let groups = ["billing".to_string()];
+        let all = needs(&plan, &identity(), &Selected { topics: &topics, groups: &groups });
+        let found: Vec<(&str, String)> = all.iter().map(|n| (n.cluster.as_str(), n.resource.to_string())).collect();
+        for (cluster, resource) in [
+            ("east", "topic orders"),
+            ("east", "group D.east->west"),
+            ("east", "topic mm2-offset-syncs.west.internal"),
+            ("east", "topic heartbeats"),
+            ("east", "group billing"),
+            ("west", "topic east.orders"),
+            ("west", "topic east.heartbeats"),
+            ("west", "topic mm2-offsets.east.internal"),
+            ("west", "topic east.checkpoints.internal"),
+            ("west", "transactional id D.east->west.checkpoints"),
+            ("west", "topic ferry.leases.internal"),
+            ("west", "topic ferry.control.internal"),
+            ("west", "group D.east->west.leader"),
+            ("west", "group billing"),
+            ("west", "topic mm2-offset-syncs.east.internal"),
+        ] {
+            assert!(found.contains(&(cluster, resource.to_string())), "{resource} on {cluster} in {found:?}");
+        }
+        // The remote heartbeats topic once, though `heartbeats` is also a copied topic.
+        assert_eq!(found.iter().filter(|(_, r)| r == "topic east.heartbeats").count(), 1);
+
+        // With the offset-syncs topic on the target, it moves there, and the reverse flow's to the source.
+        let plan = super::tests::plan("offset_syncs_topic_location = \"target\"");
+        let all = needs(&plan, &identity(), &Selected { topics: &[], groups: &[] });
+        let syncs: Vec<(&str, &str)> = all
+            .iter()
+            .filter(|n| matches!(n.row.subject, OffsetSyncsTopic | ReverseOffsetSyncsTopic))
+            .map(|n| (n.cluster.as_str(), n.resource.name()))
+            .collect();
+        assert_eq!(syncs, [("west", "mm2-offset-syncs.east.internal"), ("east", "mm2-offset-syncs.west.internal")]);
+        assert!(!all.iter().any(|n| n.row.subject == SyncedGroups), "no group sync, no synced groups");
+    }
+
+    #[test]
+    fn verdicts_from_what_the_broker_reported() {
+        let group = need(CopierGroup, Source, Resource::Group("D.east->west".into()));
+        let judged = |n: &Need, k: Known| judge(n, &k);
+        assert_eq!(
+            judged(&group, Known::Described(Some(vec![Op::Read, Op::Describe]))),
+            Verdict::Granted { note: None }
+        );
+        assert_eq!(judged(&group, Known::Described(Some(vec![Op::All]))), Verdict::Granted { note: None });
+        let Verdict::Missing { rights, reason } = judged(&group, Known::Described(Some(vec![Op::Describe]))) else {
+            panic!("Read is missing")
+        };
+        assert_eq!(rights, ["Read"]);
+        assert!(reason.contains("grant Read on group D.east->west"), "{reason}");
+        assert!(matches!(judged(&group, Known::Described(None)), Verdict::Unknown { .. }));
+        let Verdict::Missing { rights, .. } = judged(&group, Known::Hidden("GROUP_AUTHORIZATION_FAILED".into())) else {
+            panic!("hidden")
+        };
+        assert_eq!(rights, ["Describe", "Read"]);
+
+        // A topic that exists needs no Create; one that does not needs only Create now.
+        let syncs = need(OffsetSyncsTopic, Source, Resource::Topic("mm2-offset-syncs.west.internal".into()));
+        assert_eq!(judged(&syncs, Known::Described(Some(vec![Op::Read, Op::Write]))), Verdict::Granted { note: None });
+        assert_eq!(
+            judged(&syncs, Known::Absent { create: Ok(()) }),
+            Verdict::Creatable { later: vec!["Write", "Read"] }
+        );
+        let refused = Known::Absent { create: Err(("TOPIC_AUTHORIZATION_FAILED".into(), "Broker: ...".into())) };
+        assert!(matches!(judged(&syncs, refused), Verdict::Missing { rights, .. } if rights == ["Create"]));
+        let invalid = Known::Absent { create: Err(("InvalidReplicationFactor".into(), "Broker: Invalid".into())) };
+        assert!(matches!(judged(&syncs, invalid), Verdict::Failed { .. }));
+
+        // A reverse flow's topic the principal cannot see is as absent to ferry: not a failure.
+        let reverse = need(ReverseOffsetSyncsTopic, Target, Resource::Topic("mm2-offset-syncs.east.internal".into()));
+        assert!(!judged(&reverse, Known::Hidden("TOPIC_AUTHORIZATION_FAILED".into())).is_problem());
+        assert!(!judged(&reverse, Known::Absent { create: Err(("_NOT_ASKED".into(), String::new())) }).is_problem());
+
+        // Transactional ids: nothing reports them, unless the principal may do everything.
+        let txn =
+            need(CheckpointsTransactionalId, Target, Resource::TransactionalId("D.east->west.checkpoints".into()));
+        let Verdict::NotCheckable { hint } =
+            judged(&txn, Known::NoApi { unrestricted: false, bootstrap: "w:1".into() })
+        else {
+            panic!("not checkable")
+        };
+        assert!(
+            hint.contains("--bootstrap-server w:1") && hint.contains("--transactional-id D.east->west.checkpoints")
+        );
+        assert!(matches!(
+            judged(&txn, Known::NoApi { unrestricted: true, bootstrap: "w:1".into() }),
+            Verdict::Granted { .. }
+        ));
+    }
+
+    #[test]
+    fn a_cluster_without_authorizer_grants_everything() {
+        let all = CLUSTER_OPERATIONS;
+        assert!(unrestricted(&all));
+        assert!(unrestricted(&[Op::All]));
+        assert!(!unrestricted(&[Op::Describe, Op::Create]));
+        assert!(!unrestricted(&[]));
+    }
+}
