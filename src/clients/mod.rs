@@ -24,6 +24,7 @@
 //!
 //! This module sits below `flow`: it imports no flow code.
 
+pub mod budget;
 pub mod internal;
 pub mod records;
 pub mod stats;

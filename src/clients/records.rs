@@ -29,14 +29,21 @@ use super::stats::{self, StatsContext};
 use crate::config::ClusterSpec;
 use crate::kafka::{self, KafkaOpError};
 
-/// Records one lane may have queued or in flight (librdkafka's default queue of a producer of its own).
+/// Records one lane may have queued or in flight at its largest share (librdkafka's default queue of a
+/// producer of its own); a smaller share gets proportionally fewer.
 pub const LANE_MAX_RECORDS: usize = 100_000;
-/// Bytes (keys and values) one lane may have queued or in flight: what a flow's own producer was given
-/// (`queue.buffering.max.kbytes = 32768`, measured as enough for the copy rate of one flow).
-pub const LANE_MAX_BYTES: usize = 32 * 1024 * 1024;
+/// Bytes (keys and values) one lane may have queued or in flight at most: what a flow's own producer was
+/// given (`queue.buffering.max.kbytes = 32768`, measured as enough for the copy rate of one flow). A lane
+/// gets its flow's share of the node's budget ([`super::budget`]), at most this.
+pub const LANE_MAX_BYTES: usize = super::budget::FLOW_MAX_BYTES;
 /// The producer's `message.max.bytes`: it also bounds a produce request, which brokers refuse above
 /// `socket.request.max.bytes` (100 MiB by default).
 pub const MAX_REQUEST_BYTES: i64 = 100_000_000;
+
+/// The records a lane of `max_bytes` may hold: [`LANE_MAX_RECORDS`] in proportion.
+fn lane_max_records(max_bytes: usize) -> usize {
+    (LANE_MAX_RECORDS as u128 * max_bytes as u128 / LANE_MAX_BYTES as u128) as usize
+}
 
 /// The producer settings that are the whole client's, not a record's: flows that agree on them share.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -64,6 +71,9 @@ struct Share {
     sink: Arc<dyn RecordSink>,
     records: AtomicUsize,
     bytes: AtomicUsize,
+    /// This lane's limits, fixed when it starts ([`super::budget`]).
+    max_records: usize,
+    max_bytes: usize,
 }
 
 impl Share {
@@ -233,11 +243,14 @@ impl RecordLane {
         sink: Arc<dyn RecordSink>,
     ) -> Result<Self, KafkaOpError> {
         let producer = conn.record_producer(&tuning)?;
+        let max_bytes = super::budget::flow_share().min(LANE_MAX_BYTES);
         let share = Arc::new(Share {
             owner: owner.to_string(),
             sink,
             records: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
+            max_records: lane_max_records(max_bytes),
+            max_bytes,
         });
         producer.register(&share);
         Ok(Self { conn, tuning, producer, share })
@@ -264,7 +277,8 @@ impl RecordLane {
         }
         let bytes = record.payload.map_or(0, <[u8]>::len) + record.key.map_or(0, <[u8]>::len);
         let held = self.share.bytes.load(Ordering::Acquire);
-        if self.share.records.load(Ordering::Acquire) >= LANE_MAX_RECORDS || (held > 0 && held + bytes > LANE_MAX_BYTES)
+        if self.share.records.load(Ordering::Acquire) >= self.share.max_records
+            || (held > 0 && held + bytes > self.share.max_bytes)
         {
             return Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), record));
         }

@@ -927,8 +927,9 @@ fn source_consumer(
         .set("fetch.wait.max.ms", "100")
         // Prefetch: librdkafka's 64 MiB is the largest share of the copier's memory. Measured on the
         // headline bench (bench/results.md): 32 MiB keeps the copy rate (93-99k vs 103k records/s of
-        // 512 B) at 150 MiB instead of 210 MiB peak RSS; 16 MiB starves the producer (52-64k records/s).
-        .set("queued.max.messages.kbytes", "32768");
+        // 512 B) at 150 MiB instead of 210 MiB peak RSS; 16 MiB starves a flow alone (52-64k records/s).
+        // Many flows share the node's budget instead (clients::budget): together they copy no faster.
+        .set("queued.max.messages.kbytes", (crate::clients::budget::flow_share() / 1024).to_string());
     match plan.settings.group_protocol {
         GroupProtocol::Classic => {
             cfg.set("partition.assignment.strategy", "cooperative-sticky");
