@@ -46,7 +46,7 @@ fn main() {
         let syncs: Vec<(i32, StoredSync)> = (0..count)
             .map(|i| {
                 let up = (i / parts) * step;
-                let mark = marked.then_some(SyncMark { lifetime: 1, seq: (i / parts) as u64, epoch: 0 });
+                let mark = marked.then_some(SyncMark { lifetime: 1, seq: (i / parts) as u64, epoch: 0, dense: false });
                 ((i % parts) as i32, StoredSync { upstream: up, downstream: up, mark, position: i })
             })
             .collect();

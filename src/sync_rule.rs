@@ -40,19 +40,29 @@ pub const SYNC_MARK_HEADER: &str = "ferry.sync";
 /// published (`sync_store`), so they can never pull a translation past records only the new owner
 /// copied.
 ///
+/// `dense` says that every downstream offset after the previous sync of this sequence (`seq - 1`), up
+/// to and including this sync's, holds a record this lifetime wrote: the copier saw the downstream
+/// offsets of its acknowledgements step by exactly one. Nothing else (a record of another producer, a
+/// transaction marker) sits between the two syncs in the target partition. The identity policy's
+/// translation uses it to tell the forward flow's copies from the target's own records (see
+/// `flow::checkpoints::identity`). The first sync of a run is never dense (there is no previous one).
+///
 /// Encoded as version byte `1`, then `lifetime` and `seq` as big-endian u64, then (since the epoch was
-/// added) `epoch` as big-endian u64. A 17-byte mark from an older ferry decodes with epoch 0; older
-/// ferry versions read the first 17 bytes of a new mark and ignore the rest.
+/// added) `epoch` as big-endian u64, then (since `dense` was added) a flags byte, bit 0 `dense`. A
+/// shorter mark from an older ferry decodes with epoch 0 and not dense (it proves nothing); older ferry
+/// versions read the fields they know at the start of a new mark and ignore the rest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SyncMark {
     pub lifetime: u64,
     pub seq: u64,
     pub epoch: u64,
+    pub dense: bool,
 }
 
 impl SyncMark {
     const VERSION: u8 = 1;
-    pub const LEN: usize = 25;
+    pub const LEN: usize = 26;
+    const DENSE: u8 = 1;
 
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0u8; Self::LEN];
@@ -60,6 +70,7 @@ impl SyncMark {
         out[1..9].copy_from_slice(&self.lifetime.to_be_bytes());
         out[9..17].copy_from_slice(&self.seq.to_be_bytes());
         out[17..25].copy_from_slice(&self.epoch.to_be_bytes());
+        out[25] = if self.dense { Self::DENSE } else { 0 };
         out
     }
 
@@ -74,7 +85,8 @@ impl SyncMark {
             Some(e) => u64::from_be_bytes(e.try_into().ok()?),
             None => 0,
         };
-        Some(Self { lifetime, seq, epoch })
+        let dense = bytes.get(25).is_some_and(|f| f & Self::DENSE != 0);
+        Some(Self { lifetime, seq, epoch, dense })
     }
 }
 
@@ -135,6 +147,9 @@ pub struct PartitionRule {
     next_seq: u64,
     /// The partition's ownership epoch, stamped on every sync (see [`SyncMark`]).
     epoch: u64,
+    /// Every acknowledgement since the last published sync (quiet ones too) landed right after the one
+    /// before it: the next sync is [`SyncMark::dense`]. False until the run's first sync.
+    dense: bool,
 }
 
 impl Default for PartitionRule {
@@ -147,6 +162,7 @@ impl Default for PartitionRule {
             unpublished: None,
             next_seq: 0,
             epoch: 0,
+            dense: false,
         }
     }
 }
@@ -168,6 +184,8 @@ impl PartitionRule {
         now: Instant,
     ) -> Option<(OffsetSyncPoint, SyncReason)> {
         let delta = downstream - upstream;
+        // A first acknowledgement has no predecessor, so it never proves density.
+        self.dense &= self.previous_downstream != -1 && downstream == self.previous_downstream + 1;
         let reason = if self.last_sync_downstream == -1 {
             Some(SyncReason::FirstOfLifetime)
         } else if upstream - self.previous_upstream != 1 {
@@ -217,8 +235,10 @@ impl PartitionRule {
     }
 
     fn point(&mut self, lifetime: u64, upstream: i64, downstream: i64) -> OffsetSyncPoint {
-        let mark = SyncMark { lifetime, seq: self.next_seq, epoch: self.epoch };
+        let mark = SyncMark { lifetime, seq: self.next_seq, epoch: self.epoch, dense: self.dense };
         self.next_seq += 1;
+        // The next sync's run starts at this one.
+        self.dense = true;
         OffsetSyncPoint { upstream, downstream, mark }
     }
 }
@@ -381,8 +401,10 @@ mod tests {
 
     #[test]
     fn mark_round_trips_and_rejects_other_versions() {
-        let m = SyncMark { lifetime: 0xdead_beef, seq: 42, epoch: 1_764_582_000_123 };
+        let m = SyncMark { lifetime: 0xdead_beef, seq: 42, epoch: 1_764_582_000_123, dense: true };
         assert_eq!(SyncMark::decode(&m.encode()), Some(m));
+        let sparse = SyncMark { dense: false, ..m };
+        assert_eq!(SyncMark::decode(&sparse.encode()), Some(sparse));
         let mut other = m.encode();
         other[0] = 2;
         assert_eq!(SyncMark::decode(&other), None);
@@ -390,7 +412,43 @@ mod tests {
         // A mark written before the epoch existed (17 bytes) is epoch 0; an older reader sees the same
         // lifetime and sequence in the first 17 bytes of a new mark.
         let old = &m.encode()[..17];
-        assert_eq!(SyncMark::decode(old), Some(SyncMark { epoch: 0, ..m }));
+        assert_eq!(SyncMark::decode(old), Some(SyncMark { epoch: 0, dense: false, ..m }));
+        // A mark written before `dense` existed (25 bytes) proves no density.
+        let before_dense = &m.encode()[..25];
+        assert_eq!(SyncMark::decode(before_dense), Some(SyncMark { dense: false, ..m }));
+    }
+
+    #[test]
+    fn a_sync_is_dense_only_when_every_downstream_offset_since_the_previous_one_is_this_lifetimes() {
+        let t0 = Instant::now();
+        let dense = |rule: &mut SyncRule, pairs: &[(i64, i64)]| -> Vec<(i64, bool)> {
+            pairs
+                .iter()
+                .filter_map(|(u, d)| rule.on_ack("t", 0, *u, *d, t0))
+                .map(|(s, _)| (s.sync.upstream_offset, s.mark.dense))
+                .collect()
+        };
+        let mut rule = SyncRule::new(1, 3);
+        // First of the lifetime: nothing before it. Then lag syncs over contiguous copies: dense.
+        assert_eq!(dense(&mut rule, &[(0, 10), (1, 11), (2, 12), (3, 13), (4, 14)]), vec![(0, false), (4, true)]);
+        // An upstream gap with a foreign record downstream and the delta unchanged (filtered 5..=6,
+        // another producer's record at 15, a marker at 16): not dense.
+        assert_eq!(dense(&mut rule, &[(7, 17)]), vec![(7, false)]);
+        // An upstream gap without a downstream one (filtered records): dense.
+        assert_eq!(dense(&mut rule, &[(9, 18)]), vec![(9, true)]);
+        // A downstream jump inside a run publishes (delta change) and is not dense.
+        assert_eq!(dense(&mut rule, &[(10, 19), (11, 21)]), vec![(11, false)]);
+        // A quiet sync is dense when the acknowledgements since the last sync were, and starts a run.
+        assert!(rule.on_ack("t", 0, 12, 22, t0).is_none());
+        let quiet = rule.quiet_syncs(t0 + QUIET_AFTER, false);
+        assert_eq!((quiet[0].sync.upstream_offset, quiet[0].mark.dense), (12, true));
+        assert!(rule.on_ack("t", 0, 13, 24, t0).is_some(), "a downstream jump after the quiet sync");
+        let mut rule = PartitionRule::default();
+        rule.on_ack(1, 100, 0, 0, t0).expect("first");
+        assert!(rule.on_ack(1, 100, 1, 2, t0).is_some_and(|(p, _)| !p.mark.dense), "jump after 0");
+        // After a rewind the run starts over: its first sync is not dense, even at downstream 0.
+        rule.rewind();
+        assert!(rule.on_ack(1, 100, 0, 0, t0).is_some_and(|(p, _)| !p.mark.dense));
     }
 
     #[test]

@@ -58,6 +58,21 @@
 //!   `n.downstream` beyond everything stored: the copied part below `n.upstream` is unchanged and the
 //!   new cap `n.downstream` only points at re-copies of records the consumer still reads.
 //!
+//! # Dense links (which downstream offsets hold this flow's copies)
+//!
+//! A run proves where the flow's copies are, not that nothing else sits between them: right before
+//! `n` another producer's records (or transaction markers) may fill an upstream gap with the delta
+//! unchanged. The identity policy needs the latter (`flow::checkpoints::identity`: the target
+//! partition also holds the target's own records), so ferry's copier flags a sync
+//! [`SyncMark::dense`] when every downstream offset after the previous sync of its sequence, up to its
+//! own, was written by its lifetime. A stored link `s -> n` is *dense* (`dense_to_next`) iff the two
+//! chain (`seq + 1`, as for runs) and `n` is flagged: then every offset in
+//! `[s.downstream, n.downstream]` holds a copy. Thinning keeps a merged link dense iff both links were
+//! (deltas do not matter); an upstream rewind keeps `k -> n` dense only if `n` itself chains to `k`
+//! densely; unmarked (MM2's) syncs, older ferry marks without the flag, lost syncs and other
+//! lifetimes prove nothing. [`SyncStore::copies_cover`] asks whether dense links from the newest sync
+//! at or before a downstream offset reach another.
+//!
 //! # History (memory bound)
 //!
 //! Per upstream partition the store keeps up to `per_partition_budget` syncs, strictly increasing in
@@ -179,6 +194,9 @@ struct Entry {
     /// Every record copied in `[sync.upstream, next.upstream)` sits at `upstream + delta` and the
     /// offsets after the last of them were not copied (module docs, "Proven runs").
     exact_to_next: bool,
+    /// Every downstream offset in `[sync.downstream, next.downstream]` holds a copy this flow wrote
+    /// (module docs, "Dense links").
+    dense_to_next: bool,
 }
 
 /// MM2's slots as a set, asked about upstream offsets in ascending order (by [`PartitionSyncs::thin`],
@@ -218,6 +236,12 @@ fn chains(a: &StoredSync, b: &StoredSync) -> bool {
     }
 }
 
+/// Whether `b` directly follows `a` in one lifetime's sequence and says every downstream offset after
+/// `a`'s up to its own holds that lifetime's copies ([`SyncMark::dense`]).
+fn dense_link(a: &StoredSync, b: &StoredSync) -> bool {
+    chains(a, b) && b.mark.is_some_and(|m| m.dense)
+}
+
 #[derive(Clone, Debug)]
 struct PartitionSyncs {
     /// Oldest first; strictly increasing upstream and downstream; never empty.
@@ -252,7 +276,7 @@ const LIFETIMES_KEPT: usize = 4;
 impl PartitionSyncs {
     fn new(sync: StoredSync) -> Self {
         Self {
-            entries: vec![Entry { sync, exact_to_next: false }],
+            entries: vec![Entry { sync, exact_to_next: false, dense_to_next: false }],
             slots: [sync.upstream; SLOTS],
             last_position: sync.position,
             newest_seq: sync.mark.map(|m| vec![(m.lifetime, m.seq)]).unwrap_or_default(),
@@ -288,7 +312,7 @@ impl PartitionSyncs {
 
     fn reset(&mut self, sync: StoredSync) {
         self.entries.clear();
-        self.entries.push(Entry { sync, exact_to_next: false });
+        self.entries.push(Entry { sync, exact_to_next: false, dense_to_next: false });
         self.slots = [sync.upstream; SLOTS];
     }
 
@@ -338,7 +362,8 @@ impl PartitionSyncs {
         if n.upstream > t.upstream {
             let last = self.entries.len() - 1;
             self.entries[last].exact_to_next = chains(&t, &n);
-            self.push(Entry { sync: n, exact_to_next: false }, budget);
+            self.entries[last].dense_to_next = dense_link(&t, &n);
+            self.push(Entry { sync: n, exact_to_next: false, dense_to_next: false }, budget);
             mm2_update(&mut self.slots, n.upstream);
             self.thin(budget);
             return;
@@ -357,8 +382,11 @@ impl PartitionSyncs {
             // Its old run (to a dropped sync at or after `n.upstream`) truncated at `n` is still
             // proven, see the module docs; or `n` may directly follow it in the same lifetime.
             k.exact_to_next = k.exact_to_next || chains(&k.sync, &n);
+            // Density is not kept from the old link: what lies between the dropped syncs and `n` is
+            // unknown unless `n` itself says it follows `k` densely.
+            k.dense_to_next = dense_link(&k.sync, &n);
         }
-        self.entries.push(Entry { sync: n, exact_to_next: false });
+        self.entries.push(Entry { sync: n, exact_to_next: false, dense_to_next: false });
         if n.upstream < t.upstream {
             // MM2 clears here; its slots follow. With equal upstream offsets MM2 just replaces the
             // newest sync, and our slot value `t.upstream` now denotes `n`.
@@ -423,6 +451,8 @@ impl PartitionSyncs {
             if drop(&e) {
                 let a = &mut self.entries[kept - 1];
                 a.exact_to_next = a.exact_to_next && e.exact_to_next && a.sync.delta() == e.sync.delta();
+                // `[a, e]` and `[e, b]` dense make `[a, b]` dense; deltas do not matter here.
+                a.dense_to_next = a.dense_to_next && e.dense_to_next;
             } else {
                 self.entries[kept] = e;
                 kept += 1;
@@ -431,6 +461,27 @@ impl PartitionSyncs {
         self.entries.copy_within(below..before, kept);
         self.entries.truncate(kept + before - below);
         before - self.entries.len()
+    }
+
+    /// Whether every offset in `[from, to)` downstream holds a copy this flow wrote: from the newest
+    /// sync at or before `from`, dense links reach `to - 1`.
+    fn copies_cover(&self, from: i64, to: i64) -> bool {
+        if to <= from {
+            return true;
+        }
+        let idx = self.entries.partition_point(|e| e.sync.downstream <= from);
+        let Some(start) = idx.checked_sub(1) else {
+            return false;
+        };
+        // A sync's own downstream offset is a copy; each dense link extends that to the next sync's.
+        let mut covered = self.entries[start].sync.downstream;
+        for w in self.entries[start..].windows(2) {
+            if covered >= to - 1 || !w[0].dense_to_next {
+                break;
+            }
+            covered = w[1].sync.downstream;
+        }
+        covered >= to - 1
     }
 
     /// The inverse: `x` is a position on the downstream side; the answer is an upstream offset `u` such
@@ -635,6 +686,15 @@ impl SyncStore {
         }
     }
 
+    /// Whether every offset in `[from, to)` of the copy of `topic`-`partition` (upstream names) is
+    /// proven to hold a record this flow copied there: the syncs' dense links (module docs) cover it.
+    /// `false` whenever that is not proven (no syncs, MM2's syncs, a broken sequence, a link over a
+    /// record of another producer or a transaction marker).
+    pub fn copies_cover(&self, topic: &str, partition: i32, from: i64, to: i64) -> bool {
+        self.read_to_end
+            && self.partitions.get(topic).and_then(|p| p.get(&partition)).is_some_and(|p| p.copies_cover(from, to))
+    }
+
     /// Upstream partitions with at least one sync.
     pub fn partitions(&self) -> usize {
         self.partition_count
@@ -733,11 +793,11 @@ mod tests {
         }
 
         fn marked(&mut self, upstream: i64, downstream: i64, lifetime: u64, seq: u64) {
-            self.sync_on(TP, upstream, downstream, Some(SyncMark { lifetime, seq, epoch: 0 }));
+            self.sync_on(TP, upstream, downstream, Some(SyncMark { lifetime, seq, epoch: 0, dense: false }));
         }
 
         fn owned(&mut self, upstream: i64, downstream: i64, lifetime: u64, seq: u64, epoch: u64) {
-            self.sync_on(TP, upstream, downstream, Some(SyncMark { lifetime, seq, epoch }));
+            self.sync_on(TP, upstream, downstream, Some(SyncMark { lifetime, seq, epoch, dense: false }));
         }
 
         fn sync_on(&mut self, tp: (&str, i32), upstream: i64, downstream: i64, mark: Option<SyncMark>) {
@@ -892,7 +952,7 @@ mod tests {
             for p in 0..10_000 {
                 position += 1;
                 let topic = if p % 2 == 0 { "orders" } else { "payments" };
-                let mark = Some(SyncMark { lifetime: 1, seq: round as u64, epoch: 0 });
+                let mark = Some(SyncMark { lifetime: 1, seq: round as u64, epoch: 0, dense: false });
                 store.handle(topic, p, StoredSync { upstream: round * 100, downstream: round * 100, mark, position });
             }
         }
@@ -1461,7 +1521,7 @@ mod tests {
             .map(|i| StoredSync {
                 upstream: i * 100,
                 downstream: i * 100 + 3,
-                mark: Some(SyncMark { lifetime: 9, seq: i as u64, epoch: 0 }),
+                mark: Some(SyncMark { lifetime: 9, seq: i as u64, epoch: 0, dense: false }),
                 position: 1000 + i,
             })
             .collect();
@@ -1525,7 +1585,7 @@ mod tests {
                 }
                 up[p] += rng.range(1, 40);
                 down[p] += rng.range(1, 40);
-                let mut mark = SyncMark { lifetime: 1, seq: seq[p], epoch: 0 };
+                let mut mark = SyncMark { lifetime: 1, seq: seq[p], epoch: 0, dense: false };
                 seq[p] += 1;
                 if rng.chance(5) {
                     mark.seq = mark.seq.saturating_sub(2); // republished
@@ -1569,7 +1629,7 @@ mod tests {
         let mut f = Fake::started(budget);
         for i in 0..20_000i64 {
             let tp = ("t", (i % 3) as i32);
-            f.sync_on(tp, i * 7, i * 7 + 1, Some(SyncMark { lifetime: 1, seq: i as u64, epoch: 0 }));
+            f.sync_on(tp, i * 7, i * 7 + 1, Some(SyncMark { lifetime: 1, seq: i as u64, epoch: 0, dense: false }));
         }
         assert_eq!(f.store.partitions(), 3);
         assert!(f.store.len() <= 3 * budget);
@@ -1607,6 +1667,7 @@ mod tests {
         let mut rng = SplitMix(7);
         let now = Instant::now();
         let mut exact_total = 0;
+        let mut covered_total = 0;
         for round in 0..60 {
             let budget = if round % 2 == 0 { MIN_PER_PARTITION_BUDGET } else { 200 };
             let upstream_end: i64 = rng.range(500, 4000);
@@ -1616,6 +1677,7 @@ mod tests {
             // so every lifetime skips the same records.
             let copied: Vec<bool> = (0..=upstream_end).map(|_| !rng.chance(8)).collect();
             let mut syncs: Vec<(StoredSync, bool)> = Vec::new(); // (sync, survives compaction)
+            let mut written = std::collections::HashSet::new(); // downstream offsets holding copies
             let mut downstream = 0i64;
             let mut next = 0i64;
             let mut lifetime = 0u64;
@@ -1638,6 +1700,7 @@ mod tests {
                     let d = downstream;
                     downstream += 1;
                     copies[u as usize].push(d);
+                    written.insert(d);
                     last_acked = Some(u);
                     if let Some((s, _)) = rule.on_ack("t", 0, u, d, now) {
                         syncs.push((to_stored(&s), !rng.chance(10)));
@@ -1686,7 +1749,17 @@ mod tests {
                     }
                 }
             }
+            // Dense links never cover an offset without a copy (a marker between copies).
+            for _ in 0..400 {
+                let from = rng.range(0, downstream.max(1));
+                let to = from + rng.range(1, 80);
+                if store.copies_cover("t", 0, from, to) {
+                    covered_total += 1;
+                    assert!((from..to).all(|o| written.contains(&o)), "round {round}: [{from}, {to}) covered");
+                }
+            }
         }
+        assert!(covered_total > 500, "dense links should be common: {covered_total}");
         assert!(exact_total > 10_000, "exactness should be common: {exact_total}");
     }
 

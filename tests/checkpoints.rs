@@ -442,7 +442,7 @@ fn republished_late_and_replaced_owners_syncs_on_the_topic_keep_the_history() {
         topic_partitions(&east.bootstrap, syncs_topic).is_some()
     });
     let (old, new) = (1_000, 2_000); // ownership epochs
-    let m = |lifetime, seq, epoch| SyncMark { lifetime, seq, epoch };
+    let m = |lifetime, seq, epoch| SyncMark { lifetime, seq, epoch, dense: false };
     produce(
         &east.bootstrap,
         syncs_topic,

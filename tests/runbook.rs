@@ -219,10 +219,10 @@ fn planned_failover_and_back(policy: &Policy) -> (tempfile::TempDir, String, Fer
     wait_checkpointed(&mut ferry, west, "east", &first, to_west);
     translate_all(dir.path(), "east->west", &groups);
     // Producers start on west, then the consumers (each reads at most 90 records there, so none reaches
-    // the end of a partition of west's topic). Under the identity policy a group that read west's own
-    // records fails back re-reading them (the reverse flow's syncs cannot prove that the records after
-    // its last copy are all copies of west's; see the README's runbook): there the producers start once
-    // the consumers have moved back, unless `policy.west_read` (the ignored test showing the defect).
+    // the end of a partition of west's topic). Under the identity policy, with `policy.west_read` the
+    // groups read west's own records too (their fail-back needs west->east's dense syncs to lift the cap
+    // by east->west's, see the README's runbook); without it the producers start once the consumers
+    // have moved back.
     let produce_west = || produce(&west.bootstrap, &topic, &records("w", 0..WEST_RECORDS, PARTITIONS));
     if !policy.identity || policy.west_read {
         produce_west();
@@ -239,6 +239,11 @@ fn planned_failover_and_back(policy: &Policy) -> (tempfile::TempDir, String, Fer
         handles.into_iter().map(|h| h.join().expect("a west consumer")).collect()
     });
     let running = second.values().map(|s| s.first_at).max().expect("sessions") - stopped;
+    let west_own = second.values().map(|s| s.read.iter().filter(|v| v.starts_with('w')).count()).sum::<usize>();
+    println!("{}: on west the groups read {west_own} records produced there", policy.tag);
+    if policy.west_read {
+        assert!(west_own > 0, "the groups on west must read records produced there for this test to mean anything");
+    }
     if policy.identity && !policy.west_read {
         produce_west();
     }
@@ -352,12 +357,10 @@ fn runbook_planned_failover_and_fail_back_with_the_identity_policy() {
     assert!(ferry.terminate(Duration::from_secs(30)).success(), "graceful stop");
 }
 
-/// The identity policy's open defect: consumers on west that read records produced there fail back
-/// re-reading them. The checkpoint of such a group is capped by the inverted syncs of east->west, whose
-/// last sync is east's last own record: past it they answer "at most here" and the cap wins. Fails today
-/// (the fail-back checkpoints stay at the end of east's own records); ignored until that is fixed.
+/// Under the identity policy, consumers on west that read records produced there fail back exactly:
+/// the cap by east->west's inverted syncs (east's last own record) is lifted because west->east's syncs
+/// prove that only its copies lie between the cap and the forward answer.
 #[test]
-#[ignore = "open defect: identity fail-back of a group that read the standby's own records re-reads them"]
 fn runbook_identity_fail_back_after_reading_records_produced_on_west() {
     let extra = "replication_policy = \"identity\"\n";
     let policy = Policy { tag: "rb-identity-w", extra, identity: true, west_read: true };

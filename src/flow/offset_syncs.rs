@@ -311,7 +311,7 @@ mod tests {
     fn sync(seq: u64) -> MarkedSync {
         MarkedSync {
             sync: OffsetSync { topic: "t".into(), partition: 0, upstream_offset: seq as i64, downstream_offset: 0 },
-            mark: SyncMark { lifetime: 1, seq, epoch: 0 },
+            mark: SyncMark { lifetime: 1, seq, epoch: 0, dense: false },
         }
     }
 

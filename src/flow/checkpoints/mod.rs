@@ -25,6 +25,7 @@ use rdkafka::producer::{BaseProducer, Producer};
 mod backlog;
 mod emit;
 mod group_sync;
+mod identity;
 mod sync_reader;
 
 pub(crate) use sync_reader::reverse_syncs_location;
@@ -381,7 +382,8 @@ impl<'a> Computer<'a> {
     ///   syncs, inverted. MM2 emits nothing here (KAFKA-12635): this is how a group fails back.
     /// - Otherwise the group is translated forward. With the identity policy both sides share a topic
     ///   name and each holds records of both clusters: the answer is also capped by the inverted reverse
-    ///   syncs, so that the target's own records the group already read as copies are not skipped.
+    ///   syncs, so that the target's own records the group already read as copies are not skipped,
+    ///   unless the forward syncs prove that only this flow's copies lie under the cap (`identity`).
     fn translate(&self, st: &CheckpointState, topic: &str, partition: i32, offset: i64) -> Option<(String, i64)> {
         let plan = self.plan;
         let came_from_target = plan.policy.topic_source(topic).as_deref() == Some(plan.id.target.as_str())
@@ -396,16 +398,8 @@ impl<'a> Computer<'a> {
         }
         let forward = st.forward_syncs().translate(topic, partition, offset);
         let downstream = if plan.settings.replication_policy == PolicyKind::Identity {
-            match (forward, st.reverse_inverse(topic, partition, offset)) {
-                // Before this flow's first sync of the partition: on a standby whose topic holds only the
-                // target's records (copies, which this flow skips) until its first own record, the
-                // inverted reverse syncs alone know where the group stands (a fail-back from a standby).
-                (Translation::TooOld | Translation::NoSyncs, back @ Translation::Exact(_)) => back.offset()?,
-                (forward, back) => match back.offset() {
-                    Some(back) => forward.offset()?.min(back),
-                    None => forward.offset()?,
-                },
-            }
+            let back = st.reverse_inverse(topic, partition, offset);
+            identity::downstream(st.forward_syncs(), topic, partition, forward, back)?
         } else {
             forward.offset()?
         };
