@@ -27,7 +27,7 @@ use std::time::Duration;
 
 pub use diff::{FlowSetDiff, diff};
 pub(crate) use load::syntax_error;
-pub use load::{is_flow_file, load_dir, secret_files_in};
+pub use load::{check_dir_offline, is_flow_file, load_dir, secret_files_in};
 pub use secrets::{is_secret_key, redact, scrub};
 pub use validate::valid_alias;
 
