@@ -366,3 +366,99 @@ fn unmapped_reason(k: &str, v: &str) -> String {
         _ => "no ferry equivalent".into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::import_mm2::{dedicated, properties};
+
+    #[test]
+    fn jaas_lines_give_username_and_password() {
+        let scram =
+            r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="mm2" password="p\"w;x";"#;
+        assert_eq!(jaas(scram), Ok(("mm2".to_string(), "p\"w;x".to_string())));
+        let plain = "org.apache.kafka.common.security.plain.PlainLoginModule required username=alice password=s3cret ;";
+        assert_eq!(jaas(plain), Ok(("alice".to_string(), "s3cret".to_string())));
+        let kerberos = "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab=\"/k\";";
+        let e = jaas(kerberos).expect_err("not mapped");
+        assert!(e.contains("Krb5LoginModule"), "{e}");
+        let e = jaas("org.apache.kafka.common.security.plain.PlainLoginModule required password=\"only-pw\";")
+            .expect_err("no username");
+        assert!(!e.contains("only-pw"), "{e}");
+    }
+
+    #[test]
+    fn java_only_regex_features_are_named() {
+        for (p, feature) in [
+            ("orders(?!-test).*", "negative lookahead"),
+            ("(?<=a)b", "lookbehind"),
+            ("a*+b", "a possessive quantifier"),
+            ("x{2}+", "a possessive quantifier"),
+            ("(a)\\1", "a backreference"),
+            ("\\Qa.b\\E", "`\\Q...\\E` quoting"),
+            ("(?>ab)", "an atomic group"),
+        ] {
+            assert_eq!(java_only(p), Some(feature), "{p}");
+        }
+        for p in ["orders.*", "a+b", "payments\\+x", "(?i)billing-.*", "\\\\1", "[0-9]{2}"] {
+            assert_eq!(java_only(p), None, "{p}");
+        }
+    }
+
+    fn mapped(text: &str) -> Mapped {
+        map(dedicated::read(&properties::parse(text)).expect("reads"))
+    }
+
+    const BASE: &str =
+        "clusters = a, b\na.bootstrap.servers = a:9092\nb.bootstrap.servers = b:9092\na->b.enabled = true\n";
+
+    #[test]
+    fn a_java_only_pattern_is_an_error_naming_key_and_pattern() {
+        let m = mapped(&format!("{BASE}a->b.topics = orders, (?!test).*\n"));
+        assert_eq!(m.errors.len(), 1, "{:?}", m.errors);
+        assert!(
+            m.errors[0].starts_with("a->b.topics: pattern `(?!test).*` uses negative lookahead"),
+            "{}",
+            m.errors[0]
+        );
+    }
+
+    #[test]
+    fn lists_split_like_mm2() {
+        let m = mapped(&format!("{BASE}topics = a.* ,b,  c\\\\.d\ngroups =\n"));
+        let keys = &m.flows[0].2;
+        let get = |k: &str| keys.iter().find(|(n, _)| n == k).map(|(_, v)| v.to_string());
+        assert_eq!(get("topics").as_deref(), Some(r#"["a.*", "b", 'c\.d']"#));
+        assert_eq!(get("groups").as_deref(), Some("[]"), "an empty MM2 list matches nothing");
+        assert_eq!(get("mm2_offsets_topic").as_deref(), Some("\"mm2-offsets.a.internal\""));
+        assert_eq!(get("mm2_source_connector").as_deref(), Some("\"MirrorSourceConnector\""));
+    }
+
+    #[test]
+    fn secrets_become_references_and_config_providers_are_translated() {
+        let m = mapped(&format!(
+            "{BASE}ssl.key.password = KeyPW-123\nb.ssl.key.password = ${{env:B_KEY_PW}}\n\
+             sasl.jaas.config = org.apache.kafka.common.security.plain.PlainLoginModule required username=\"u\" password=\"Lit-PW-456\";\n"
+        ));
+        let shown = format!("{:?}", m.clusters);
+        assert!(!shown.contains("KeyPW-123") && !shown.contains("Lit-PW-456"), "{shown}");
+        assert!(shown.contains("${FERRY_A_SSL_KEY_PASSWORD}") && shown.contains("${B_KEY_PW}"), "{shown}");
+        assert!(shown.contains("${FERRY_A_SASL_PASSWORD}"), "{shown}");
+        let vars: Vec<&str> = m.env.iter().map(|(v, _)| v.as_str()).collect();
+        assert_eq!(vars, ["FERRY_A_SASL_PASSWORD", "FERRY_A_SSL_KEY_PASSWORD", "FERRY_B_SASL_PASSWORD"]);
+    }
+
+    #[test]
+    fn unmapped_keys_say_why() {
+        let m = mapped(&format!(
+            "{BASE}tasks.max = 8\nreplication.policy.class = com.acme.MyPolicy\na->b.transforms = x\n\
+             key.converter = org.apache.kafka.connect.converters.ByteArrayConverter\nemit.checkpoints.enabled = false\n"
+        ));
+        let why = |k: &str| m.unmapped.iter().find(|u| u.key == k).map(|u| u.reason.clone()).unwrap_or_default();
+        assert!(why("tasks.max").contains("no task count"));
+        assert!(why("replication.policy.class").contains("custom policy class `com.acme.MyPolicy`"));
+        assert!(why("a->b.transforms").contains("SMTs"));
+        assert!(why("key.converter").contains("converters"));
+        assert!(why("emit.checkpoints.enabled").contains("ferry cannot do otherwise yet"));
+    }
+}

@@ -197,3 +197,56 @@ impl Report {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "Very-Secret-PW-77";
+
+    fn props(extra: &str) -> String {
+        format!(
+            "clusters = east, west\neast.bootstrap.servers = e:9092\nwest.bootstrap.servers = w:9092\n\
+             security.protocol = SASL_PLAINTEXT\nsasl.mechanism = SCRAM-SHA-256\n\
+             sasl.jaas.config = org.apache.kafka.common.security.scram.ScramLoginModule required username=\"mm2\" password=\"{SECRET}\";\n\
+             east->west.enabled = true\n{extra}"
+        )
+    }
+
+    fn run(text: &str, out: &Path, force: bool) -> Result<Report, Vec<String>> {
+        let file = out.parent().expect("parent").join("mm2.properties");
+        std::fs::write(&file, text).expect("write");
+        import(&Options { file, out: out.to_path_buf(), force, secrets_dir: DEFAULT_SECRETS_DIR.into() })
+    }
+
+    #[test]
+    fn the_result_validates_and_holds_no_secret() {
+        let dir = tempfile::tempdir().expect("dir");
+        let out = dir.path().join("flows");
+        let report = run(&props("topics = orders.*\n"), &out, false).expect("imported");
+        assert_eq!(report.written.len(), 2);
+        for f in &report.written {
+            let text = std::fs::read_to_string(f).expect("read");
+            assert!(!text.contains(SECRET), "{f}: {text}");
+        }
+        assert!(!report.table().contains(SECRET) && !crate::cli::pretty(&report).contains(SECRET));
+        assert_eq!(report.env[0].name, "FERRY_EAST_SASL_PASSWORD");
+        crate::config::check_dir_offline(&out).expect("valid");
+        // No staging directory is left behind.
+        assert_eq!(std::fs::read_dir(&out).expect("dir").count(), 2);
+
+        let e = run(&props(""), &out, false).expect_err("exists");
+        assert!(e[0].ends_with("clusters.toml: exists (--force overwrites it)"), "{e:?}");
+        run(&props(""), &out, true).expect("--force overwrites");
+    }
+
+    #[test]
+    fn an_invalid_result_is_not_left_behind() {
+        let dir = tempfile::tempdir().expect("dir");
+        let out = dir.path().join("flows");
+        let e = run(&props("east->west.replication.factor = 0\n"), &out, false).expect_err("invalid");
+        assert!(e[0].contains("does not validate"), "{e:?}");
+        assert!(e.iter().any(|l| l.contains("flows[0].replication_factor")), "{e:?}");
+        assert_eq!(std::fs::read_dir(&out).expect("dir").count(), 0);
+    }
+}
