@@ -9,13 +9,16 @@ use super::model::{Cluster, Flow, Login, Mm2Config, Prop, Unmapped};
 use crate::config::is_secret_key;
 use crate::filter::PatternList;
 
+/// A TOML table's keys and values in the order they are written.
+pub type OrderedTable = Vec<(String, Value)>;
+
 /// What the import produces, before it is written.
 #[derive(Debug, Default)]
 pub struct Mapped {
     /// `[clusters.X]` tables, in order.
     pub clusters: Vec<(String, Value)>,
     /// One flow table (ordered keys) per flow.
-    pub flows: Vec<(String, String, Vec<(String, Value)>)>,
+    pub flows: Vec<(String, String, OrderedTable)>,
     /// `MM2 key → ferry key`.
     pub mapped: Vec<(String, String)>,
     pub unmapped: Vec<Unmapped>,
@@ -246,7 +249,7 @@ pub fn java_only(pattern: &str) -> Option<&'static str> {
 
 fn flow(f: Flow, out: &mut Mapped) {
     let id = format!("{}->{}", f.source, f.target);
-    let mut keys: Vec<(String, Value)> =
+    let mut keys: OrderedTable =
         vec![("source".into(), Value::String(f.source.clone())), ("target".into(), Value::String(f.target.clone()))];
     let mut put = |ferry: &str, v: Value, origin: &str, out: &mut Mapped| {
         out.mapped.push((origin.to_string(), format!("flows[{id}].{ferry}")));

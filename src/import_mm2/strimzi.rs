@@ -277,16 +277,11 @@ spec:
     bootstrapServers: my-source-kafka-bootstrap:9092
   - alias: "my-target"
     bootstrapServers: my-target-kafka-bootstrap:9093
-    tls:
-      trustedCertificates:
-        - secretName: my-target-cluster-ca-cert
-          certificate: ca.crt
     authentication:
-      type: scram-sha-512
-      username: mm2-user
-      passwordSecret:
-        secretName: mm2-user
-        password: password
+      passwordSecret: { secretName: target-login, password: pw }
+      username: mm2-target
+      type: scram-sha-256
+    tls: { trustedCertificates: [ { certificate: ca.pem, secretName: my-target-cluster-ca-cert } ] }
     config:
       config.storage.replication.factor: -1
       offset.storage.topic: my-mm2-offsets
@@ -319,11 +314,11 @@ spec:
         assert_eq!(f.props["emit.checkpoints.interval.seconds"].value, "30");
         let target = &cfg.clusters[1];
         assert_eq!(target.librdkafka["security.protocol"].value, "sasl_ssl");
-        assert_eq!(target.librdkafka["ssl.ca.location"].value, "/etc/ferry/secrets/my-target-cluster-ca-cert/ca.crt");
+        assert_eq!(target.librdkafka["ssl.ca.location"].value, "/etc/ferry/secrets/my-target-cluster-ca-cert/ca.pem");
         let Some(Login::Sasl { mechanism, username, password, .. }) = &target.login else { panic!("login") };
         assert_eq!(
             (mechanism.as_str(), username.as_str(), password.as_str()),
-            ("SCRAM-SHA-512", "mm2-user", "${file:/etc/ferry/secrets/mm2-user/password}")
+            ("SCRAM-SHA-256", "mm2-target", "${file:/etc/ferry/secrets/target-login/pw}")
         );
         let skipped: Vec<&str> = cfg.unmapped.iter().map(|u| u.key.as_str()).collect();
         for k in [
@@ -350,16 +345,10 @@ spec:
     bootstrapServers: cluster-b-kafka-bootstrap:9093
     groupId: my-mirror-maker-2-group
     offsetStorageTopic: my-mirror-maker-2-offset
-    tls:
-      trustedCertificates:
-        - secretName: cluster-b-cluster-ca-cert
-          pattern: "*.crt"
     authentication:
+      certificateAndKey: { certificate: user.crt, key: user.key, secretName: mm2-user }
       type: tls
-      certificateAndKey:
-        secretName: mm2-user
-        certificate: user.crt
-        key: user.key
+    tls: { trustedCertificates: [ { pattern: "*.crt", secretName: cluster-b-cluster-ca-cert } ] }
   mirrors:
   - source:
       alias: cluster-a
