@@ -126,8 +126,8 @@ fn render(m: &mapping::Mapped, input: &str) -> Result<Vec<(String, String)>, Str
     Ok(files)
 }
 
-/// Writes `files` into a hidden staging directory of `out`, validates it there, then moves them into
-/// `out`. Existing files are refused unless `force`.
+/// Writes `files` into a hidden staging directory of `out`, validates it there together with the other
+/// flow files of `out`, then moves them into `out`. Existing files are refused unless `force`.
 fn write_checked(out: &Path, files: &[(String, String)], force: bool) -> Result<Vec<PathBuf>, Vec<String>> {
     let existing: Vec<String> = files
         .iter()
@@ -147,6 +147,13 @@ fn write_checked(out: &Path, files: &[(String, String)], force: bool) -> Result<
             let path = staging.join(name);
             std::fs::write(&path, text).map_err(|e| io(&path, e))?;
         }
+        // The directory as it will be: the flow files already there (a cluster defined twice is an error).
+        for entry in std::fs::read_dir(out).map_err(|e| io(out, e))?.filter_map(Result::ok) {
+            let (path, name) = (entry.path(), entry.file_name().to_string_lossy().to_string());
+            if crate::config::is_flow_file(&path) && !files.iter().any(|(n, _)| *n == name) {
+                std::fs::copy(&path, staging.join(&name)).map_err(|e| io(&path, e))?;
+            }
+        }
         crate::config::check_dir_offline(&staging).map_err(|errors| {
             let mut lines = vec!["the imported configuration does not validate, so nothing was written:".to_string()];
             lines.extend(errors.0.iter().map(|e| {
@@ -154,7 +161,8 @@ fn write_checked(out: &Path, files: &[(String, String)], force: bool) -> Result<
                 format!(
                     "  {name}: {}{}",
                     if e.key.is_empty() { String::new() } else { format!("{}: ", e.key) },
-                    e.reason
+                    // Reasons naming another file name the staging copy; the operator knows it in `out`.
+                    e.reason.replace(&staging.display().to_string(), &out.display().to_string())
                 )
             }));
             lines
@@ -238,6 +246,11 @@ mod tests {
         let e = run(&props(""), &out, false).expect_err("exists");
         assert!(e[0].ends_with("clusters.toml: exists (--force overwrites it)"), "{e:?}");
         run(&props(""), &out, true).expect("--force overwrites");
+
+        // Validated with what else is in the directory: a second definition of `east` is refused.
+        std::fs::write(out.join("other.toml"), "[clusters.east]\nbootstrap_servers = \"x:1\"\n").expect("write");
+        let e = run(&props(""), &out, true).expect_err("east twice");
+        assert!(e.iter().any(|l| l.contains("cluster `east` is already defined")), "{e:?}");
     }
 
     #[test]
