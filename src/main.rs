@@ -219,6 +219,30 @@ enum Command {
         #[arg(short, long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// Write a flows directory from an MM2 configuration: an `mm2.properties` (dedicated mode) or a Strimzi
+    /// `KafkaMirrorMaker2` resource (YAML).
+    ///
+    /// Writes `clusters.toml` and one `SOURCE-to-TARGET.toml` per enabled flow into --out, validated
+    /// before anything is written; secrets become `${VAR}` or `${file:PATH}` references (never the
+    /// literal), and the report names each variable to set and each key not carried over, with why.
+    /// Exit 0 when written, 1 otherwise.
+    ImportMm2 {
+        /// The MM2 configuration file.
+        file: PathBuf,
+        /// The flows directory to write to (created if missing).
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+        /// Overwrite files that already exist there.
+        #[arg(long)]
+        force: bool,
+        /// Strimzi only: where ferry's pod mounts each Kubernetes secret the resource names, as
+        /// DIR/SECRET/KEY.
+        #[arg(long, value_name = "DIR", default_value = ferry::import_mm2::DEFAULT_SECRETS_DIR)]
+        secrets_dir: PathBuf,
+        /// `table` for people, `json` for scripts (the same facts).
+        #[arg(short, long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
     /// Print a shell completion script for ferry.
     ///
     /// E.g. `ferry completions bash > /etc/bash_completion.d/ferry`, or `ferry completions zsh >
@@ -441,6 +465,17 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::ImportMm2 { file, out, force, secrets_dir, output } => {
+            let opts = ferry::import_mm2::Options { file, out, force, secrets_dir };
+            match ferry::import_mm2::import(&opts) {
+                Ok(report) if output == Output::Json => write_stdout(cli::pretty(&report).as_bytes()),
+                Ok(report) => write_stdout(report.table().as_bytes()),
+                Err(errors) => {
+                    errors.iter().for_each(|e| eprintln!("ferry import-mm2: {e}"));
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Completions { shell } => {
             // Into a buffer first: clap_complete panics on a write error, e.g. a closed pipe.
             let mut script = Vec::new();

@@ -16,7 +16,7 @@ pub struct Metrics {
     pub records_copied: IntCounterVec,
     /// Value bytes of acknowledged records (MM2's `byte-count` counts values only; so do we).
     pub bytes_copied: IntCounterVec,
-    /// Copy progress records written to `mm2-offsets.<source>.internal`.
+    /// Copy progress records written to the flow's `mm2_offsets_topic`.
     pub progress_commits: IntCounterVec,
     /// Source partitions this node let go without a clean handover (its assignment was lost, or the
     /// target did not acknowledge within the handover time): their late deliveries were disowned.

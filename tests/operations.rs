@@ -729,7 +729,8 @@ fn check_lists_remote_names_and_reports_a_bad_internal_topic_and_an_unreachable_
 /// Completions for each shell and the man pages come out of the clap definitions and name every command.
 #[test]
 fn completions_and_man_pages_are_generated_for_every_command() {
-    let commands = ["run", "status", "pause", "resume", "reload", "health", "validate", "check", "translate"];
+    let commands =
+        ["run", "status", "pause", "resume", "reload", "health", "validate", "check", "translate", "import-mm2"];
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
         let (code, script, err) = cli(&["completions", shell], &[]);
         assert_eq!(code, 0, "{shell}: {err}");
@@ -743,7 +744,9 @@ fn completions_and_man_pages_are_generated_for_every_command() {
     assert!(page.starts_with(".ie") || page.starts_with(".TH"), "roff: {}", &page[..page.len().min(200)]);
     assert!(page.contains(".TH ferry 1"), "a section-1 page for ferry");
     for c in commands {
-        assert!(page.contains(&format!("ferry\\-{c}(1)")), "the page lists `ferry-{c}(1)`");
+        // roff escapes every `-`: `ferry\-import\-mm2(1)`.
+        let escaped = c.replace('-', "\\-");
+        assert!(page.contains(&format!("ferry\\-{escaped}(1)")), "the page lists `ferry-{c}(1)`");
     }
     let dir = tempfile::tempdir().expect("man dir");
     let (code, _, err) = cli(&["man", "--dir", dir.path().to_str().expect("path")], &[]);

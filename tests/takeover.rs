@@ -8,7 +8,10 @@
 //! stored a position past the last stable offset; ferry must wait there for the transaction to end and
 //! copy nothing twice, not take the position for a re-created topic and copy the partition again.
 //!
-//! Both tests share one east/west pair that no other test binary uses: MM2 creates and uses many internal
+//! A third takes over from a Connect-run MM2 by its offsets topic and connector name
+//! (`mm2_offsets_topic`, `mm2_source_connector`), from progress records written in Connect's format.
+//!
+//! The tests share one east/west pair that no other test binary uses: MM2 creates and uses many internal
 //! topics (Connect's offsets, configs and status topics, checkpoints, offset syncs, heartbeats). Each test
 //! names the clusters with its own aliases (`east`/`west`, `txeast`/`txwest`), and MM2's herder, Connect
 //! group and internal topics, and ferry's flow, all follow the alias: the two never share any of them.
@@ -26,8 +29,8 @@ use ferry::mm2::connect_offsets::{
 use ferry::mm2::records::Checkpoint;
 use support::observe::{self, metric_sum};
 use support::{
-    Cluster, Ferry, Mm2, Rec, commit_group_offsets, consume_all, create_topic, dedicated_properties, list_topics,
-    produce, shared_pair, topic_partitions, unique, wait_for,
+    Cluster, Ferry, Mm2, Rec, commit_group_offsets, consume_all, create_topic, dedicated_properties, end_offsets,
+    list_topics, produce, shared_pair, topic_partitions, unique, wait_for,
 };
 
 const TOPIC: &str = "orders";
@@ -546,4 +549,78 @@ fn ferry_takes_over_from_mm2_during_an_open_transaction_without_recopying() {
     for p in 0..2 {
         assert_eq!(values(&target, p), values(&source, p), "partition {p}: every committed record once, in order");
     }
+}
+
+/// A Connect-run MM2 (Strimzi's connectors, or `connect-distributed.sh`) keeps its progress in the Connect
+/// cluster's own offsets topic under the connector's own name. With `mm2_offsets_topic` and
+/// `mm2_source_connector` naming them, ferry resumes from there (copying nothing again) and writes its own
+/// progress there, under that name, for the MM2 to resume from. The progress records are written here as
+/// Connect writes them (the same key and value bytes the dedicated-mode test above reads from a real MM2);
+/// a real Connect worker is not started. Records under the default topic and connector name, which a
+/// dedicated MM2 would have written, must be ignored.
+#[test]
+fn ferry_takes_over_from_a_connect_run_mm2_by_its_topic_and_connector_name_and_hands_back() {
+    let (east, west) = shared_pair();
+    let (source, target) = ("ceast", "cwest");
+    let topic = unique("conn-orders");
+    let offsets_topic = unique("connect-cluster-offsets");
+    let connector = format!("{source}->{target}.MirrorSourceConnector");
+    create_topic(&east.bootstrap, &topic, 2, &[]);
+    let recs: Vec<Rec> = (0..200).map(|i| Rec::new(i % 2, format!("c-{i:03}").as_bytes(), -1)).collect();
+    produce(&east.bootstrap, &topic, &recs);
+
+    // MM2 copied offsets 0..=59 of each partition; the decoys claim less, elsewhere or under another name.
+    let progress = |name: &str, last: i64| -> Vec<Rec> {
+        (0..2)
+            .map(|p| {
+                let key = encode_source_key(name, source, &topic, p);
+                Rec::new(partition_for_key(&key, 25), &encode_source_value(last), -1).key(&key)
+            })
+            .collect()
+    };
+    create_topic(&west.bootstrap, &offsets_topic, 25, &[("cleanup.policy", "compact")]);
+    produce(&west.bootstrap, &offsets_topic, &progress(&connector, 59));
+    produce(&west.bootstrap, &offsets_topic, &progress(SOURCE_CONNECTOR, 9));
+    let default_topic = format!("mm2-offsets.{source}.internal");
+    create_topic(&west.bootstrap, &default_topic, 25, &[("cleanup.policy", "compact")]);
+    produce(&west.bootstrap, &default_topic, &progress(SOURCE_CONNECTOR, 19));
+
+    let dir = tempfile::tempdir().expect("flows dir");
+    let flows = format!(
+        "[clusters.{source}]\nbootstrap_servers = \"{}\"\n[clusters.{target}]\nbootstrap_servers = \"{}\"\n\n\
+         [[flows]]\nsource = \"{source}\"\ntarget = \"{target}\"\ntopics = [\"{topic}\"]\ngroups = []\n\
+         mm2_offsets_topic = \"{offsets_topic}\"\nmm2_source_connector = \"{connector}\"\n",
+        east.bootstrap, west.bootstrap
+    );
+    std::fs::write(dir.path().join("flows.toml"), flows).expect("write flows");
+    let started = Instant::now();
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let remote = format!("{source}.{topic}");
+    wait_for(Duration::from_secs(90), "the remaining 40 records of each partition copied", || {
+        topic_partitions(&west.bootstrap, &remote).is_some() && end_offsets(&west.bootstrap, &remote) == [40, 40]
+    });
+    println!("resumed from the Connect offsets in {:.1?}", started.elapsed());
+    let copied = consume_all(&west.bootstrap, &remote, READ);
+    for p in 0..2 {
+        let first = copied.iter().find(|r| r.partition == p).and_then(|r| r.value.clone());
+        let expected = format!("c-{:03}", 60 * 2 + p as usize);
+        assert_eq!(first.as_deref(), Some(expected.as_bytes()), "partition {p} resumes at offset 60");
+    }
+    assert!(ferry.terminate(Duration::from_secs(30)).success(), "{}", strip_ansi(&ferry.log()));
+
+    // Hand-back: the newest record of each partition under the connector's name says 99, in Connect's
+    // topic; the decoys' places got nothing new from ferry.
+    let newest = |topic_name: &str, name: &str| -> BTreeMap<i32, Option<i64>> {
+        let mut out = BTreeMap::new();
+        for r in read_all(&west.bootstrap, topic_name) {
+            let Some(k) = r.key.as_deref().and_then(decode_source_key) else { continue };
+            if k.connector == name && k.cluster == source && k.topic == topic {
+                out.insert(k.partition, decode_source_value(r.value.as_deref()).expect("decodable"));
+            }
+        }
+        out
+    };
+    assert_eq!(newest(&offsets_topic, &connector), BTreeMap::from([(0, Some(99)), (1, Some(99))]));
+    assert_eq!(newest(&offsets_topic, SOURCE_CONNECTOR), BTreeMap::from([(0, Some(9)), (1, Some(9))]));
+    assert_eq!(newest(&default_topic, SOURCE_CONNECTOR), BTreeMap::from([(0, Some(19)), (1, Some(19))]));
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize as _;
 
 use super::locate::{key_at, line_at};
-use super::raw::RawFile;
+use super::raw::{RawFile, RawValue};
 use super::secrets::unquote_values;
 use super::validate::validate;
 use super::{ConfigError, ConfigErrors, FlowSet};
@@ -31,6 +31,42 @@ pub fn load_dir(dir: &Path) -> Result<FlowSet, ConfigErrors> {
     }
     errors.sort_by(|a, b| a.file.cmp(&b.file));
     Err(ConfigErrors(errors))
+}
+
+/// Validate `dir` as [`load_dir`] does, without the secrets and files its clusters reference: how a
+/// freshly generated directory (`ferry import-mm2`) is checked on a machine that has neither. Every
+/// `${VAR}` and `${file:PATH}` stands for a placeholder, and the files of `*.location` properties
+/// (certificates, keys) are not opened; everything else is checked, librdkafka's property checks included.
+pub fn check_dir_offline(dir: &Path) -> Result<FlowSet, ConfigErrors> {
+    let files = list_flow_files(dir).map_err(|e| ConfigErrors(vec![e]))?;
+    let mut errors = Vec::new();
+    let mut parsed = Vec::new();
+    for file in files {
+        match parse_file(&file) {
+            Ok(mut raw) => {
+                for cluster in raw.clusters.values_mut() {
+                    cluster.client.retain(|k, _| !k.ends_with(".location"));
+                    for v in cluster.client.values_mut() {
+                        if let RawValue::String(s) = v
+                            && s.contains("${")
+                        {
+                            *s = "placeholder".to_string();
+                        }
+                    }
+                }
+                parsed.push((file, raw));
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    match validate(parsed, &|_: &str| Some("placeholder".to_string())) {
+        Ok(set) if errors.is_empty() => Ok(set),
+        Ok(_) => Err(ConfigErrors(errors)),
+        Err(ConfigErrors(more)) => {
+            errors.extend(more);
+            Err(ConfigErrors(errors))
+        }
+    }
 }
 
 /// The `*.toml` files of `dir`, sorted so that loading is deterministic.

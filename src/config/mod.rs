@@ -27,7 +27,7 @@ use std::time::Duration;
 
 pub use diff::{FlowSetDiff, diff};
 pub(crate) use load::syntax_error;
-pub use load::{is_flow_file, load_dir, secret_files_in};
+pub use load::{check_dir_offline, is_flow_file, load_dir, secret_files_in};
 pub use secrets::{is_secret_key, redact, scrub};
 pub use validate::valid_alias;
 
@@ -196,6 +196,13 @@ pub struct FlowSettings {
     pub metrics_per_partition: bool,
     /// How the copier group splits the flow's partitions among the nodes.
     pub group_protocol: GroupProtocol,
+    /// The topic on the target holding copy progress in Connect's format: where ferry reads MM2's at
+    /// takeover and writes its own (for MM2 to resume from). Dedicated MM2's `mm2-offsets.<source>.internal`
+    /// by default; a Connect-run MM2's `offset.storage.topic` when taking over from one.
+    pub mm2_offsets_topic: String,
+    /// The connector name in those records' keys: `MirrorSourceConnector` in dedicated mode, the
+    /// connector's own name on a Connect cluster (Strimzi: `<source>-><target>.MirrorSourceConnector`).
+    pub mm2_source_connector: String,
 }
 
 impl FlowSettings {

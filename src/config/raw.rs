@@ -88,4 +88,8 @@ pub struct RawFlow {
     pub metrics_per_partition: Option<bool>,
     /// The copier group's rebalance protocol: "classic" or "consumer" (KIP-848).
     pub group_protocol: Option<String>,
+    /// Where MM2 kept its copy progress (Connect's `offset.storage.topic`), on the target.
+    pub mm2_offsets_topic: Option<String>,
+    /// The MM2 source connector's name: the first element of every progress record's key.
+    pub mm2_source_connector: Option<String>,
 }

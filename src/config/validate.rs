@@ -16,6 +16,7 @@ use super::{
 };
 use crate::filter::{self, GroupFilter, PatternList, TopicFilter};
 use crate::kafka;
+use crate::mm2::connect_offsets;
 use crate::policy::ReplicationPolicy;
 use crate::restart_policy::RestartSettings;
 
@@ -157,6 +158,15 @@ pub fn valid_alias(alias: &str) -> Result<(), String> {
         return Err(format!(
             "cluster alias `{alias}` contains `{c}`; use letters, digits, `_` and `-` (aliases become topic-name prefixes)"
         ));
+    }
+    Ok(())
+}
+
+/// Kafka's rule for a topic name: 1 to 249 of letters, digits, `.`, `_` and `-`, not `.` or `..`.
+fn kafka_topic_name(name: &str) -> Result<(), String> {
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name.len() > 249 || name == "." || name == ".." || !name.chars().all(legal) {
+        return Err(format!("`{name}` is not a Kafka topic name (1 to 249 of letters, digits, `.`, `_` and `-`)"));
     }
     Ok(())
 }
@@ -478,6 +488,15 @@ fn flow(
         );
     }
 
+    let mm2_offsets_topic = rf.mm2_offsets_topic.unwrap_or_else(|| connect_offsets::offsets_topic(&rf.source));
+    if let Err(reason) = kafka_topic_name(&mm2_offsets_topic) {
+        errs.push(k("mm2_offsets_topic"), reason);
+    }
+    let mm2_source_connector = rf.mm2_source_connector.unwrap_or_else(|| connect_offsets::SOURCE_CONNECTOR.to_string());
+    if mm2_source_connector.trim().is_empty() {
+        errs.push(k("mm2_source_connector"), "must not be empty");
+    }
+
     let settings = FlowSettings {
         topics,
         topics_exclude,
@@ -536,6 +555,8 @@ fn flow(
         provenance_header: rf.provenance_header.unwrap_or(true),
         metrics_per_partition: rf.metrics_per_partition.unwrap_or(false),
         group_protocol,
+        mm2_offsets_topic,
+        mm2_source_connector,
     };
 
     if errs.out.len() > before {
@@ -601,6 +622,26 @@ mod tests {
         assert_eq!(s.offset_syncs_topic_location, OffsetSyncsLocation::Source);
         assert_eq!(plan.policy.format_remote_topic("east", "orders"), "east.orders");
         assert_eq!(plan.file, PathBuf::from("f.toml"));
+        assert_eq!(
+            (s.mm2_offsets_topic.as_str(), s.mm2_source_connector.as_str()),
+            ("mm2-offsets.east.internal", "MirrorSourceConnector")
+        );
+    }
+
+    #[test]
+    fn progress_of_a_connect_run_mm2_is_named_by_two_keys() {
+        let flow = "[[flows]]\nsource = \"east\"\ntarget = \"west\"\nmm2_offsets_topic = \"mirrormaker2-cluster-offsets\"\n\
+                    mm2_source_connector = \"east->west.MirrorSourceConnector\"\n";
+        let set = parse(&[("a.toml", &format!("{CLUSTERS}\n{flow}"))], &no_env).expect("valid");
+        let s = &set.flows.values().next().expect("flow").settings;
+        assert_eq!(s.mm2_offsets_topic, "mirrormaker2-cluster-offsets");
+        assert_eq!(s.mm2_source_connector, "east->west.MirrorSourceConnector");
+
+        let flow = "[[flows]]\nsource = \"east\"\ntarget = \"west\"\nmm2_offsets_topic = \"no/slash\"\nmm2_source_connector = \" \"\n";
+        let errs = parse(&[("a.toml", &format!("{CLUSTERS}\n{flow}"))], &no_env).expect_err("invalid").0;
+        let keys: Vec<&str> = errs.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(keys, ["flows[0].mm2_offsets_topic", "flows[0].mm2_source_connector"], "{errs:?}");
+        assert!(errs[0].reason.contains("is not a Kafka topic name"), "{}", errs[0].reason);
     }
 
     #[test]

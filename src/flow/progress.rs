@@ -1,5 +1,7 @@
-//! Copy progress, persisted where MM2 keeps it: Kafka Connect source offsets in
-//! `mm2-offsets.<source>.internal` on the target (mm2-reference.md §1.6).
+//! Copy progress, persisted where MM2 keeps it: Kafka Connect source offsets in the flow's
+//! `mm2_offsets_topic` on the target (dedicated MM2's `mm2-offsets.<source>.internal` by default, a
+//! Connect cluster's `offset.storage.topic` when taking over from one; mm2-reference.md §1.6), keyed by
+//! the flow's `mm2_source_connector`.
 //!
 //! Using MM2's own place and encoding means ferry resumes where a Java MM2 stopped, and MM2 resumes where
 //! ferry stopped. The stored value is the offset of the last replicated record; copying resumes at +1.
@@ -18,7 +20,7 @@ use crate::clients::{Connection, Lane, Outgoing};
 use crate::config::FlowPlan;
 use crate::kafka::{self, KafkaOpError, TopicSpec};
 use crate::metrics::METRICS;
-use crate::mm2::connect_offsets::{self, SOURCE_CONNECTOR};
+use crate::mm2::connect_offsets;
 
 /// Header of a progress record naming the source topic id the position belongs to. MM2 reads only the
 /// key and value of Connect's offsets topic, so the record stays MM2's.
@@ -44,7 +46,7 @@ pub fn load_partitions(
     let mut homes: Vec<i32> = wanted
         .iter()
         .map(|(t, p)| {
-            let key = connect_offsets::encode_source_key(SOURCE_CONNECTOR, &plan.id.source, t, *p);
+            let key = connect_offsets::encode_source_key(&plan.settings.mm2_source_connector, &plan.id.source, t, *p);
             connect_offsets::partition_for_key(&key, num_partitions)
         })
         .collect();
@@ -61,13 +63,14 @@ fn load_from(
     plan: &FlowPlan,
     partitions: impl IntoIterator<Item = i32>,
 ) -> Result<HashMap<SourcePartition, StoredPosition>, KafkaOpError> {
-    let topic = connect_offsets::offsets_topic(&plan.id.source);
+    let topic = &plan.settings.mm2_offsets_topic;
+    let connector = &plan.settings.mm2_source_connector;
     let target = &plan.target.alias;
     let consumer = kafka::assign_only_consumer(&plan.target, &plan.id, "progress-reader")?;
     let mut positions = HashMap::new();
-    kafka::read_to_end(&consumer, target, &topic, partitions, |msg| {
+    kafka::read_to_end(&consumer, target, topic, partitions, |msg| {
         let Some(key) = msg.key().and_then(connect_offsets::decode_source_key) else { return };
-        if key.connector != SOURCE_CONNECTOR || key.cluster != plan.id.source {
+        if key.connector != *connector || key.cluster != plan.id.source {
             return;
         }
         match connect_offsets::decode_source_value(msg.payload()) {
@@ -105,7 +108,7 @@ fn load_from(
 /// The offsets topic as Connect creates it: 25 partitions, compacted.
 pub fn topic_spec(plan: &FlowPlan) -> TopicSpec {
     TopicSpec::compacted(
-        connect_offsets::offsets_topic(&plan.id.source),
+        plan.settings.mm2_offsets_topic.clone(),
         connect_offsets::OFFSETS_TOPIC_PARTITIONS,
         plan.settings.replication_factor,
     )
@@ -141,6 +144,7 @@ pub struct ProgressWriter {
     lane: Lane,
     deliveries: Arc<Deliveries>,
     topic: String,
+    connector: String,
     source_alias: String,
     flow: String,
     num_partitions: i32,
@@ -179,7 +183,8 @@ impl ProgressWriter {
         Ok(Self {
             lane: target.internal()?,
             deliveries,
-            topic: connect_offsets::offsets_topic(&plan.id.source),
+            topic: plan.settings.mm2_offsets_topic.clone(),
+            connector: plan.settings.mm2_source_connector.clone(),
             source_alias: plan.id.source.clone(),
             flow,
             num_partitions,
@@ -206,7 +211,7 @@ impl ProgressWriter {
                 continue;
             }
             let key =
-                connect_offsets::encode_source_key(SOURCE_CONNECTOR, &self.source_alias, &slot.topic, slot.partition);
+                connect_offsets::encode_source_key(&self.connector, &self.source_alias, &slot.topic, slot.partition);
             let value = connect_offsets::encode_source_value(next - 1);
             let part = connect_offsets::partition_for_key(&key, self.num_partitions);
             let id = slot.topic_id();
