@@ -215,6 +215,24 @@ fn changing_a_flow_restarts_only_it_and_removing_it_stops_it_gracefully() {
         metric_sum(&observe::metrics(ferry.listen_addr()), "ferry_checkpoint_last_success_timestamp_seconds", &labels)
             > 0.0
     });
+    // A start emits twice: once the newest offset syncs are in, and again once the whole history is
+    // (right after the history's "offset syncs read" line). Wait for the second, or a slow box lets it
+    // pick up the commit below (seen under load).
+    let history_read = || -> Option<u64> {
+        let log = ferry.log();
+        let line = log
+            .lines()
+            .filter(|l| l.contains("offset syncs read") && l.contains("mm2-offset-syncs.west.internal"))
+            .filter(|l| l.contains("side=Forward"))
+            .nth(1)?; // generation 2's
+        ferry::status::parse_rfc3339(line.get(..19)?)
+    };
+    wait_for(ARRIVAL, "the changed flow's checkpoint round after its whole offset-sync history", || {
+        let Some(read_at) = history_read() else { return false };
+        let labels = [("flow", FLOW), ("group", group.as_str())];
+        metric_sum(&observe::metrics(ferry.listen_addr()), "ferry_checkpoint_last_success_timestamp_seconds", &labels)
+            >= read_at as f64
+    });
     support::commit_group_offsets(&east.bootstrap, &group, &[(&fixed, 0, 250), (&fixed, 1, 250)]);
     let before = latest(&checkpoints(west, &group), &remote_fixed);
     assert!(
