@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ferry::mm2::records::Checkpoint;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use support::ferry_cli;
 use support::observe::{self, metric_sum};
 use support::process::signal;
 use support::scenario::*;
@@ -334,17 +335,6 @@ fn assert_still(west: &Cluster, remote: &str, expected: i64, what: &str) {
 /// A pause taken on one node holds on every node of the deployment (the other node's share too, and
 /// whichever node a rebalance gives the partitions to), survives restarts of every node, shows who took
 /// it on each node, and a resume on another node brings everything across once.
-/// `ferry ARGS` (no admin token from the test's environment): exit code, stdout, stderr.
-fn ferry_cli(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(support::ferry_bin())
-        .args(args)
-        .env_remove("FERRY_ADMIN_TOKEN_FILE")
-        .output()
-        .unwrap_or_else(|e| panic!("run ferry {args:?}: {e}"));
-    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
-    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
-}
-
 #[test]
 fn a_pause_on_one_node_holds_on_every_node_and_across_restarts() {
     let (east, west) = shared_pair();

@@ -10,6 +10,7 @@ mod support;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use support::ferry_cli_env as cli;
 use support::observe::{self, health, metric_sum};
 use support::scenario::*;
 use support::web::{http_post, http_request};
@@ -33,19 +34,6 @@ fn status_table(ferry: &Ferry) -> String {
         .expect("run ferry status");
     assert!(out.status.success(), "ferry status: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-/// `ferry ARGS` with `env` (and no admin token file from the test's own environment): the exit code,
-/// stdout and stderr.
-fn cli(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(support::ferry_bin())
-        .args(args)
-        .env_remove("FERRY_ADMIN_TOKEN_FILE")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap_or_else(|e| panic!("run ferry {args:?}: {e}"));
-    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
-    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
 }
 
 fn json(text: &str) -> serde_json::Value {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use support::observe::{self, health, metric_sum};
 use support::scenario::*;
-use support::{Cluster, Ferry, create_topic, end_offsets, produce, shared_pair, unique, wait_for};
+use support::{Cluster, Ferry, create_topic, end_offsets, ferry_cli, produce, shared_pair, unique, wait_for};
 
 /// Largest pause of an untouched flow's copying that counts as "no pause" (records arrive in batches
 /// every few tens of milliseconds; a restart takes seconds).
@@ -649,17 +649,6 @@ fn a_change_rolled_back_during_an_outage_is_applied_by_a_later_rescan() {
     std::thread::sleep(Duration::from_secs(5)); // observation window: two rescans
     assert_eq!(reloads(&ferry, "applied"), applied, "an applied change is not reloaded again");
     assert!(ferry.terminate(Duration::from_secs(30)).success());
-}
-
-/// `ferry ARGS`: the exit code, stdout and stderr.
-fn ferry_cli(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(support::ferry_bin())
-        .args(args)
-        .env_remove("FERRY_ADMIN_TOKEN_FILE")
-        .output()
-        .unwrap_or_else(|e| panic!("run ferry {args:?}: {e}"));
-    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
-    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
 }
 
 fn flows_log_lines(ferry: &Ferry) -> usize {

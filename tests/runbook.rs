@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
+use support::ferry_cli;
 use support::scenario::*;
 use support::{Cluster, Ferry, consume_all, create_topic, end_offsets, produce, unique, wait_for};
 
@@ -144,13 +145,6 @@ fn wait_checkpointed(
             (s.committed.iter().all(|((t, p), o)| cps.get(&(rename(t), *p)).is_some_and(|(up, _)| up == o)), cps)
         });
     }
-}
-
-/// `ferry ARGS`: exit code, stdout, stderr.
-fn ferry_cli(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(support::ferry_bin()).args(args).output().expect("run ferry");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
-    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
 }
 
 /// `ferry translate --flows DIR --flow FLOW --all-groups --apply -o json`, as the runbook has it: exit 0

@@ -19,6 +19,24 @@ pub fn ferry_bin() -> PathBuf {
     std::env::var_os("FERRY_TEST_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ferry")), PathBuf::from)
 }
 
+/// `ferry ARGS` with `env` added and no admin token file from the test's own environment: the exit code,
+/// stdout and stderr.
+pub fn ferry_cli_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = std::process::Command::new(ferry_bin())
+        .args(args)
+        .env_remove("FERRY_ADMIN_TOKEN_FILE")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("run ferry {args:?}: {e}"));
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+/// [`ferry_cli_env`] without extra environment.
+pub fn ferry_cli(args: &[&str]) -> (i32, String, String) {
+    ferry_cli_env(args, &[])
+}
+
 pub struct Ferry {
     child: Option<Child>,
     watchdog: Option<Child>,

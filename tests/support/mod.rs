@@ -53,7 +53,7 @@ pub use client::{
     list_topics, produce, produce_transactional, set_topic_configs, topic_overrides, topic_partitions, try_connect,
 };
 pub use cluster::{ADMIN, Cluster, Security, kafka_java, kafka_libdir, shared_pair};
-pub use ferry::{Ferry, ferry_bin};
+pub use ferry::{Ferry, ferry_bin, ferry_cli, ferry_cli_env};
 pub use flows::{cluster_toml, east_west_flow, flows_dir};
 pub use group::{ActiveMember, http_get};
 pub use mm2::{Mm2, dedicated_properties};
