@@ -91,8 +91,6 @@ fn an_mm2_properties_file_becomes_a_valid_flows_directory_without_its_secrets() 
         ("ssl.truststore.location", "Java key store"),
         ("ssl.truststore.password", "PEM CA files have none"),
         ("tasks.max", "no task count"),
-        ("sync.topic.acls.enabled", "ACLs"),
-        ("checkpoints.topic.replication.factor", "replication_factor"),
         ("west->east.transforms", "SMTs"),
         ("west->east.transforms.dropTest.type", "SMTs"),
     ] {
@@ -128,6 +126,8 @@ fn an_mm2_properties_file_becomes_a_valid_flows_directory_without_its_secrets() 
         ("sync_group_offsets_interval_seconds", "30"),
         ("offset_syncs_topic_location", "\"target\""),
         ("replication_factor", "3"),
+        ("sync_topic_acls_enabled", "false"),
+        ("checkpoints_topic_replication_factor", "3"),
         ("replication_policy_separator", "\".\""),
         ("mm2_offsets_topic", "\"mm2-offsets.east.internal\""),
         ("mm2_source_connector", "\"MirrorSourceConnector\""),
@@ -137,6 +137,7 @@ fn an_mm2_properties_file_becomes_a_valid_flows_directory_without_its_secrets() 
     let we = flow(&out, "west-to-east.toml");
     assert!(we.get("groups").is_none() && we.get("sync_group_offsets_enabled").is_none(), "{we:?}");
     assert_eq!(we["mm2_offsets_topic"].as_str(), Some("mm2-offsets.west.internal"));
+    assert_eq!(we.get("sync_topic_acls_enabled").and_then(|v| v.as_bool()), Some(false), "{we:?}");
 
     // No secret literal anywhere the operator (or a log) sees.
     for f in ["clusters.toml", "east-to-west.toml", "west-to-east.toml"] {
@@ -266,8 +267,6 @@ fn a_strimzi_resource_becomes_flows_that_take_over_from_its_connectors() {
         "spec.replicas",
         "spec.clusters[1].config.offset.storage.replication.factor",
         "spec.mirrors[0].sourceConnector.tasksMax",
-        "spec.mirrors[0].sourceConnector.config.offset-syncs.topic.replication.factor",
-        "spec.mirrors[0].sourceConnector.config.sync.topic.acls.enabled",
         "spec.mirrors[0].heartbeatConnector",
     ] {
         assert!(stdout.lines().any(|l| l.trim_start().starts_with(&format!("{key}: "))), "{key}: {stdout}");
@@ -278,6 +277,8 @@ fn a_strimzi_resource_becomes_flows_that_take_over_from_its_connectors() {
     assert_eq!(strings(&f["topics"]), ["orders.*|payments"]);
     assert_eq!(f["replication_factor"].as_integer(), Some(-1));
     assert_eq!(f["sync_group_offsets_enabled"].as_bool(), Some(false));
+    assert_eq!(f["sync_topic_acls_enabled"].as_bool(), Some(false));
+    assert_eq!(f["offset_syncs_topic_replication_factor"].as_integer(), Some(-1));
     let clusters = std::fs::read_to_string(out.join("clusters.toml")).expect("read");
     let at = |p: &str| secrets.join(p).display().to_string();
     for needle in [

@@ -53,14 +53,18 @@ pub fn topics(plan: &FlowPlan) -> Vec<Internal> {
         Internal {
             role: "offset-syncs",
             cluster: syncs_cluster.alias.clone(),
-            spec: TopicSpec::compacted(syncs_topic, 1, rf),
+            spec: TopicSpec::compacted(syncs_topic, 1, plan.settings.offset_syncs_rf()),
             cleanup: Cleanup::Compact("the checkpoint computer reads every sync from the start"),
             partitions: one,
         },
         Internal {
             role: "checkpoints",
             cluster: target.clone(),
-            spec: TopicSpec::compacted(plan.policy.checkpoints_topic(&plan.id.source), 1, rf),
+            spec: TopicSpec::compacted(
+                plan.policy.checkpoints_topic(&plan.id.source),
+                1,
+                plan.settings.checkpoints_rf(),
+            ),
             cleanup: Cleanup::Compact("a group's newest checkpoint must outlive retention for a failover"),
             partitions: one,
         },
@@ -74,14 +78,14 @@ pub fn topics(plan: &FlowPlan) -> Vec<Internal> {
         Internal {
             role: "heartbeats",
             cluster: plan.source.alias.clone(),
-            spec: TopicSpec::compacted(heartbeats, 1, rf),
+            spec: TopicSpec::compacted(heartbeats, 1, plan.settings.heartbeats_rf()),
             cleanup: Cleanup::PreferCompact,
             partitions: one,
         },
         Internal {
             role: "heartbeats",
             cluster: target.clone(),
-            spec: TopicSpec::compacted(heartbeats, 1, rf),
+            spec: TopicSpec::compacted(heartbeats, 1, plan.settings.heartbeats_rf()),
             cleanup: Cleanup::PreferCompact,
             partitions: one,
         },

@@ -16,6 +16,7 @@ mod load;
 pub(crate) mod locate;
 pub mod raw;
 pub mod secrets;
+mod start_from;
 pub mod topology;
 mod validate;
 
@@ -29,6 +30,7 @@ pub use diff::{FlowSetDiff, diff};
 pub(crate) use load::syntax_error;
 pub use load::{check_dir_offline, is_flow_file, load_dir, secret_files_in};
 pub use secrets::{is_secret_key, redact, scrub};
+pub use start_from::parse_start_from;
 pub use validate::valid_alias;
 
 use crate::filter::{GroupFilter, TopicFilter};
@@ -203,12 +205,105 @@ pub struct FlowSettings {
     /// The connector name in those records' keys: `MirrorSourceConnector` in dedicated mode, the
     /// connector's own name on a Connect cluster (Strimzi: `<source>-><target>.MirrorSourceConnector`).
     pub mm2_source_connector: String,
+    /// MM2's `emit.heartbeats.enabled`: Heartbeat(source, target) into the target's `heartbeats`.
+    pub emit_heartbeats_enabled: bool,
+    /// Heartbeat(target, source) into the source's `heartbeats`, which the copier brings back as
+    /// `<source>.heartbeats` (MM2's reverse heartbeat-only pair). The heartbeat emitter's only write to
+    /// the source.
+    pub emit_reverse_heartbeats_enabled: bool,
+    /// MM2's `emit.checkpoints.enabled`: checkpoint records into `<source>.checkpoints.internal`.
+    pub emit_checkpoints_enabled: bool,
+    /// MM2's `emit.offset-syncs.enabled` (KIP-1031): without syncs nothing can be translated, so
+    /// validation refuses it together with checkpoints or group offset sync.
+    pub emit_offset_syncs_enabled: bool,
+    /// MM2's `refresh.topics.enabled`: look for new topics and partitions every
+    /// `refresh_topics_interval`; off, the topics found at start are all the flow copies.
+    pub refresh_topics_enabled: bool,
+    /// MM2's `refresh.groups.enabled`: the same for the groups the checkpoint computer follows.
+    pub refresh_groups_enabled: bool,
+    /// MM2's `config.properties.exclude`: topic config properties never copied to remote topics;
+    /// `None` is MM2's default list.
+    pub config_properties_exclude: Option<Vec<String>>,
+    /// Replication factors of the internal topics ferry creates; `None` follows `replication_factor`,
+    /// `Some(-1)` is the cluster's default.
+    pub offset_syncs_topic_replication_factor: Option<i32>,
+    pub checkpoints_topic_replication_factor: Option<i32>,
+    pub heartbeats_topic_replication_factor: Option<i32>,
+    /// MM2's `sync.topic.acls.enabled`: copy the ALLOW bindings of replicated topics to their remote
+    /// names on the target (WRITE dropped, ALL as READ). Off by default in ferry (see the README).
+    pub sync_topic_acls_enabled: bool,
+    pub sync_topic_acls_interval: Duration,
+    /// Where a source partition with no stored progress starts copying.
+    pub start_from: StartFrom,
+}
+
+/// Where a source partition that has no stored progress (a new flow, a new topic or partition)
+/// starts copying.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartFrom {
+    /// The partition's log start: everything the source still holds (MM2's behaviour).
+    Earliest,
+    /// The partition's end when the copier first sees it: only records written from then on.
+    Latest,
+    /// The first record whose timestamp is at or after this time (milliseconds since the epoch), as
+    /// ListOffsets by timestamp answers; the end if there is none.
+    Timestamp(i64),
 }
 
 impl FlowSettings {
     /// The copier stamps and honours the provenance header.
     pub fn provenance(&self) -> bool {
         self.replication_policy == PolicyKind::Identity && self.provenance_header
+    }
+
+    /// Replication factor of the offset-syncs topic ferry creates (`None`: the cluster's default).
+    pub fn offset_syncs_rf(&self) -> Option<i32> {
+        internal_rf(self.offset_syncs_topic_replication_factor, self.replication_factor)
+    }
+
+    /// Replication factor of `<source>.checkpoints.internal`.
+    pub fn checkpoints_rf(&self) -> Option<i32> {
+        internal_rf(self.checkpoints_topic_replication_factor, self.replication_factor)
+    }
+
+    /// Replication factor of the `heartbeats` topics ferry creates.
+    pub fn heartbeats_rf(&self) -> Option<i32> {
+        internal_rf(self.heartbeats_topic_replication_factor, self.replication_factor)
+    }
+
+    /// Whether the checkpoint computer has anything to do: emit checkpoints, sync group offsets, or both.
+    pub fn runs_checkpoints(&self) -> bool {
+        self.emit_checkpoints_enabled || self.sync_group_offsets_enabled
+    }
+
+    /// Whether the heartbeat emitter has anything to do.
+    pub fn runs_heartbeats(&self) -> bool {
+        self.emit_heartbeats_enabled || self.emit_reverse_heartbeats_enabled
+    }
+
+    /// What this flow writes to its source cluster, as `(setting, what it writes)`: empty for a flow
+    /// that a principal with only Read and Describe rights on the source can run.
+    pub fn source_writes(&self) -> Vec<(&'static str, &'static str)> {
+        let mut out = Vec::new();
+        if self.emit_offset_syncs_enabled && self.offset_syncs_topic_location == OffsetSyncsLocation::Source {
+            out.push((
+                "offset_syncs_topic_location = \"source\"",
+                "offset syncs into mm2-offset-syncs.<target>.internal on the source",
+            ));
+        }
+        if self.emit_reverse_heartbeats_enabled {
+            out.push(("emit_reverse_heartbeats_enabled = true", "heartbeats into `heartbeats` on the source"));
+        }
+        out
+    }
+}
+
+/// An internal topic's replication factor: its own setting (-1: the cluster's default), else the flow's.
+fn internal_rf(own: Option<i32>, flow: Option<i32>) -> Option<i32> {
+    match own {
+        Some(-1) => None,
+        Some(n) => Some(n),
+        None => flow,
     }
 }
 
@@ -316,6 +411,33 @@ impl FlowSet {
                 s.offset_lag_max,
                 s.compression,
             );
+            let switches: Vec<String> = [
+                ("emit_heartbeats", s.emit_heartbeats_enabled),
+                ("emit_reverse_heartbeats", s.emit_reverse_heartbeats_enabled),
+                ("emit_checkpoints", s.emit_checkpoints_enabled),
+                ("emit_offset_syncs", s.emit_offset_syncs_enabled),
+                ("sync_group_offsets", s.sync_group_offsets_enabled),
+                ("sync_topic_configs", s.sync_topic_configs_enabled),
+                ("sync_topic_acls", s.sync_topic_acls_enabled),
+                ("refresh_topics", s.refresh_topics_enabled),
+                ("refresh_groups", s.refresh_groups_enabled),
+            ]
+            .iter()
+            .map(|(name, on)| format!("{name}={}", if *on { "on" } else { "off" }))
+            .collect();
+            let _ = writeln!(out, "  {} start_from={:?}", switches.join(" "), s.start_from);
+            let writes = s.source_writes();
+            if writes.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  writes nothing to source `{}`: Read and Describe rights there suffice",
+                    f.id.source
+                );
+            } else {
+                for (setting, what) in writes {
+                    let _ = writeln!(out, "  writes to source `{}`: {what} ({setting})", f.id.source);
+                }
+            }
         }
         out
     }

@@ -92,4 +92,20 @@ pub struct RawFlow {
     pub mm2_offsets_topic: Option<String>,
     /// The MM2 source connector's name: the first element of every progress record's key.
     pub mm2_source_connector: Option<String>,
+    // MM2's switches (issue 20), under ferry's names; the configuration reference names each MM2 key.
+    pub emit_heartbeats_enabled: Option<bool>,
+    /// Heartbeats into the source's `heartbeats` (MM2's reverse heartbeat-only pair): writes to the source.
+    pub emit_reverse_heartbeats_enabled: Option<bool>,
+    pub emit_checkpoints_enabled: Option<bool>,
+    pub emit_offset_syncs_enabled: Option<bool>,
+    pub refresh_topics_enabled: Option<bool>,
+    pub refresh_groups_enabled: Option<bool>,
+    pub config_properties_exclude: Option<Vec<String>>,
+    pub offset_syncs_topic_replication_factor: Option<i32>,
+    pub checkpoints_topic_replication_factor: Option<i32>,
+    pub heartbeats_topic_replication_factor: Option<i32>,
+    pub sync_topic_acls_enabled: Option<bool>,
+    pub sync_topic_acls_interval_seconds: Option<f64>,
+    /// Where a partition with no stored progress starts: "earliest", "latest" or an RFC 3339 time.
+    pub start_from: Option<String>,
 }

@@ -12,7 +12,7 @@ use super::secrets;
 use super::topology;
 use super::{
     ClusterSpec, ConfigError, ConfigErrors, FlowId, FlowPlan, FlowSet, FlowSettings, GroupProtocol,
-    OffsetSyncsLocation, PolicyKind, SourceGapPolicy,
+    OffsetSyncsLocation, PolicyKind, SourceGapPolicy, StartFrom,
 };
 use crate::filter::{self, GroupFilter, PatternList, TopicFilter};
 use crate::kafka;
@@ -497,6 +497,46 @@ fn flow(
         errs.push(k("mm2_source_connector"), "must not be empty");
     }
 
+    let internal_rf = |key: &str, v: Option<i32>, errs: &mut Errors<'_>| match v {
+        None => None,
+        Some(n) if n >= 1 || n == -1 => Some(n),
+        Some(n) => {
+            errs.push(k(key), format!("must be -1 (the cluster's default) or at least 1, got {n}"));
+            None
+        }
+    };
+    let offset_syncs_topic_replication_factor =
+        internal_rf("offset_syncs_topic_replication_factor", rf.offset_syncs_topic_replication_factor, errs);
+    let checkpoints_topic_replication_factor =
+        internal_rf("checkpoints_topic_replication_factor", rf.checkpoints_topic_replication_factor, errs);
+    let heartbeats_topic_replication_factor =
+        internal_rf("heartbeats_topic_replication_factor", rf.heartbeats_topic_replication_factor, errs);
+    if let Some(exclude) = &rf.config_properties_exclude {
+        for (j, pattern) in exclude.iter().enumerate() {
+            if let Err(e) = crate::filter::ConfigPropertyFilter::new(Some(std::slice::from_ref(pattern))) {
+                errs.push(format!("{}[{j}]", k("config_properties_exclude")), e.to_string());
+            }
+        }
+    }
+    let start_from = match rf.start_from.as_deref().map(super::parse_start_from) {
+        None => StartFrom::Earliest,
+        Some(Ok(s)) => s,
+        Some(Err(reason)) => {
+            errs.push(k("start_from"), reason);
+            StartFrom::Earliest
+        }
+    };
+    let emit_checkpoints_enabled = rf.emit_checkpoints_enabled.unwrap_or(true);
+    let emit_offset_syncs_enabled = rf.emit_offset_syncs_enabled.unwrap_or(true);
+    let sync_group_offsets_enabled = rf.sync_group_offsets_enabled.unwrap_or(false);
+    if !emit_offset_syncs_enabled && (emit_checkpoints_enabled || sync_group_offsets_enabled) {
+        // MM2 refuses the same (KIP-1031): checkpoints translate through the syncs.
+        errs.push(
+            k("emit_offset_syncs_enabled"),
+            "checkpoints and group offset sync translate through the offset syncs: with              emit_offset_syncs_enabled = false, set emit_checkpoints_enabled = false and leave              sync_group_offsets_enabled off",
+        );
+    }
+
     let settings = FlowSettings {
         topics,
         topics_exclude,
@@ -529,7 +569,7 @@ fn flow(
             1.0,
             errs,
         ),
-        sync_group_offsets_enabled: rf.sync_group_offsets_enabled.unwrap_or(false),
+        sync_group_offsets_enabled,
         sync_group_offsets_interval: seconds(
             &k("sync_group_offsets_interval_seconds"),
             rf.sync_group_offsets_interval_seconds,
@@ -557,6 +597,24 @@ fn flow(
         group_protocol,
         mm2_offsets_topic,
         mm2_source_connector,
+        emit_heartbeats_enabled: rf.emit_heartbeats_enabled.unwrap_or(true),
+        emit_reverse_heartbeats_enabled: rf.emit_reverse_heartbeats_enabled.unwrap_or(true),
+        emit_checkpoints_enabled,
+        emit_offset_syncs_enabled,
+        refresh_topics_enabled: rf.refresh_topics_enabled.unwrap_or(true),
+        refresh_groups_enabled: rf.refresh_groups_enabled.unwrap_or(true),
+        config_properties_exclude: rf.config_properties_exclude,
+        offset_syncs_topic_replication_factor,
+        checkpoints_topic_replication_factor,
+        heartbeats_topic_replication_factor,
+        sync_topic_acls_enabled: rf.sync_topic_acls_enabled.unwrap_or(false),
+        sync_topic_acls_interval: seconds(
+            &k("sync_topic_acls_interval_seconds"),
+            rf.sync_topic_acls_interval_seconds,
+            600.0,
+            errs,
+        ),
+        start_from,
     };
 
     if errs.out.len() > before {
@@ -626,6 +684,49 @@ mod tests {
             (s.mm2_offsets_topic.as_str(), s.mm2_source_connector.as_str()),
             ("mm2-offsets.east.internal", "MirrorSourceConnector")
         );
+        assert!(s.emit_heartbeats_enabled && s.emit_reverse_heartbeats_enabled && s.emit_checkpoints_enabled);
+        assert!(s.emit_offset_syncs_enabled && s.refresh_topics_enabled && s.refresh_groups_enabled);
+        assert!(!s.sync_topic_acls_enabled, "ferry's own default");
+        assert_eq!(s.sync_topic_acls_interval, Duration::from_secs(600));
+        assert_eq!((s.start_from, s.config_properties_exclude.as_ref()), (StartFrom::Earliest, None));
+        assert_eq!((s.offset_syncs_rf(), s.checkpoints_rf(), s.heartbeats_rf()), (None, None, None));
+        assert_eq!(s.source_writes().len(), 2, "offset syncs and reverse heartbeats");
+    }
+
+    #[test]
+    fn mm2s_switches_and_what_a_flow_writes_to_its_source() {
+        let flow = "[[flows]]\nsource = \"east\"\ntarget = \"west\"\nreplication_factor = 3\n\
+                    checkpoints_topic_replication_factor = -1\nheartbeats_topic_replication_factor = 1\n\
+                    offset_syncs_topic_location = \"target\"\nemit_reverse_heartbeats_enabled = false\n\
+                    config_properties_exclude = [\"retention\\\\..*\"]\nstart_from = \"latest\"\n";
+        let set = parse(&[("a.toml", &format!("{CLUSTERS}\n{flow}"))], &no_env).expect("valid");
+        let s = &set.flows.values().next().expect("flow").settings;
+        assert_eq!((s.offset_syncs_rf(), s.checkpoints_rf(), s.heartbeats_rf()), (Some(3), None, Some(1)));
+        assert_eq!(s.config_properties_exclude.as_deref(), Some(&["retention\\..*".to_string()][..]));
+        assert_eq!(s.start_from, StartFrom::Latest);
+        assert!(s.source_writes().is_empty(), "a read-only source flow: {:?}", s.source_writes());
+        assert!(set.describe().contains("writes nothing to source `east`"), "{}", set.describe());
+
+        let flow = "[[flows]]\nsource = \"east\"\ntarget = \"west\"\nemit_offset_syncs_enabled = false\n\
+                    checkpoints_topic_replication_factor = 0\nconfig_properties_exclude = [\"a{\"]\n\
+                    start_from = \"yesterday\"\n";
+        let errs = parse(&[("a.toml", &format!("{CLUSTERS}\n{flow}"))], &no_env).expect_err("invalid").0;
+        let keys: Vec<&str> = errs.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "flows[0].checkpoints_topic_replication_factor",
+                "flows[0].config_properties_exclude[0]",
+                "flows[0].start_from",
+                "flows[0].emit_offset_syncs_enabled"
+            ],
+            "{errs:?}"
+        );
+        let flow = "[[flows]]\nsource = \"east\"\ntarget = \"west\"\nemit_offset_syncs_enabled = false\n\
+                    emit_checkpoints_enabled = false\n";
+        let set =
+            parse(&[("a.toml", &format!("{CLUSTERS}\n{flow}"))], &no_env).expect("syncs off with nothing to translate");
+        assert!(!set.flows.values().next().expect("flow").settings.runs_checkpoints());
     }
 
     #[test]

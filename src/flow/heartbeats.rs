@@ -42,7 +42,7 @@ fn run(plan: &FlowPlan, conns: &FlowConnections, control: Control<()>) -> Result
         (&conns.target, &plan.target.alias, &plan.id.source, &plan.id.target),
         (&conns.source, &plan.source.alias, &plan.id.target, &plan.id.source),
     ] {
-        let spec = TopicSpec::compacted(topic, 1, plan.settings.replication_factor);
+        let spec = TopicSpec::compacted(topic, 1, plan.settings.heartbeats_rf());
         conn.ensure_topic(&plan.id, &spec).map_err(|e| e.to_string())?;
         let lane = conn.internal().map_err(|e| e.to_string())?;
         beats.push(Beat { cluster, from, to, lane });

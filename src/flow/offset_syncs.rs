@@ -188,7 +188,7 @@ impl Deliveries {
 fn run(plan: &FlowPlan, conns: &FlowConnections, queue: &SyncQueue, control: Control<()>) -> Result<(), String> {
     let (cluster, topic) = syncs_location(plan);
     let conn = conns.on(cluster);
-    let spec = TopicSpec::compacted(topic.clone(), 1, plan.settings.replication_factor);
+    let spec = TopicSpec::compacted(topic.clone(), 1, plan.settings.offset_syncs_rf());
     conn.ensure_topic(&plan.id, &spec).map_err(|e| e.to_string())?;
     // The connection's shared producer (acks=all, idempotent: one lane's records stay in order).
     let lane = conn.internal().map_err(|e| e.to_string())?;

@@ -127,7 +127,9 @@ impl TopicSync {
             target_meta: target.meta(Isolation::AsConfigured)?,
             source_admin: source.admin()?,
             target_admin: target.admin()?,
-            config_filter: ConfigPropertyFilter::default(),
+            // Validation compiled these patterns already: a failure here cannot happen, but would not panic.
+            config_filter: ConfigPropertyFilter::new(self.plan.settings.config_properties_exclude.as_deref())
+                .unwrap_or_default(),
         });
         self.clients = Some(c.clone());
         Ok(c)

@@ -293,6 +293,19 @@ fn flow(f: Flow, out: &mut Mapped) {
             "sync.topic.configs.enabled" => Some(("sync_topic_configs_enabled", boolean(out))),
             "sync.topic.configs.interval.seconds" => Some(("sync_topic_configs_interval_seconds", number(out))),
             "offset.lag.max" => Some(("offset_lag_max", number(out))),
+            "emit.heartbeats.enabled" => Some(("emit_heartbeats_enabled", boolean(out))),
+            "emit.checkpoints.enabled" => Some(("emit_checkpoints_enabled", boolean(out))),
+            "emit.offset-syncs.enabled" => Some(("emit_offset_syncs_enabled", boolean(out))),
+            "refresh.topics.enabled" => Some(("refresh_topics_enabled", boolean(out))),
+            "refresh.groups.enabled" => Some(("refresh_groups_enabled", boolean(out))),
+            "sync.topic.acls.enabled" => Some(("sync_topic_acls_enabled", boolean(out))),
+            "sync.topic.acls.interval.seconds" => Some(("sync_topic_acls_interval_seconds", number(out))),
+            "config.properties.exclude" | "config.properties.blacklist" => {
+                Some(("config_properties_exclude", regex_list(p, out)))
+            }
+            "offset-syncs.topic.replication.factor" => Some(("offset_syncs_topic_replication_factor", number(out))),
+            "checkpoints.topic.replication.factor" => Some(("checkpoints_topic_replication_factor", number(out))),
+            "heartbeats.topic.replication.factor" => Some(("heartbeats_topic_replication_factor", number(out))),
             "offset-syncs.topic.location" => {
                 Some(("offset_syncs_topic_location", Some(Value::String(v.to_ascii_lowercase()))))
             }
@@ -317,6 +330,10 @@ fn flow(f: Flow, out: &mut Mapped) {
         }
         out.unmapped.push(Unmapped { key: p.origin.clone(), reason: unmapped_reason(k, v) });
     }
+    // MM2 syncs topic ACLs unless told not to; ferry does not by default, so an imported flow says so.
+    if !f.props.contains_key("sync.topic.acls.enabled") {
+        put("sync_topic_acls_enabled", Value::Boolean(true), "(MM2's default sync.topic.acls.enabled = true)", out);
+    }
     if let Some(p) = &f.offsets_topic {
         put("mm2_offsets_topic", Value::String(p.value.clone()), &p.origin, out);
     }
@@ -339,24 +356,9 @@ fn unmapped_reason(k: &str, v: &str) -> String {
         "tasks.max" => {
             "ferry spreads a flow's partitions over the nodes of its copier group; there is no task count".into()
         }
-        "sync.topic.acls.enabled" | "sync.topic.acls.interval.seconds" => {
-            format!("ferry does not sync topic ACLs yet{}", same("false"))
-        }
-        "emit.heartbeats.enabled"
-        | "emit.checkpoints.enabled"
-        | "emit.offset-syncs.enabled"
-        | "refresh.topics.enabled"
-        | "refresh.groups.enabled" => format!("ferry always does this{}", same("true")),
-        "config.properties.exclude"
-        | "config.properties.blacklist"
-        | "config.property.filter.class"
-        | "use.defaults.from" => {
-            "ferry excludes MM2's default topic-config properties; the list is not configurable yet".into()
-        }
-        "checkpoints.topic.replication.factor"
-        | "heartbeats.topic.replication.factor"
-        | "offset-syncs.topic.replication.factor" => {
-            "ferry creates its internal topics with the flow's `replication_factor`".into()
+        "config.property.filter.class" => format!("custom class `{v}`: ferry has no plug-ins"),
+        "use.defaults.from" => {
+            format!("ferry copies only the source's non-default topic configs (MM2's `target`){}", same("target"))
         }
         "topic.filter.class" | "group.filter.class" | "forwarding.admin.class" => {
             format!("custom class `{v}`: ferry has no plug-ins")
@@ -452,16 +454,34 @@ mod tests {
     }
 
     #[test]
+    fn mm2s_switches_map_and_acl_sync_defaults_to_mm2s_on() {
+        let m = mapped(&format!(
+            "{BASE}emit.heartbeats.enabled = false\nemit.checkpoints.enabled = false\n\
+             config.properties.exclude = retention\\\\..*, min\\\\.insync\\\\.replicas\n\
+             heartbeats.topic.replication.factor = 1\nrefresh.groups.enabled = false\n"
+        ));
+        let (_, _, keys) = &m.flows[0];
+        let get = |k: &str| keys.iter().find(|(key, _)| key == k).map(|(_, v)| v.to_string());
+        assert_eq!(get("emit_heartbeats_enabled").as_deref(), Some("false"));
+        assert_eq!(get("emit_checkpoints_enabled").as_deref(), Some("false"));
+        assert_eq!(get("refresh_groups_enabled").as_deref(), Some("false"));
+        assert_eq!(get("heartbeats_topic_replication_factor").as_deref(), Some("1"));
+        assert_eq!(get("config_properties_exclude").as_deref(), Some(r#"['retention\..*', 'min\.insync\.replicas']"#));
+        assert_eq!(get("sync_topic_acls_enabled").as_deref(), Some("true"), "MM2's default is on");
+        assert!(m.unmapped.iter().all(|u| !u.key.contains("enabled")), "{:?}", m.unmapped);
+    }
+
+    #[test]
     fn unmapped_keys_say_why() {
         let m = mapped(&format!(
             "{BASE}tasks.max = 8\nreplication.policy.class = com.acme.MyPolicy\na->b.transforms = x\n\
-             key.converter = org.apache.kafka.connect.converters.ByteArrayConverter\nemit.checkpoints.enabled = false\n"
+             key.converter = org.apache.kafka.connect.converters.ByteArrayConverter\nuse.defaults.from = source\n"
         ));
         let why = |k: &str| m.unmapped.iter().find(|u| u.key == k).map(|u| u.reason.clone()).unwrap_or_default();
         assert!(why("tasks.max").contains("no task count"));
         assert!(why("replication.policy.class").contains("custom policy class `com.acme.MyPolicy`"));
         assert!(why("a->b.transforms").contains("SMTs"));
         assert!(why("key.converter").contains("converters"));
-        assert!(why("emit.checkpoints.enabled").contains("ferry cannot do otherwise yet"));
+        assert!(why("use.defaults.from").contains("ferry cannot do otherwise yet"));
     }
 }

@@ -248,7 +248,7 @@ impl<'a> Computer<'a> {
     /// `syncs`: the thread reading this flow's offset syncs, started with the computer.
     fn run(self, control: Control<()>, syncs: BacklogThread) -> Result<(), String> {
         let plan = self.plan;
-        let spec = TopicSpec::compacted(self.checkpoints_topic.clone(), 1, plan.settings.replication_factor);
+        let spec = TopicSpec::compacted(self.checkpoints_topic.clone(), 1, plan.settings.checkpoints_rf());
         self.conns.target.ensure_topic(&plan.id, &spec).map_err(err)?;
         if !lock(&self.state).checkpoints_loaded {
             match load_checkpoints(plan, &self.checkpoints_topic) {

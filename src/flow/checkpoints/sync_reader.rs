@@ -204,7 +204,7 @@ impl SyncReader {
     pub(super) fn new(plan: &FlowPlan, conns: &FlowConnections, state: &SharedCheckpointState) -> Result<Self, String> {
         let (cluster, topic) = syncs_location(plan);
         // The emitter creates it too; whoever comes first wins, with the same definition.
-        let spec = TopicSpec::compacted(topic.clone(), 1, plan.settings.replication_factor);
+        let spec = TopicSpec::compacted(topic.clone(), 1, plan.settings.offset_syncs_rf());
         conns.on(cluster).ensure_topic(&plan.id, &spec).map_err(err)?;
         Self::open(plan, state, cluster, topic, Side::Forward)
     }
