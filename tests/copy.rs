@@ -230,3 +230,130 @@ fn kill_9_mid_stream_copies_every_record_at_least_once() {
         "a kill -9 may duplicate only records acknowledged after the last persist ({unpersisted}), got {duplicates}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// `start_from`: where partitions without stored progress start, and that the start holds across restarts.
+
+/// `prefix-<i>` records on `partition`, timestamped `ts(i)`.
+fn numbered(prefix: &str, partition: i32, range: std::ops::Range<i64>, ts: impl Fn(i64) -> i64) -> Vec<Rec> {
+    range.map(|i| Rec::new(partition, format!("{prefix}-{i}").as_bytes(), ts(i))).collect()
+}
+
+/// The values on `topic`'s `partition` in offset order.
+fn partition_values(cluster: &Cluster, topic: &str, partition: i32) -> Vec<String> {
+    consume_all(&cluster.bootstrap, topic, Duration::from_secs(30))
+        .into_iter()
+        .filter(|r| r.partition == partition)
+        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+        .collect()
+}
+
+fn names(prefix: &str, range: std::ops::Range<i64>) -> Vec<String> {
+    range.map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// Waits until ferry stored a position for each of `partitions` of `topic` (a start it is about to copy
+/// from counts: with `start_from` it is persisted before copying begins).
+fn wait_stored(west: &Cluster, topic: &str, partitions: i32) -> std::collections::BTreeMap<i32, i64> {
+    let mut stored = Default::default();
+    wait_for(ARRIVAL, &format!("a stored position for every partition of {topic}"), || {
+        if topic_partitions(&west.bootstrap, "mm2-offsets.east.internal").is_none() {
+            return false;
+        }
+        stored = support::scenario::stored_progress(west, topic);
+        stored.len() == partitions as usize
+    });
+    stored
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64
+}
+
+/// Produces `<prefix><p>-<i>` (`i` in `0..n`, timestamped now) to each of `partitions`, then runs ferry
+/// until `remote` holds `total` records and stops it gracefully.
+fn produce_and_copy(
+    (east, west): (&Cluster, &Cluster),
+    dir: &std::path::Path,
+    (topic, remote): (&str, &str),
+    prefix: &str,
+    partitions: i32,
+    n: i64,
+    total: usize,
+) {
+    for p in 0..partitions {
+        produce(&east.bootstrap, topic, &numbered(&format!("{prefix}{p}"), p, 0..n, |i| now_ms() + i));
+    }
+    let mut ferry = Ferry::start(dir, &[]);
+    wait_for(ARRIVAL, &format!("the {prefix} records on {remote}"), || count(west, remote) >= total);
+    assert!(ferry.terminate(Duration::from_secs(30)).success(), "{}", ferry.log());
+}
+
+/// `start_from = "latest"`: records the source held before are not copied, on partitions with records
+/// and on an empty one. A kill -9 before anything was copied does not move the start (it was persisted
+/// first): the records produced while ferry was down are all copied. A graceful restart copies nothing
+/// twice. The first offset sync of each partition maps its start offset to the remote's offset 0.
+#[test]
+fn start_from_latest_skips_what_the_source_held_and_keeps_its_start_across_restarts() {
+    let (east, west) = shared_pair();
+    let topic = "start-latest";
+    let remote = "east.start-latest";
+    create_topic(&east.bootstrap, topic, 3, &[]);
+    let now = now_ms();
+    for p in 0..2 {
+        produce(&east.bootstrap, topic, &numbered(&format!("old{p}"), p, 0..10, |i| now + i));
+    }
+    let dir = flows_dir(east, west, &flow("\"start-latest\"", "start_from = \"latest\""));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let starts = wait_stored(west, topic, 3);
+    assert_eq!(starts, [(0, 9), (1, 9), (2, -1)].into(), "each partition starts at its end");
+    ferry.kill9();
+
+    // Produced while ferry is down, after the start: copied. Then after a graceful stop.
+    produce_and_copy((east, west), dir.path(), (topic, remote), "mid", 3, 5, 15);
+    produce_and_copy((east, west), dir.path(), (topic, remote), "late", 3, 5, 30);
+
+    for p in 0..3 {
+        let mut expected = names(&format!("mid{p}"), 0..5);
+        expected.extend(names(&format!("late{p}"), 0..5));
+        assert_eq!(partition_values(west, remote, p), expected, "partition {p}: from the start on, each once");
+    }
+    let syncs = support::scenario::offset_syncs(east, topic);
+    for (p, start) in [(0, 10), (1, 10), (2, 0)] {
+        let first = syncs.iter().find(|s| s.partition == p).expect("an offset sync per partition");
+        assert_eq!((first.upstream_offset, first.downstream_offset), (start, 0), "partition {p}'s first sync");
+    }
+}
+
+/// `start_from` a time: each partition starts at its first record timestamped at or after it (a record
+/// exactly at the time counts), or at its end when it has none; a restart continues from there.
+#[test]
+fn start_from_a_time_starts_at_the_first_record_at_or_after_it() {
+    let (east, west) = shared_pair();
+    let topic = "start-time";
+    let remote = "east.start-time";
+    create_topic(&east.bootstrap, topic, 2, &[]);
+    // Whole seconds (the setting's precision here), an hour ago; records from two hours ago on.
+    let at = (now_ms() - 3_600_000) / 1000 * 1000;
+    let before = |i: i64| at - 3_600_000 + i * 1000;
+    produce(&east.bootstrap, topic, &numbered("before0", 0, 0..5, before));
+    produce(&east.bootstrap, topic, &numbered("after0", 0, 0..5, |i| at + i * 1000));
+    produce(&east.bootstrap, topic, &numbered("before1", 1, 0..5, before));
+    let time = std::time::UNIX_EPOCH + Duration::from_millis(at as u64);
+    let extra = format!("start_from = \"{}\"", ferry::status::rfc3339(time));
+    let dir = flows_dir(east, west, &flow("\"start-time\"", &extra));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(ARRIVAL, "partition 0's records from the time on", || count(west, remote) >= 5);
+    assert_eq!(wait_stored(west, topic, 2).get(&1), Some(&4), "partition 1 starts at its end");
+    produce(&east.bootstrap, topic, &numbered("new1", 1, 0..3, |i| now_ms() + i));
+    wait_for(ARRIVAL, "partition 1's new records", || count(west, remote) >= 8);
+    assert!(ferry.terminate(Duration::from_secs(30)).success(), "{}", ferry.log());
+    produce_and_copy((east, west), dir.path(), (topic, remote), "late", 2, 3, 14);
+
+    let mut p0 = names("after0", 0..5);
+    p0.extend(names("late0", 0..3));
+    let mut p1 = names("new1", 0..3);
+    p1.extend(names("late1", 0..3));
+    assert_eq!(partition_values(west, remote, 0), p0, "partition 0: from the first record at the time on, once");
+    assert_eq!(partition_values(west, remote, 1), p1, "partition 1: from its end at the start on, once");
+}

@@ -29,6 +29,12 @@ pub const TOPIC_ID_HEADER: &str = "ferry.topic.id";
 /// the next owner takes a higher one (`acks::next_epoch`) and a record written late by an owner that
 /// was already replaced does not win over its successor's.
 pub const EPOCH_HEADER: &str = "ferry.epoch";
+/// Header of a progress record whose position is offset 0, which MM2's value cannot say (it stores the
+/// last replicated offset: -1, "no position"). Written for a partition that started at `latest` or a
+/// time while still empty, so that a restart keeps that start instead of deriving a later one. MM2
+/// reads -1 as no position and starts at its consumer's `auto.offset.reset` (`earliest` by default):
+/// offset 0 as well.
+pub const NEXT_HEADER: &str = "ferry.next";
 
 /// Read every stored position of this flow's source cluster. Records of other connectors or clusters,
 /// tombstones and undecodable values are skipped (the latter with a warning naming the record).
@@ -73,14 +79,20 @@ fn load_from(
         if key.connector != *connector || key.cluster != plan.id.source {
             return;
         }
-        match connect_offsets::decode_source_value(msg.payload()) {
-            Ok(Some(last)) if last >= 0 => {
-                let header = |name: &str| {
-                    msg.headers()
-                        .and_then(|h| h.iter().find(|h| h.key == name))
-                        .and_then(|h| h.value)
-                        .and_then(|v| std::str::from_utf8(v).ok())
-                };
+        let header = |name: &str| {
+            msg.headers()
+                .and_then(|h| h.iter().find(|h| h.key == name))
+                .and_then(|h| h.value)
+                .and_then(|v| std::str::from_utf8(v).ok())
+        };
+        let next = match connect_offsets::decode_source_value(msg.payload()) {
+            Ok(Some(last)) if last >= 0 => Ok(Some(last + 1)),
+            Ok(Some(_)) => Ok(header(NEXT_HEADER).and_then(|n| n.parse::<i64>().ok()).filter(|n| *n == 0)),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        };
+        match next {
+            Ok(Some(next)) => {
                 let topic_id = header(TOPIC_ID_HEADER).map(TopicId::from);
                 let epoch = header(EPOCH_HEADER).and_then(|e| e.parse::<u64>().ok()).unwrap_or(0);
                 let tp = (key.topic, key.partition);
@@ -90,10 +102,10 @@ fn load_from(
                     tracing::info!(flow = %plan.id, topic = %tp.0, partition = tp.1, offset = msg.offset(), epoch, "ignoring a copy-progress record of an earlier owner written after its successor's");
                     return;
                 }
-                positions.insert(tp, StoredPosition { next: last + 1, topic_id, epoch });
+                positions.insert(tp, StoredPosition { next, topic_id, epoch });
             }
             // A tombstone or a negative offset means "no position" (MM2 §4.3).
-            Ok(_) => {
+            Ok(None) => {
                 positions.remove(&(key.topic, key.partition));
             }
             Err(e) => tracing::warn!(
@@ -216,9 +228,12 @@ impl ProgressWriter {
             let part = connect_offsets::partition_for_key(&key, self.num_partitions);
             let id = slot.topic_id();
             let epoch = slot.epoch().to_string();
-            let mut headers = OwnedHeaders::new_with_capacity(2);
+            let mut headers = OwnedHeaders::new_with_capacity(3);
             if let Some(id) = id.as_deref() {
                 headers = headers.insert(Header { key: TOPIC_ID_HEADER, value: Some(id.as_bytes()) });
+            }
+            if next == 0 {
+                headers = headers.insert(Header { key: NEXT_HEADER, value: Some(b"0") });
             }
             if slot.epoch() > 0 {
                 headers = headers.insert(Header { key: EPOCH_HEADER, value: Some(epoch.as_bytes()) });

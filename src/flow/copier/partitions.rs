@@ -11,6 +11,9 @@
 //!
 //! - **Probing**: the probe is asked where the partition may start (its stored position checked against
 //!   the log and the topic id). Nothing is fetched yet.
+//! - **Anchoring** (between Probing and Copying, for a partition without stored progress under
+//!   `start_from = "latest"` or a time): its start is being persisted as its progress; copying begins
+//!   once it is.
 //! - **Copying**: assigned to the consumer; records flow.
 //! - **Draining**: unassigned, waiting until every record sent for it is settled; only then may its
 //!   position be moved (a late acknowledgement must not move it past a failed or rewound record).
@@ -54,6 +57,11 @@ enum State {
     Probing {
         asked: bool,
         at: Instant,
+    },
+    /// A partition never copied got its start from `start_from` (`latest`, a time): it copies once that
+    /// start is persisted as its progress (see [`Book::verdict`]).
+    Anchoring {
+        at: i64,
     },
     Copying,
     /// Unassigned; `then` happens once nothing is in flight.
@@ -260,7 +268,7 @@ impl Book {
             // gave it to another node), and a re-owned partition is probed afresh anyway.
             State::Draining(After::Remove | After::Reown) if !matches!(then, After::Remove) => {}
             State::Draining(_) => part.state = State::Draining(then),
-            State::Probing { .. } | State::Backoff { .. } | State::Stopped => {
+            State::Probing { .. } | State::Anchoring { .. } | State::Backoff { .. } | State::Stopped => {
                 // Nothing in flight: the outcome applies at the next advance.
                 part.state = State::Draining(then);
             }
@@ -287,6 +295,24 @@ impl Book {
                         part.ack.set_topic_id(topic_id);
                     }
                     self.start(shared, &tp, at);
+                }
+            }
+            // Derived from `start_from`, the start must not move again should ferry restart before it
+            // copied (or persisted) anything: `latest` re-derived later is a later end, and the records
+            // written in between would be skipped. So the start becomes the partition's stored progress
+            // first, and copying begins only once the progress topic acknowledged it. A crash before that
+            // leaves no progress: the restart derives its start afresh, and nothing was copied from the
+            // first one. Offset syncs need nothing special: the first acknowledged record (at the start)
+            // publishes the first sync of the lifetime, mapping the start offset.
+            Verdict::Fresh { at, topic_id } => {
+                if probing {
+                    if topic_id.is_some() {
+                        part.ack.set_topic_id(topic_id);
+                    }
+                    part.ack.rewind(&shared.acks, at);
+                    part.state = State::Anchoring { at };
+                    tracing::info!(flow = %flow, topic, partition, offset = at, start_from = ?plan.settings.start_from, "no stored progress: starting where start_from says, once the start is persisted");
+                    self.attention.insert(tp);
                 }
             }
             Verdict::Reset { to, topic_id, why } => {
@@ -486,6 +512,7 @@ impl Book {
         let mut checks = Vec::new();
         let mut done = Vec::new();
         let mut drained = Vec::new();
+        let mut anchored = Vec::new();
         for tp in &self.attention {
             let Some(part) = self.topics.get_mut(&tp.0).and_then(|e| e.parts.get_mut(&tp.1)) else {
                 done.push(tp.clone());
@@ -501,8 +528,12 @@ impl Book {
                     part.state = State::Probing { asked: false, at: now };
                 }
                 State::Draining(_) if part.ack.in_flight() <= 0 => drained.push(tp.clone()),
+                State::Anchoring { at } if part.ack.persisted() == Some(*at) => anchored.push((tp.clone(), *at)),
                 _ => {}
             }
+        }
+        for (tp, at) in anchored {
+            self.start(shared, &tp, at);
         }
         for tp in done {
             self.attention.remove(&tp);

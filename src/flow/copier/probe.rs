@@ -16,6 +16,10 @@
 //!   copied topics kept their ids? A topic re-created under the same name is copied again from its
 //!   start, even when it already holds more records than the old one did.
 //!
+//! A partition without a stored position starts at the log start, or, with `start_from = "latest"` or a
+//! time, at the end the copier's own isolation level sees (the last stable offset when reading
+//! `read_committed`) or at the first record at or after the time ([`Verdict::Fresh`]).
+//!
 //! Besides, the source lag is measured every [`LAG_INTERVAL`]. Each round of queries is counted in
 //! `ferry_probe_queries_total{flow, kind, result}` (kind: `assign`, `range`, `ids`, `lag`), so that an
 //! operator (and a test) sees what the probe costs the source and whether its questions fail.
@@ -41,7 +45,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::Consumer;
 
 use crate::clients::{Admin, FlowConnections, Isolation, MetaConsumer};
-use crate::config::FlowPlan;
+use crate::config::{FlowPlan, StartFrom};
 use crate::flow::acks::{SourcePartition, TopicId};
 use crate::flow::list_offsets::{self, Answer};
 use crate::raw_admin;
@@ -96,6 +100,9 @@ pub enum Request {
 pub enum Verdict {
     /// Copy from `at`: the position, or the log start for a partition never copied.
     Start { at: i64, topic_id: Option<TopicId> },
+    /// A partition never copied starts at `at`, derived from `start_from` (`latest` or a time): the
+    /// copier stores it as the partition's progress before it copies from there.
+    Fresh { at: i64, topic_id: Option<TopicId> },
     /// The partition is not the one the position belongs to (the topic was re-created, or the log
     /// was truncated below the position): copy it from its start `to`.
     Reset { to: i64, topic_id: Option<TopicId>, why: String },
@@ -179,6 +186,9 @@ impl Probe {
         // `read_uncommitted`, so that the end offsets it lists are high watermarks (librdkafka's
         // ListOffsets asks with the client's isolation level).
         let consumer = conns.source.meta(Isolation::Uncommitted).map_err(|e| e.to_string())?;
+        // The copier's own isolation level (the cluster's client properties decide, as for the copier's
+        // consumer): where `start_from = "latest"` begins is the end the copier itself would see.
+        let copier_view = conns.source.meta(Isolation::AsConfigured).map_err(|e| e.to_string())?;
         let admin = conns.source.admin().map_err(|e| e.to_string())?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -189,6 +199,7 @@ impl Probe {
         let flow = plan.id.to_string();
         let cluster = plan.source.alias.clone();
         let per_partition = plan.settings.metrics_per_partition;
+        let start_from = plan.settings.start_from;
         let thread = std::thread::Builder::new()
             .name(format!("copier-probe {flow}"))
             .spawn(move || {
@@ -196,6 +207,8 @@ impl Probe {
                     flow,
                     cluster,
                     consumer,
+                    copier_view,
+                    start_from,
                     admin,
                     rt,
                     reports,
@@ -240,6 +253,9 @@ struct ProbeLoop {
     flow: String,
     cluster: String,
     consumer: MetaConsumer,
+    /// Reads at the copier's isolation level: where a `latest` start is.
+    copier_view: MetaConsumer,
+    start_from: StartFrom,
     admin: Admin,
     rt: tokio::runtime::Runtime,
     reports: Sender<Report>,
@@ -357,23 +373,65 @@ impl ProbeLoop {
         tps: &[SourcePartition],
         at: rdkafka::Offset,
     ) -> Result<HashMap<SourcePartition, i64>, String> {
-        let mut answered = list_offsets::list_offsets(&self.consumer, tps, at, QUERY_TIMEOUT);
+        let answered = self.answers(&self.consumer, tps, at)?;
+        Ok(answered
+            .into_iter()
+            .filter_map(|(tp, a)| if let Answer::Offset(o) = a { Some((tp, o)) } else { None })
+            .collect())
+    }
+
+    /// Every partition's answer from `consumer`; a call that fails is asked again once after a metadata
+    /// refresh, then fails the round.
+    fn answers(
+        &self,
+        consumer: &MetaConsumer,
+        tps: &[SourcePartition],
+        at: rdkafka::Offset,
+    ) -> Result<HashMap<SourcePartition, Answer>, String> {
+        let mut answered = list_offsets::list_offsets(consumer, tps, at, QUERY_TIMEOUT);
         let unanswered: Vec<SourcePartition> =
             answered.iter().filter(|(_, a)| matches!(a, Answer::Unanswered(_))).map(|(tp, _)| tp.clone()).collect();
         if !unanswered.is_empty() {
             // The client's metadata may predate the partitions asked about (a topic that just grew):
             // refresh it once and ask again.
-            let _ = self.consumer.fetch_metadata(None, QUERY_TIMEOUT);
-            answered.extend(list_offsets::list_offsets(&self.consumer, &unanswered, at, QUERY_TIMEOUT));
+            let _ = consumer.fetch_metadata(None, QUERY_TIMEOUT);
+            answered.extend(list_offsets::list_offsets(consumer, &unanswered, at, QUERY_TIMEOUT));
         }
-        let mut out = HashMap::with_capacity(answered.len());
-        for (tp, answer) in answered {
-            match answer {
-                Answer::Offset(o) => {
+        if let Some(Answer::Unanswered(e)) = answered.values().find(|a| matches!(a, Answer::Unanswered(_))) {
+            return Err(format!("cluster `{}`: list offsets: {e}", self.cluster));
+        }
+        Ok(answered)
+    }
+
+    /// Where partitions never copied start under `start_from` (`latest` or a time): the end at the
+    /// copier's isolation level, or the first offset at or after the time (the end when no record is).
+    /// Partitions the broker refused an answer for are left out.
+    fn fresh_starts(&self, tps: &[SourcePartition]) -> Result<HashMap<SourcePartition, i64>, String> {
+        let mut out = HashMap::with_capacity(tps.len());
+        let mut at_end: Vec<SourcePartition> = Vec::new();
+        match self.start_from {
+            StartFrom::Earliest => return Ok(out),
+            StartFrom::Latest => at_end = tps.to_vec(),
+            StartFrom::Timestamp(ms) => {
+                for (tp, answer) in self.answers(&self.copier_view, tps, rdkafka::Offset::Offset(ms))? {
+                    match answer {
+                        Answer::Offset(o) => {
+                            out.insert(tp, o);
+                        }
+                        // No record at or after the time: librdkafka answers the logical offset -1.
+                        Answer::Refused(rdkafka::error::KafkaError::OffsetFetch(
+                            rdkafka::types::RDKafkaErrorCode::NoOffset,
+                        )) => at_end.push(tp),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        if !at_end.is_empty() {
+            for (tp, answer) in self.answers(&self.copier_view, &at_end, rdkafka::Offset::End)? {
+                if let Answer::Offset(o) = answer {
                     out.insert(tp, o);
                 }
-                Answer::Refused(_) => {}
-                Answer::Unanswered(e) => return Err(format!("cluster `{}`: list offsets: {e}", self.cluster)),
             }
         }
         Ok(out)
@@ -417,6 +475,67 @@ impl ProbeLoop {
             Ok(answer) => answer,
             Err(e) => return list.into_iter().map(|c| (c.tp, Verdict::Unknown(e.clone()))).collect(),
         };
+        let unpositioned: HashSet<SourcePartition> =
+            list.iter().filter(|c| c.position.is_none()).map(|c| c.tp.clone()).collect();
+        let reports = self.verdicts(list, &described, &bounds);
+        if kind != QueryKind::Assign || self.start_from == StartFrom::Earliest || unpositioned.is_empty() {
+            return reports;
+        }
+        self.start_fresh(reports, &unpositioned, &bounds)
+    }
+
+    /// Partitions without a position (never copied, no stored progress) that would start at their log
+    /// start start where `start_from` says instead.
+    fn start_fresh(
+        &self,
+        reports: Vec<Report>,
+        unpositioned: &HashSet<SourcePartition>,
+        bounds: &HashMap<SourcePartition, (i64, i64)>,
+    ) -> Vec<Report> {
+        let fresh: HashSet<SourcePartition> = reports
+            .iter()
+            .filter(|(tp, v)| matches!(v, Verdict::Start { .. }) && unpositioned.contains(tp))
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        if fresh.is_empty() {
+            return reports;
+        }
+        let asked: Vec<SourcePartition> = fresh.iter().cloned().collect();
+        let starts = self.counted(QueryKind::Assign, self.fresh_starts(&asked));
+        reports
+            .into_iter()
+            .map(|(tp, v)| match v {
+                Verdict::Start { topic_id, .. } if fresh.contains(&tp) => {
+                    let verdict = match &starts {
+                        Ok(starts) => match (starts.get(&tp), bounds.get(&tp)) {
+                            // Never before the log start (a time older than retention's horizon answers it
+                            // anyway) nor past the high watermark.
+                            (Some(at), Some((low, high))) => Verdict::Fresh { at: (*at).clamp(*low, *high), topic_id },
+                            _ => Verdict::Unknown(format!("no {} offset for the partition", self.start_from_name())),
+                        },
+                        Err(e) => Verdict::Unknown(e.clone()),
+                    };
+                    (tp, verdict)
+                }
+                other => (tp, other),
+            })
+            .collect()
+    }
+
+    fn start_from_name(&self) -> &'static str {
+        match self.start_from {
+            StartFrom::Earliest => "earliest",
+            StartFrom::Latest => "latest",
+            StartFrom::Timestamp(_) => "start_from time",
+        }
+    }
+
+    fn verdicts(
+        &self,
+        list: Vec<Check>,
+        described: &HashMap<String, raw_admin::TopicDescription>,
+        bounds: &HashMap<SourcePartition, (i64, i64)>,
+    ) -> Vec<Report> {
         list.into_iter()
             .map(|c| {
                 let verdict = match described.get(&c.tp.0) {
