@@ -9,7 +9,8 @@
 //! copy nothing twice, not take the position for a re-created topic and copy the partition again.
 //!
 //! A third takes over from a Connect-run MM2 by its offsets topic and connector name
-//! (`mm2_offsets_topic`, `mm2_source_connector`), from progress records written in Connect's format.
+//! (`mm2_offsets_topic`, `mm2_source_connector`), from progress records written in Connect's format; a
+//! fourth from MM2's connectors on a real Connect distributed worker, and hands the flow back to them.
 //!
 //! The tests share one east/west pair that no other test binary uses: MM2 creates and uses many internal
 //! topics (Connect's offsets, configs and status topics, checkpoints, offset syncs, heartbeats). Each test
@@ -27,6 +28,7 @@ use ferry::mm2::connect_offsets::{
     SOURCE_CONNECTOR, decode_source_key, decode_source_value, encode_source_key, encode_source_value, partition_for_key,
 };
 use ferry::mm2::records::Checkpoint;
+use support::connect::{ConnectWorker, WorkerTopics, mirror_connectors};
 use support::observe::{self, metric_sum};
 use support::{
     Cluster, Ferry, Mm2, Rec, commit_group_offsets, consume_all, create_topic, dedicated_properties, end_offsets,
@@ -156,7 +158,12 @@ fn last_positions(stored: &[Stored]) -> BTreeMap<i32, Option<i64>> {
 
 /// Every checkpoint of `group` on west with its offset in the checkpoints topic, oldest first.
 fn checkpoints(west: &Cluster, group: &str) -> Vec<(i64, Checkpoint)> {
-    read_all(&west.bootstrap, CHECKPOINTS_TOPIC)
+    checkpoints_in(west, CHECKPOINTS_TOPIC, group)
+}
+
+/// [`checkpoints`] in the checkpoints topic `topic`.
+fn checkpoints_in(west: &Cluster, topic: &str, group: &str) -> Vec<(i64, Checkpoint)> {
+    read_all(&west.bootstrap, topic)
         .into_iter()
         .filter(|r| r.partition == 0)
         .filter_map(|r| {
@@ -168,7 +175,12 @@ fn checkpoints(west: &Cluster, group: &str) -> Vec<(i64, Checkpoint)> {
 
 /// The newest checkpoint per partition of the remote topic.
 fn latest<'a>(cps: impl IntoIterator<Item = &'a (i64, Checkpoint)>) -> BTreeMap<i32, Checkpoint> {
-    cps.into_iter().filter(|(_, c)| c.topic == REMOTE).map(|(_, c)| (c.partition, c.clone())).collect()
+    latest_of(cps, REMOTE)
+}
+
+/// [`latest`] of the remote topic `remote`.
+fn latest_of<'a>(cps: impl IntoIterator<Item = &'a (i64, Checkpoint)>, remote: &str) -> BTreeMap<i32, Checkpoint> {
+    cps.into_iter().filter(|(_, c)| c.topic == remote).map(|(_, c)| (c.partition, c.clone())).collect()
 }
 
 fn show(cp: &Checkpoint) -> String {
@@ -628,4 +640,156 @@ fn ferry_takes_over_from_a_connect_run_mm2_by_its_topic_and_connector_name_and_h
     assert_eq!(newest(&offsets_topic, &connector), BTreeMap::from([(0, Some(99)), (1, Some(99))]));
     assert_eq!(newest(&offsets_topic, SOURCE_CONNECTOR), BTreeMap::from([(0, Some(9)), (1, Some(9))]));
     assert_eq!(newest(&default_topic, SOURCE_CONNECTOR), BTreeMap::from([(0, Some(19)), (1, Some(19))]));
+}
+
+/// MM2 as connectors on a real Kafka Connect distributed worker (as `connect-distributed.sh` or Strimzi
+/// run it), its offsets in the worker's `offset.storage.topic` (`connect-offsets-it`, not a dedicated MM2's
+/// name) under Strimzi's connector names. MM2 copies and checkpoints, its connectors are stopped the way
+/// the README says (`PUT /connectors/NAME/stop`) and the worker with them; ferry takes over by that topic
+/// and name, copies what was produced meanwhile and nothing again, and continues the checkpoints without
+/// going below MM2's; then ferry stops, the worker starts again, the connectors are resumed, and MM2 copies
+/// on from ferry's progress, again without copying anything twice.
+#[test]
+fn ferry_takes_over_from_mm2_on_a_connect_worker_and_hands_back_to_it() {
+    let (east, west) = shared_pair();
+    let _logs = BrokerLogsOnPanic(east, west);
+    let (source, target) = ("keast", "kwest");
+    let topic = unique("k-orders");
+    let remote = format!("{source}.{topic}");
+    let group = unique("k-group");
+    let checkpoints_topic = format!("{source}.checkpoints.internal");
+    let worker_topics = WorkerTopics { offsets: "connect-offsets-it".into(), ..WorkerTopics::named("connect-it") };
+    const N: [usize; 3] = [600, 300, 150];
+    const COMMIT_1: [i64; 3] = [50, 120, 200];
+    const COMMIT_2: [i64; 3] = [250, 260, 300];
+    create_topic(&east.bootstrap, &topic, PARTITIONS, &[]);
+    let batch = |range: std::ops::Range<usize>| -> Vec<Rec> {
+        range.map(|i| Rec::new((i % PARTITIONS as usize) as i32, format!("k-{i:05}").as_bytes(), -1)).collect()
+    };
+    let commit = |offsets: [i64; 3]| {
+        let offsets: Vec<(&str, i32, i64)> =
+            (0..PARTITIONS).map(|p| (topic.as_str(), p, offsets[p as usize])).collect();
+        commit_group_offsets(&east.bootstrap, &group, &offsets);
+    };
+    // Every record of the remote topic exactly once (a copy shows up as a repeated value), in order.
+    let assert_exactly_once = |produced: usize, when: &str| {
+        let (source_recs, target_recs) = (read_all(&east.bootstrap, &topic), read_all(&west.bootstrap, &remote));
+        let distinct: BTreeSet<&[u8]> = target_recs.iter().map(|r| r.value.as_deref().unwrap_or_default()).collect();
+        println!(
+            "{when}: {} records on the target, {} distinct, {produced} produced",
+            target_recs.len(),
+            distinct.len()
+        );
+        assert_eq!(target_recs.len(), produced, "{when}: every record exactly once, none copied again");
+        for p in 0..PARTITIONS {
+            assert_eq!(values(&target_recs, p), values(&source_recs, p), "{when}: partition {p} in order");
+        }
+    };
+    let connector_config = mirror_connectors((source, east), (target, west), &topic, &group);
+    let connectors: Vec<String> = connector_config.iter().map(|(name, _)| name.clone()).collect();
+    let source_connector = connectors[0].clone();
+    let stored = |last: i64| {
+        let positions: BTreeMap<i32, i64> = read_all(&west.bootstrap, &worker_topics.offsets)
+            .into_iter()
+            .filter_map(|r| {
+                let k = r.key.as_deref().and_then(decode_source_key)?;
+                let ours = k.connector == source_connector && k.cluster == source && k.topic == topic;
+                ours.then(|| Some((k.partition, decode_source_value(r.value.as_deref()).ok()??)))?
+            })
+            .collect();
+        (0..PARTITIONS).all(|p| positions.get(&p) == Some(&last))
+    };
+    let per_partition = |n: usize| (n / PARTITIONS as usize) as i64;
+
+    // ---- MM2 on Connect copies and checkpoints.
+    produce(&east.bootstrap, &topic, &batch(0..N[0]));
+    commit(COMMIT_1);
+    let started = Instant::now();
+    let mut worker = ConnectWorker::start(west, &worker_topics);
+    println!("Connect worker answering at {} after {:.1?}", worker.rest, started.elapsed());
+    for (name, config) in &connector_config {
+        worker.put_connector(name, config);
+    }
+    for name in &connectors {
+        worker.wait_running(name);
+    }
+    wait_for(Duration::from_secs(120), "MM2 on Connect to copy the first records", || {
+        worker.jvm.assert_running();
+        read_all(&west.bootstrap, &remote).len() == N[0]
+    });
+    wait_for(Duration::from_secs(60), "MM2's checkpoints of the group for every partition", || {
+        latest_of(&checkpoints_in(west, &checkpoints_topic, &group), &remote).len() == PARTITIONS as usize
+    });
+    wait_for(Duration::from_secs(60), "the worker to flush positions covering every copied record", || {
+        stored(per_partition(N[0]) - 1)
+    });
+    for name in &connectors {
+        worker.stop_connector(name);
+    }
+    assert!(!worker.stop(Duration::from_secs(60)), "the Connect worker ignored SIGTERM");
+    println!("MM2 on Connect copied {} records and checkpointed in {:.1?}; stopped", N[0], started.elapsed());
+    assert_exactly_once(N[0], "after MM2");
+    let mm2_end = read_all(&west.bootstrap, &checkpoints_topic).last().map_or(0, |r| r.offset + 1);
+    let mm2_last = latest_of(&checkpoints_in(west, &checkpoints_topic, &group), &remote);
+    for cp in mm2_last.values() {
+        println!("  MM2's last checkpoint: {}", show(cp));
+    }
+
+    // ---- ferry takes over by the worker's offsets topic and the connector's name.
+    produce(&east.bootstrap, &topic, &batch(N[0]..N[0] + N[1]));
+    commit(COMMIT_2);
+    let dir = tempfile::tempdir().expect("flows dir");
+    let flows = format!(
+        "[clusters.{source}]\nbootstrap_servers = \"{}\"\n[clusters.{target}]\nbootstrap_servers = \"{}\"\n\n\
+         [[flows]]\nsource = \"{source}\"\ntarget = \"{target}\"\ntopics = [\"{topic}\"]\ngroups = [\"{group}\"]\n\
+         mm2_offsets_topic = \"{}\"\nmm2_source_connector = \"{source_connector}\"\n\
+         emit_checkpoints_interval_seconds = 0.5\nrefresh_groups_interval_seconds = 0.5\n",
+        east.bootstrap, west.bootstrap, worker_topics.offsets
+    );
+    std::fs::write(dir.path().join("flows.toml"), flows).expect("write flows");
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    ferry.wait_log("recovered copy progress", Duration::from_secs(60));
+    let produced = N[0] + N[1];
+    wait_for(
+        Duration::from_secs(90),
+        "ferry to copy the records produced meanwhile, and checkpoint the commit",
+        || {
+            assert!(ferry.try_status().is_none(), "ferry exited:\n{}", strip_ansi(&ferry.log()));
+            let newest = latest_of(&checkpoints_in(west, &checkpoints_topic, &group), &remote);
+            end_offsets(&west.bootstrap, &remote).iter().sum::<i64>() >= produced as i64
+                && (0..PARTITIONS).all(|p| newest.get(&p).is_some_and(|c| c.upstream_offset == COMMIT_2[p as usize]))
+        },
+    );
+    assert!(ferry.terminate(Duration::from_secs(30)).success(), "{}", strip_ansi(&ferry.log()));
+    assert_exactly_once(produced, "after ferry");
+    let mut previous = mm2_last.clone();
+    let all = checkpoints_in(west, &checkpoints_topic, &group);
+    let ferry_cps: Vec<&Checkpoint> = all.iter().filter(|(o, _)| *o >= mm2_end).map(|(_, c)| c).collect();
+    assert!(!ferry_cps.is_empty(), "ferry checkpointed the group");
+    for cp in ferry_cps.iter().filter(|c| c.topic == remote) {
+        let prev = &previous[&cp.partition];
+        assert!(cp.downstream_offset >= prev.downstream_offset, "regresses: {} after {}", show(cp), show(prev));
+        assert!(cp.downstream_offset <= cp.upstream_offset, "skips: {}", show(cp));
+        previous.insert(cp.partition, (*cp).clone());
+    }
+    println!("ferry published {} checkpoints of the group, none below MM2's", ferry_cps.len());
+    assert!(stored(per_partition(produced) - 1), "ferry's positions where the connector reads them");
+
+    // ---- Back to MM2 on Connect: the same worker group and topics, the connectors resumed.
+    produce(&east.bootstrap, &topic, &batch(produced..produced + N[2]));
+    let produced = produced + N[2];
+    let mut worker = ConnectWorker::start(west, &worker_topics);
+    for name in &connectors {
+        worker.resume_connector(name);
+    }
+    worker.wait_running(&source_connector);
+    wait_for(Duration::from_secs(120), "MM2 on Connect to copy on from ferry's positions", || {
+        worker.jvm.assert_running();
+        end_offsets(&west.bootstrap, &remote).iter().sum::<i64>() >= produced as i64
+    });
+    for name in &connectors {
+        worker.stop_connector(name);
+    }
+    assert!(!worker.stop(Duration::from_secs(60)), "the Connect worker ignored SIGTERM");
+    assert_exactly_once(produced, "after MM2 resumed");
 }

@@ -114,19 +114,26 @@ pub struct Mm2 {
 impl Mm2 {
     /// Starts `MirrorMaker mm2.properties` with `properties` as the file's content. Returns at once.
     pub fn start(properties: &str) -> Mm2 {
+        Mm2::start_main(MIRROR_MAKER, "mm2.properties", properties)
+    }
+
+    /// Starts `main_class FILE` (a Kafka main class that takes a properties file, e.g. Connect's
+    /// `ConnectDistributed` with a worker's properties), with `properties` as FILE's content, logging
+    /// into `mm2.log` like [`Mm2::start`]. Returns at once.
+    pub fn start_main(main_class: &str, file: &str, properties: &str) -> Mm2 {
         let dir = tempfile::Builder::new().prefix("ferry-mm2-").tempdir().expect("mm2 temp dir");
-        let props = dir.path().join("mm2.properties");
-        std::fs::write(&props, properties).expect("write mm2.properties");
+        let props = dir.path().join(file);
+        std::fs::write(&props, properties).unwrap_or_else(|e| panic!("write {file}: {e}"));
         let log4j = dir.path().join("log4j2.yaml");
         std::fs::write(&log4j, LOG4J2_YAML).expect("write log4j2.yaml");
         let log = File::create(dir.path().join("mm2.log")).expect("create mm2.log");
-        let child = with_log4j_config(kafka_java(MIRROR_MAKER), &log4j)
+        let child = with_log4j_config(kafka_java(main_class), &log4j)
             .arg(&props)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup log fd"))
             .stderr(log)
             .spawn()
-            .expect("spawn java MirrorMaker (is a JDK on PATH?)");
+            .unwrap_or_else(|e| panic!("spawn java {main_class} (is a JDK on PATH?): {e}"));
         let watchdog = spawn_watchdog(child.id(), Some(dir.path()));
         Mm2 { child: Some(child), watchdog: Some(watchdog), dir, started: Instant::now() }
     }

@@ -13,6 +13,8 @@
 //!   another user's inside [`as_client`]; [`try_connect`] reports why a client is refused.
 //! - [`ferry`]: [`Ferry`] runs the `ferry` binary with its output in a log file.
 //! - [`mm2`]: [`Mm2`] runs a real Java MirrorMaker 2 in dedicated mode from the fetched jars.
+//! - [`connect`]: [`connect::ConnectWorker`] runs a real Kafka Connect distributed worker from the same
+//!   jars, with MM2's connectors created over its REST API.
 //! - [`tools`]: Kafka's own command-line tools (e.g. the console consumer with MM2's formatters)
 //!   run from the fetched jars, with a deadline.
 //! - [`observe`]: what an operator reads: ferry's `/health` and `/metrics`, and checks over checkpoints.
@@ -28,6 +30,7 @@
 
 pub mod client;
 pub mod cluster;
+pub mod connect;
 pub mod ferry;
 pub mod flows;
 pub mod group;
