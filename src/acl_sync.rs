@@ -75,6 +75,18 @@ pub async fn sync(
     const NOT_AUTHORIZED: &str = "CLUSTER_AUTHORIZATION_FAILED";
     const NO_AUTHORIZER: &str = "SECURITY_DISABLED";
     let topics = |pattern| AclFilter { resource: AclResource::Topic, name: None, pattern };
+    // librdkafka 2.12 drops DescribeAcls' top-level error (a refusal reads as no bindings): ask what this
+    // principal may do with the cluster first (KIP-430; DescribeCluster needs no right, and an empty list
+    // means none). If the cluster does not say, list regardless.
+    if let Ok(d) = raw_admin::describe_cluster(source_admin, kafka::ADMIN_TIMEOUT).await
+        && let Some(ops) = d.authorized_operations
+        && !ops.iter().any(|op| matches!(op, AclOperation::Describe | AclOperation::All))
+    {
+        return Err(format!(
+            "topic ACL sync: {}",
+            kafka::not_authorized("cluster", source, "Describe", NOT_AUTHORIZED)
+        ));
+    }
     let bindings = match raw_admin::describe_acls(source_admin, &topics(None), kafka::ADMIN_TIMEOUT).await {
         Ok(b) => b,
         Err(e) if e.name == NO_AUTHORIZER => {
@@ -92,8 +104,8 @@ pub async fn sync(
     if wanted.is_empty() {
         return Ok(Synced::default());
     }
-    // Alter on the cluster implies Describe: a principal refused here is refused the creation too, which
-    // then names the right per topic.
+    // Alter on the cluster implies Describe: a principal refused here (which librdkafka may report as no
+    // bindings) is refused the creation too, which then names the right per topic.
     let existing =
         match raw_admin::describe_acls(target_admin, &topics(Some(AclPattern::Literal)), kafka::ADMIN_TIMEOUT).await {
             Ok(b) => b,
@@ -113,6 +125,9 @@ pub async fn sync(
             synced.created.push(binding);
             continue;
         };
+        if e.name == NO_AUTHORIZER {
+            return Ok(Synced { unsecured: Some(Unsecured::Target), ..Default::default() });
+        }
         let reason = if e.name == NOT_AUTHORIZED {
             kafka::not_authorized("cluster", target, "Alter", NOT_AUTHORIZED)
         } else {

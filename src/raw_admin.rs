@@ -31,7 +31,8 @@
 //!   reported as [`GroupState::Unknown`] (the state string is mapped by name, unknown names to 0);
 //! - DescribeConsumerGroups rejects an empty or duplicated group list: we return nothing for an
 //!   empty one and de-duplicate;
-//! - AlterConsumerGroupOffsets rejects an empty list and negative offsets.
+//! - AlterConsumerGroupOffsets rejects an empty list and negative offsets;
+//! - DescribeAcls drops the response's top-level error: refused or unsecured, it answers no bindings.
 
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::fmt;

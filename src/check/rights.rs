@@ -414,7 +414,8 @@ pub fn judge(need: &Need, known: &Known) -> Verdict {
         Known::Described(None) => Verdict::Unknown {
             reason: "the broker did not report this principal's operations (KIP-430, Kafka 2.3+)".into(),
         },
-        Known::Described(Some(ops)) if ops.is_empty() => {
+        // DescribeCluster needs no right: on the cluster an empty list means none granted.
+        Known::Described(Some(ops)) if ops.is_empty() && need.resource != Resource::Cluster => {
             Verdict::Unknown { reason: "the broker reported no operations for this principal (KIP-430)".into() }
         }
         Known::Described(Some(ops)) => {
@@ -594,6 +595,8 @@ pub(crate) mod tests {
         assert_eq!(rights, ["Alter"]);
         assert!(reason.contains("grant Alter on cluster kafka-cluster"), "{reason}");
         // A cluster without an authorizer reports every cluster operation.
+        let none = judge(&target, &Known::Described(Some(Vec::new())));
+        assert!(matches!(&none, Verdict::Missing { rights, .. } if rights == &["Alter"]), "{none:?}");
         let ops = Known::Described(Some(CLUSTER_OPERATIONS.to_vec()));
         assert_eq!(judge(&target, &ops), Verdict::Granted { note: None });
     }

@@ -183,9 +183,13 @@ pub struct AclFilter {
     pub pattern: Option<AclPattern>,
 }
 
-/// The bindings `filter` matches (DescribeAcls). A cluster without an authorizer answers
-/// `SECURITY_DISABLED`; a principal without Describe on the cluster `CLUSTER_AUTHORIZATION_FAILED`;
-/// both are an `Err` with that name.
+/// The bindings `filter` matches (DescribeAcls).
+///
+/// librdkafka 2.12 quirk: it reads the response's top-level error but does not report it, so a cluster
+/// without an authorizer (`SECURITY_DISABLED`) and a principal without Describe on the cluster
+/// (`CLUSTER_AUTHORIZATION_FAILED`) both answer an empty list. Such an `Err` comes only from a librdkafka
+/// that reports it; callers that must tell a refusal from no bindings ask [`super::describe_cluster`]
+/// for the principal's operations on the cluster.
 pub async fn describe_acls<C: ClientContext + 'static>(
     admin: &AdminClient<C>,
     filter: &AclFilter,
