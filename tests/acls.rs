@@ -648,7 +648,8 @@ fn check_names_each_missing_right_and_passes_once_granted() {
 
 /// Topic ACL sync with MM2's rules, as principal `syncer`. Consumer `bob` may Read, Describe, All and
 /// Write `orders` on the source (literal), is denied Write on it, and may Read every topic of the test's
-/// prefix (prefixed) and a topic the flow does not copy. Without Describe on the source cluster the topics
+/// prefix (prefixed) and a topic the flow does not copy. `ferry check` first names both missing rights
+/// on the clusters (and passes at the end). Without Describe on the source cluster the topics
 /// actor names that right; with it but without Alter on the target cluster, the topic names that one; the
 /// flow copies meanwhile. Once both are granted the remote topic holds exactly ALLOW Read, ALLOW Describe
 /// (Read from All, no Write) and DENY Write for bob (besides ferry's own Read, Describe and
@@ -715,6 +716,21 @@ fn topic_acls_are_synced_by_mm2s_rules_once_the_rights_are_granted() {
 
     let sync = "sync_topic_acls_enabled = true\nsync_topic_acls_interval_seconds = 1\n";
     let dir = flows_dir_as(bed, user, ("here", "there"), &[&orders], &[], sync);
+    // `ferry check` names both rights on the clusters.
+    let (code, table, err) = check(&dir, deployment, &[]);
+    eprintln!("[acl sync] check:\n{table}{err}");
+    assert_eq!(code, 1, "{table}{err}");
+    let missing: Vec<&str> = table.lines().filter(|l| l.trim_start().starts_with("MISSING")).collect();
+    assert_eq!(missing.len(), 2, "{table}");
+    for (line, (cluster, right)) in missing.iter().zip([("here", "Describe"), ("there", "Alter")]) {
+        assert!(
+            line.contains(cluster)
+                && line.contains("cluster kafka-cluster")
+                && line.contains(&format!("grant {right}")),
+            "{table}"
+        );
+    }
+
     let mut ferry = start_ferry(&dir, deployment);
     let addr = ferry.listen_addr();
 
@@ -788,4 +804,6 @@ fn topic_acls_are_synced_by_mm2s_rules_once_the_rights_are_granted() {
     assert_eq!(synced(), first, "bindings created twice");
     assert_eq!(log_lines(&ferry.log(), "synced topic ACL bindings", ""), 1, "{}", ferry.log());
     ferry.terminate(Duration::from_secs(30));
+    let (code, table, err) = check(&dir, deployment, &[]);
+    assert_eq!(code, 0, "ferry check once granted:\n{table}{err}");
 }
