@@ -5,6 +5,7 @@
 //! shell of actors that move data between Kafka and that core ([`node`], [`flow`]), with [`http`] serving
 //! health and metrics.
 
+pub mod acl_sync;
 pub mod check;
 pub mod checkpoint_store;
 pub mod cli;

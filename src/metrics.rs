@@ -23,6 +23,8 @@ pub struct Metrics {
     pub unclean_handovers: IntCounterVec,
     /// Remote topics ferry created on the target.
     pub topics_created: IntCounterVec,
+    /// ACL bindings the topic ACL sync created on the target.
+    pub acl_bindings_synced: IntCounterVec,
     /// Source partitions the copier currently mirrors.
     pub partitions_assigned: IntGaugeVec,
     /// Offset syncs the rule selected, by reason (first, upstream_gap, downstream_truncated,
@@ -179,6 +181,12 @@ impl Metrics {
                 &registry,
                 "ferry_topics_created_total",
                 "Remote topics created on the target.",
+                &["flow"],
+            ),
+            acl_bindings_synced: counter(
+                &registry,
+                "ferry_acl_bindings_synced_total",
+                "ACL bindings of replicated topics created on their remote topics (sync_topic_acls_enabled).",
                 &["flow"],
             ),
             partitions_assigned: gauge(
@@ -413,6 +421,7 @@ impl Metrics {
             &self.progress_commits,
             &self.unclean_handovers,
             &self.topics_created,
+            &self.acl_bindings_synced,
             &self.heartbeats_emitted,
             &self.checkpoints_emitted,
         ] {
@@ -541,6 +550,7 @@ impl Metrics {
             &self.progress_commits,
             &self.unclean_handovers,
             &self.topics_created,
+            &self.acl_bindings_synced,
             &self.partitions_assigned,
             &self.offset_syncs_emitted,
             &self.offset_syncs_queued,

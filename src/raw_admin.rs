@@ -4,7 +4,8 @@
 //! caller's authorized operations where asked (KIP-430), reading and writing the committed
 //! offsets of any group (OffsetFetch / OffsetCommit with generation -1, as MM2's admin client does),
 //! and committing any group's offsets inside a producer's transaction (rdkafka takes the group's
-//! metadata only from a consumer of that group).
+//! metadata only from a consumer of that group), and ACL bindings (DescribeAcls / CreateAcls, in
+//! [`acls`]).
 //!
 //! This module owns all of ferry's `unsafe` code. It does not own the client: every call borrows an
 //! existing [`AdminClient`] and uses its native handle. Each call
@@ -30,7 +31,8 @@
 //!   reported as [`GroupState::Unknown`] (the state string is mapped by name, unknown names to 0);
 //! - DescribeConsumerGroups rejects an empty or duplicated group list: we return nothing for an
 //!   empty one and de-duplicate;
-//! - AlterConsumerGroupOffsets rejects an empty list and negative offsets.
+//! - AlterConsumerGroupOffsets rejects an empty list and negative offsets;
+//! - DescribeAcls drops the response's top-level error: refused or unsecured, it answers no bindings.
 
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::fmt;
@@ -44,6 +46,9 @@ use rdkafka::bindings as rd;
 use rdkafka::client::ClientContext;
 use rdkafka::types::{RDKafka, RDKafkaAdminOptions, RDKafkaConfigResource, RDKafkaEvent, RDKafkaQueue};
 use rdkafka::{Offset, TopicPartitionList};
+
+mod acls;
+pub use acls::{AclBinding, AclFilter, AclPattern, AclPermission, AclResource, create_acls, describe_acls};
 
 // librdkafka error codes this module produces or recognises itself.
 const ERR_FAIL: i32 = rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__FAIL as i32;
@@ -710,7 +715,7 @@ pub struct TopicDescription {
 }
 
 /// An ACL operation, as in Kafka's `AclOperation` (what a principal may do with a resource).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AclOperation {
     All,
     Read,
@@ -743,6 +748,24 @@ impl AclOperation {
             11 => AclOperation::AlterConfigs,
             12 => AclOperation::IdempotentWrite,
             other => AclOperation::Other(other),
+        }
+    }
+
+    /// The inverse of [`AclOperation::from_code`].
+    fn code(self) -> c_int {
+        match self {
+            AclOperation::All => 2,
+            AclOperation::Read => 3,
+            AclOperation::Write => 4,
+            AclOperation::Create => 5,
+            AclOperation::Delete => 6,
+            AclOperation::Alter => 7,
+            AclOperation::Describe => 8,
+            AclOperation::ClusterAction => 9,
+            AclOperation::DescribeConfigs => 10,
+            AclOperation::AlterConfigs => 11,
+            AclOperation::IdempotentWrite => 12,
+            AclOperation::Other(c) => c,
         }
     }
 

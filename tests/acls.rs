@@ -12,11 +12,15 @@
 //!   the flow runs and publishes checkpoints, and the offset-sync backlog is read latest-only, so a
 //!   group older than its partition's newest sync gets no checkpoint from an older one.
 //!
+//! - Topic ACL sync (`sync_topic_acls_enabled`): without Describe on the source cluster, then without
+//!   Alter on the target cluster, the error names the cluster and the right while the flow copies; once
+//!   granted, the target holds exactly MM2's bindings on the remote topic, and a consumer that could read
+//!   the source topic reads its remote.
 //! - `ferry check` with every right but one: it names the flow, the resource and the right, exits 1, and
 //!   once the right is granted exits 0 listing the remote topics (table and JSON alike).
 //!
-//! The tests share one test bed (a SASL_SSL source and target, both with ACLs, user `alice`) and
-//! take turns: two brokers in all.
+//! The tests share one test bed (a SASL_SSL source and target, both with ACLs, users `alice`, `bob`
+//! and `syncer`) and take turns: two brokers in all.
 
 mod support;
 
@@ -54,9 +58,10 @@ fn bed() -> &'static Bed {
     static BED: OnceLock<Bed> = OnceLock::new();
     BED.get_or_init(|| {
         let t0 = Instant::now();
+        let users = ["alice", "bob", "syncer"];
         let bed = std::thread::scope(|s| {
-            let source = s.spawn(|| Cluster::start_secured("acl-src", Security::sasl_ssl(&["alice"]).with_acls()));
-            let target = s.spawn(|| Cluster::start_secured("acl-dst", Security::sasl_ssl(&["alice"]).with_acls()));
+            let source = s.spawn(|| Cluster::start_secured("acl-src", Security::sasl_ssl(&users).with_acls()));
+            let target = s.spawn(|| Cluster::start_secured("acl-dst", Security::sasl_ssl(&users).with_acls()));
             Bed { source: source.join().expect("source"), target: target.join().expect("target") }
         });
         eprintln!("test bed ready in {:?}", t0.elapsed());
@@ -65,14 +70,26 @@ fn bed() -> &'static Bed {
 }
 
 /// A flows directory: `source` and `target` as alice, and one flow with `topics` and `groups`.
-fn flows_dir(bed: &Bed, (source, target): (&str, &str), topics: &[&str], groups: &[&str]) -> tempfile::TempDir {
+fn flows_dir(bed: &Bed, aliases: (&str, &str), topics: &[&str], groups: &[&str]) -> tempfile::TempDir {
+    flows_dir_as(bed, "alice", aliases, topics, groups, "")
+}
+
+/// [`flows_dir`] as `user`, with the flow keys `extra` besides [`FAST`].
+fn flows_dir_as(
+    bed: &Bed,
+    user: &str,
+    (source, target): (&str, &str),
+    topics: &[&str],
+    groups: &[&str],
+    extra: &str,
+) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("flows dir");
-    let clusters = cluster_toml(source, &bed.source.bootstrap, &bed.source.client_props("alice"))
-        + &cluster_toml(target, &bed.target.bootstrap, &bed.target.client_props("alice"));
+    let clusters = cluster_toml(source, &bed.source.bootstrap, &bed.source.client_props(user))
+        + &cluster_toml(target, &bed.target.bootstrap, &bed.target.client_props(user));
     std::fs::write(dir.path().join("clusters.toml"), clusters).expect("write clusters");
     let list = |items: &[&str]| items.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(", ");
     let flow = format!(
-        "[[flows]]\nsource = \"{source}\"\ntarget = \"{target}\"\ntopics = [{}]\ngroups = [{}]\n{FAST}",
+        "[[flows]]\nsource = \"{source}\"\ntarget = \"{target}\"\ntopics = [{}]\ngroups = [{}]\n{FAST}{extra}",
         list(topics),
         list(groups)
     );
@@ -627,4 +644,166 @@ fn check_names_each_missing_right_and_passes_once_granted() {
     let doc: serde_json::Value = serde_json::from_str(&doc).unwrap_or_else(|e| panic!("not JSON ({e}): {doc}"));
     assert_eq!(doc["flows"][0]["topics"][0]["remote"], remote.as_str(), "{doc}");
     assert_eq!(doc["ok"], true, "{doc}");
+}
+
+/// Topic ACL sync with MM2's rules, as principal `syncer`. Consumer `bob` may Read, Describe, All and
+/// Write `orders` on the source (literal), is denied Write on it, and may Read every topic of the test's
+/// prefix (prefixed) and a topic the flow does not copy. `ferry check` first names both missing rights
+/// on the clusters (and passes at the end). Without Describe on the source cluster the topics
+/// actor names that right; with it but without Alter on the target cluster, the topic names that one; the
+/// flow copies meanwhile. Once both are granted the remote topic holds exactly ALLOW Read, ALLOW Describe
+/// (Read from All, no Write) and DENY Write for bob (besides ferry's own Read, Describe and
+/// DescribeConfigs), nothing of the prefixed or uncopied bindings reaches the target, and bob (granted Read on his group there, as MM2 syncs no group ACLs) reads the remote topic.
+#[test]
+fn topic_acls_are_synced_by_mm2s_rules_once_the_rights_are_granted() {
+    let bed = bed();
+    let _turn = take_turn("topic ACL sync");
+    let (src, dst) = (&bed.source, &bed.target);
+    let (deployment, flow, user) = ("acl-e", "here->there", "syncer");
+    let p = unique("acl-sync");
+    let (orders, secret) = (format!("{p}-orders"), format!("{p}-secret"));
+    let remote = format!("here.{orders}");
+    for t in [&orders, &secret] {
+        create_topic(&src.bootstrap, t, 2, &[]);
+    }
+    produce(&src.bootstrap, &orders, &records(&orders, 20));
+    let group = support::client::CONSUME_ALL_GROUP;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // bob's bindings, the ones to sync and the ones not to.
+            src.allow("bob", "topic", &orders, "literal", &["Read", "Describe", "All", "Write"]);
+            src.deny("bob", "topic", &orders, "literal", &["Write"]);
+            src.allow("bob", "topic", &format!("{p}-"), "prefixed", &["Read"]);
+            src.allow("bob", "topic", &secret, "literal", &["Read"]);
+            src.allow("bob", "group", group, "literal", &["Read"]);
+            // Everything the flow needs, but no right on the cluster.
+            src.allow_all(
+                user,
+                &[("topic", "heartbeats"), ("topic", "mm2-offset-syncs.there.internal")],
+                "literal",
+                &["All"],
+            );
+            src.allow(user, "group", &format!("{deployment}."), "prefixed", &["All"]);
+            src.allow(user, "topic", &orders, "literal", &["Read", "Describe", "DescribeConfigs"]);
+        });
+        s.spawn(|| {
+            let prefix = format!("{deployment}.");
+            dst.allow_all(
+                user,
+                &[("topic", "here."), ("group", &prefix), ("transactional-id", &prefix)],
+                "prefixed",
+                &["All"],
+            );
+            dst.allow_all(
+                user,
+                &[
+                    ("topic", "heartbeats"),
+                    ("topic", "mm2-offsets.here.internal"),
+                    ("topic", "ferry.leases.internal"),
+                    ("topic", "ferry.control.internal"),
+                ],
+                "literal",
+                &["All"],
+            );
+            dst.allow("bob", "group", group, "literal", &["Read"]);
+        });
+    });
+    // bob reads the source topic.
+    let bob_reads = |c: &Cluster, topic: &str| {
+        support::client::as_client(&c.bootstrap, &c.client_props("bob"), || consume_all(&c.bootstrap, topic, READ))
+    };
+    assert_eq!(bob_reads(src, &orders).len(), 20);
+
+    let sync = "sync_topic_acls_enabled = true\nsync_topic_acls_interval_seconds = 1\n";
+    let dir = flows_dir_as(bed, user, ("here", "there"), &[&orders], &[], sync);
+    // `ferry check` names both rights on the clusters.
+    let (code, table, err) = check(&dir, deployment, &[]);
+    eprintln!("[acl sync] check:\n{table}{err}");
+    assert_eq!(code, 1, "{table}{err}");
+    let missing: Vec<&str> = table.lines().filter(|l| l.trim_start().starts_with("MISSING")).collect();
+    assert_eq!(missing.len(), 2, "{table}");
+    for (line, (cluster, right)) in missing.iter().zip([("here", "Describe"), ("there", "Alter")]) {
+        assert!(
+            line.contains(cluster)
+                && line.contains("cluster kafka-cluster")
+                && line.contains(&format!("grant {right}")),
+            "{table}"
+        );
+    }
+
+    let mut ferry = start_ferry(&dir, deployment);
+    let addr = ferry.listen_addr();
+
+    // 1. No Describe on the source cluster: the topics actor says so; the flow copies.
+    let error = wait_actor_error(&mut ferry, flow, "topics", &["cluster on `here`", "not authorized to Describe"]);
+    eprintln!("[acl sync] topics: {error}");
+    assert!(error.contains("CLUSTER_AUTHORIZATION_FAILED") && error.contains("grant Describe"), "{error}");
+    wait_for(ARRIVAL, &format!("{remote} complete on the target"), || {
+        assert_alive(&mut ferry);
+        total(&dst.bootstrap, &remote) >= 20
+    });
+    assert_eq!(flow_json(addr, flow)["state"], "degraded", "{}", flow_json(addr, flow));
+
+    // 2. Describe granted, no Alter on the target cluster: the topic names it.
+    src.allow(user, "cluster", "", "literal", &["Describe"]);
+    let mut reason = None;
+    wait_for(REPORTED, "the topic's error naming Alter on the target cluster", || {
+        assert_alive(&mut ferry);
+        reason = topic_problem(&flow_json(addr, flow), &orders);
+        reason.as_deref().is_some_and(|r| r.contains("not authorized to Alter"))
+    });
+    let reason = reason.unwrap_or_default();
+    eprintln!("[acl sync] {orders}: {reason}");
+    assert!(reason.contains(&remote) && reason.contains("cluster on `there`"), "{reason}");
+
+    // 3. Alter granted: MM2's bindings, exactly, on the remote topic.
+    dst.allow(user, "cluster", "", "literal", &["Alter"]);
+    let granted = Instant::now();
+    wait_for(ARRIVAL, "ACL bindings synced", || {
+        assert_alive(&mut ferry);
+        ferry.log().lines().any(|l| l.contains("synced topic ACL bindings") && l.contains(&remote))
+    });
+    eprintln!("[acl sync] bindings synced {:?} after the grant", granted.elapsed());
+    let synced = || metric_sum(&metrics(addr), "ferry_acl_bindings_synced_total", &[("flow", flow)]);
+    let first = synced();
+    assert!(first >= 3.0, "{first}");
+    let on_target = dst.acls();
+    let of = |name: &str| -> Vec<&str> {
+        let mut v: Vec<&str> = on_target
+            .iter()
+            .filter(|(r, _)| r.contains(&format!("name={name},")))
+            .map(|(r, e)| {
+                assert!(r.contains("resourceType=TOPIC") && r.contains("patternType=LITERAL"), "{r}");
+                e.as_str()
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        of(&remote),
+        [
+            "(principal=User:bob, host=*, operation=DESCRIBE, permissionType=ALLOW)",
+            "(principal=User:bob, host=*, operation=READ, permissionType=ALLOW)",
+            "(principal=User:bob, host=*, operation=WRITE, permissionType=DENY)",
+            // ferry's own, granted on the source above, are the topic's bindings too.
+            "(principal=User:syncer, host=*, operation=DESCRIBE, permissionType=ALLOW)",
+            "(principal=User:syncer, host=*, operation=DESCRIBE_CONFIGS, permissionType=ALLOW)",
+            "(principal=User:syncer, host=*, operation=READ, permissionType=ALLOW)",
+        ],
+        "{on_target:?}"
+    );
+    for name in [format!("here.{p}-"), format!("here.{secret}")] {
+        assert!(of(&name).is_empty(), "{name} on the target: {on_target:?}");
+    }
+    wait_for(REPORTED, "the flow running again", || flow_json(addr, flow)["state"] == "running");
+
+    // bob reads the remote topic. The syncs since (one a second, while the listing and the reads took
+    // seconds) created nothing again.
+    assert_eq!(bob_reads(dst, &remote).len(), 20, "bob on the target");
+    assert_eq!(synced(), first, "bindings created twice");
+    assert_eq!(log_lines(&ferry.log(), "synced topic ACL bindings", ""), 1, "{}", ferry.log());
+    ferry.terminate(Duration::from_secs(30));
+    let (code, table, err) = check(&dir, deployment, &[]);
+    assert_eq!(code, 0, "ferry check once granted:\n{table}{err}");
 }

@@ -200,6 +200,10 @@ fn check_flow(plan: &FlowPlan, identity: &Identity, clusters: &BTreeMap<String, 
             (_, Some(e)) => Known::Failed(e.clone()),
             (Resource::Topic(t), None) => f.topics.get(t).cloned().unwrap_or(Known::Described(None)),
             (Resource::Group(g), None) => f.groups.get(g).cloned().unwrap_or(Known::Described(None)),
+            // What the cluster's probe (DescribeCluster) reported this principal may do with it.
+            (Resource::Cluster, None) => Known::Described(
+                clusters[&need.cluster].described.as_ref().ok().and_then(|d| d.authorized_operations.clone()),
+            ),
             (Resource::TransactionalId(_), None) => {
                 let cluster = &clusters[&need.cluster];
                 Known::NoApi { unrestricted: cluster.unrestricted(), bootstrap: cluster.spec.bootstrap_servers.clone() }

@@ -39,6 +39,9 @@ pub enum Subject {
     SyncedGroups,
     /// The reverse flow's offset-syncs topic, when it exists.
     ReverseOffsetSyncsTopic,
+    /// The cluster resource, when `sync_topic_acls_enabled`: DescribeAcls needs Describe on it,
+    /// CreateAcls Alter.
+    AclSyncCluster,
 }
 
 /// One row of the README's tables.
@@ -122,6 +125,14 @@ pub const RIGHTS: &[Row] = &[
         readme_rights_extra: "",
     },
     Row {
+        side: Source,
+        subject: AclSyncCluster,
+        rights: &[Describe],
+        used_by: "topic ACL sync lists the topics' ACL bindings (DescribeAcls)",
+        readme_resource: "cluster, only with `sync_topic_acls_enabled`",
+        readme_rights_extra: "",
+    },
+    Row {
         side: Target,
         subject: RemoteTopics,
         rights: &[Create, Write, DescribeConfigs, AlterConfigs, Alter],
@@ -202,6 +213,14 @@ pub const RIGHTS: &[Row] = &[
                           (its `offset_syncs_topic_location` is `\"source\"`)",
         readme_rights_extra: "",
     },
+    Row {
+        side: Target,
+        subject: AclSyncCluster,
+        rights: &[Alter],
+        used_by: "topic ACL sync creates the remote topics' ACL bindings (CreateAcls; Alter implies Describe)",
+        readme_resource: "cluster, only with `sync_topic_acls_enabled`",
+        readme_rights_extra: "",
+    },
 ];
 
 /// A resource as `kafka-acls` names its type.
@@ -211,6 +230,8 @@ pub enum Resource {
     Topic(String),
     Group(String),
     TransactionalId(String),
+    /// The cluster resource (`kafka-acls --cluster`).
+    Cluster,
 }
 
 impl Resource {
@@ -219,12 +240,15 @@ impl Resource {
             Resource::Topic(_) => "topic",
             Resource::Group(_) => "group",
             Resource::TransactionalId(_) => "transactional id",
+            Resource::Cluster => "cluster",
         }
     }
 
     pub fn name(&self) -> &str {
         match self {
             Resource::Topic(n) | Resource::Group(n) | Resource::TransactionalId(n) => n,
+            // Kafka's name of the one cluster resource.
+            Resource::Cluster => "kafka-cluster",
         }
     }
 }
@@ -282,6 +306,8 @@ pub fn needs(plan: &FlowPlan, identity: &Identity, selected: &Selected<'_>) -> V
                 selected.groups.iter().for_each(|g| push(on_side, Resource::Group(g.clone())));
             }
             SyncedGroups => {}
+            AclSyncCluster if plan.settings.sync_topic_acls_enabled => push(on_side, Resource::Cluster),
+            AclSyncCluster => {}
             OffsetSyncsTopic => {
                 let (cluster, topic) = crate::flow::offset_syncs::syncs_location(plan);
                 push(&cluster.alias, Resource::Topic(topic));
@@ -388,7 +414,8 @@ pub fn judge(need: &Need, known: &Known) -> Verdict {
         Known::Described(None) => Verdict::Unknown {
             reason: "the broker did not report this principal's operations (KIP-430, Kafka 2.3+)".into(),
         },
-        Known::Described(Some(ops)) if ops.is_empty() => {
+        // DescribeCluster needs no right: on the cluster an empty list means none granted.
+        Known::Described(Some(ops)) if ops.is_empty() && need.resource != Resource::Cluster => {
             Verdict::Unknown { reason: "the broker reported no operations for this principal (KIP-430)".into() }
         }
         Known::Described(Some(ops)) => {
@@ -544,6 +571,34 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(syncs, [("west", "mm2-offset-syncs.east.internal"), ("east", "mm2-offset-syncs.west.internal")]);
         assert!(!all.iter().any(|n| n.row.subject == SyncedGroups), "no group sync, no synced groups");
+    }
+
+    #[test]
+    fn acl_sync_needs_describe_on_the_source_cluster_and_alter_on_the_target_cluster() {
+        let cluster_rights = |extra: &str| -> Vec<(String, String, Vec<&str>)> {
+            needs(&plan(extra), &identity(), &Selected { topics: &[], groups: &[] })
+                .iter()
+                .filter(|n| n.resource == Resource::Cluster)
+                .map(|n| (n.cluster.clone(), n.resource.to_string(), n.row.rights.iter().map(Op::as_str).collect()))
+                .collect()
+        };
+        assert!(cluster_rights("").is_empty(), "no ACL sync, no right on the clusters");
+        let c = "cluster kafka-cluster".to_string();
+        assert_eq!(
+            cluster_rights("sync_topic_acls_enabled = true"),
+            [("east".to_string(), c.clone(), vec!["Describe"]), ("west".to_string(), c, vec!["Alter"])]
+        );
+        let target = need(AclSyncCluster, Target, Resource::Cluster);
+        let Verdict::Missing { rights, reason } = judge(&target, &Known::Described(Some(vec![Op::Describe]))) else {
+            panic!("Alter is missing")
+        };
+        assert_eq!(rights, ["Alter"]);
+        assert!(reason.contains("grant Alter on cluster kafka-cluster"), "{reason}");
+        // A cluster without an authorizer reports every cluster operation.
+        let none = judge(&target, &Known::Described(Some(Vec::new())));
+        assert!(matches!(&none, Verdict::Missing { rights, .. } if rights == &["Alter"]), "{none:?}");
+        let ops = Known::Described(Some(CLUSTER_OPERATIONS.to_vec()));
+        assert_eq!(judge(&target, &ops), Verdict::Granted { note: None });
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! Selection follows MM2 (mm2-reference.md §3.4): include/exclude patterns, internal topics never,
 //! `heartbeats` always, and no topic that originated on the target (no replication loops). Remote topics
 //! are created with the source topic's allowed overrides, and (with `sync_topic_configs_enabled`) kept in
-//! line with them every `sync_topic_configs_interval_seconds` ([`crate::topic_configs`]).
+//! line with them every `sync_topic_configs_interval_seconds` ([`crate::topic_configs`]). With
+//! `sync_topic_acls_enabled` the leader also copies the topics' ACL bindings every
+//! `sync_topic_acls_interval_seconds` ([`crate::acl_sync`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use actix::prelude::*;
 
 use super::copier::Assignment;
 use super::supervisor::{ActorKind, ActorStatusChanged, ChildExited, FlowSupervisor, ItemErrorsChanged, TopicsReady};
+use crate::acl_sync;
 use crate::clients::{Admin, FlowConnections, Isolation, MetaConsumer};
 use crate::config::{FlowPlan, GroupProtocol};
 use crate::failpoints;
@@ -57,6 +60,12 @@ pub struct TopicSync {
     next_refresh: Option<SpawnHandle>,
     /// When topic configs were last brought in line (None: not yet).
     configs_synced: Option<Instant>,
+    /// When topic ACL bindings were last synced without a failure (None: not yet, or the last failed).
+    acls_synced: Option<Instant>,
+    /// Why the last topic ACL sync could not run (reported as the actor's error, the flow degraded).
+    acl_problem: Option<String>,
+    /// A cluster without an authorizer was logged (once, as MM2 does).
+    acl_unsecured_logged: bool,
     /// The topics selected at the last refresh (a topic that disappears from the source was deleted).
     selected: BTreeSet<String>,
     /// Topics that failed, per topic, across refreshes.
@@ -106,6 +115,9 @@ impl TopicSync {
             refreshing: false,
             next_refresh: None,
             configs_synced: None,
+            acls_synced: None,
+            acl_problem: None,
+            acl_unsecured_logged: false,
             selected: BTreeSet::new(),
             errors: ItemErrors::default(),
             exit_reported: false,
@@ -170,27 +182,35 @@ impl TopicSync {
         let s = &plan.settings;
         let sync_configs = s.sync_topic_configs_enabled
             && self.configs_synced.is_none_or(|t| t.elapsed() >= s.sync_topic_configs_interval);
+        let sync_acls =
+            s.sync_topic_acls_enabled && self.acls_synced.is_none_or(|t| t.elapsed() >= s.sync_topic_acls_interval);
         let previously = self.selected.clone();
         let leading = self.leading;
+        let syncs = Syncs { configs: sync_configs && leading, acls: sync_acls && leading };
         let span = tracing::info_span!("actor", flow = %plan.id, actor = ActorKind::Topics.name());
         let fut = tracing::Instrument::instrument(
-            async move { refresh_once(&plan, &clients, sync_configs && leading, &previously, leading).await },
+            async move { refresh_once(&plan, &clients, syncs, &previously, leading).await },
             span,
         );
         ctx.spawn(fut.into_actor(self).map(move |result, me, ctx| {
             me.refreshing = false;
             let s = &me.plan.settings;
-            let interval = if s.sync_topic_configs_enabled {
-                s.refresh_topics_interval.min(s.sync_topic_configs_interval)
-            } else {
-                s.refresh_topics_interval
-            };
+            let mut interval = s.refresh_topics_interval;
+            if s.sync_topic_configs_enabled {
+                interval = interval.min(s.sync_topic_configs_interval);
+            }
+            if s.sync_topic_acls_enabled {
+                interval = interval.min(s.sync_topic_acls_interval);
+            }
             match result {
-                Ok(refreshed) => {
-                    if sync_configs && leading {
+                Ok(mut refreshed) => {
+                    if syncs.configs {
                         me.configs_synced = Some(Instant::now());
                     }
-                    let failing = me.record_outcomes(&refreshed);
+                    if let Some(acls) = refreshed.acls.take() {
+                        me.acls_synced(acls, &mut refreshed.outcomes);
+                    }
+                    let failing = me.record_outcomes(&refreshed) || me.acl_problem.is_some();
                     me.selected = refreshed.selected;
                     let plan = me.plan.clone();
                     let ready = me
@@ -200,8 +220,8 @@ impl TopicSync {
                     me.check_writable(ctx);
                     me.supervisor.do_send(ActorStatusChanged {
                         kind: ActorKind::Topics,
-                        state: ActorState::Running,
-                        error: None,
+                        state: if me.acl_problem.is_some() { ActorState::Degraded } else { ActorState::Running },
+                        error: me.acl_problem.clone(),
                     });
                     let mut next = interval;
                     if !refreshed.source_has_heartbeats {
@@ -278,6 +298,46 @@ impl TopicSync {
                 }));
             }
         }));
+    }
+
+    /// Take in a topic ACL sync's result: its topics' failures into `outcomes`, a failure of the whole
+    /// sync as the actor's error. Synced again after the interval only once nothing failed.
+    fn acls_synced(
+        &mut self,
+        result: Result<acl_sync::Synced, String>,
+        outcomes: &mut BTreeMap<String, Option<String>>,
+    ) {
+        let flow = self.plan.id.to_string();
+        let synced = match result {
+            Ok(s) => s,
+            Err(reason) => {
+                tracing::warn!(flow = %flow, reason = %reason, "topic ACL bindings not synced; retried at the next refresh");
+                self.acl_problem = Some(reason);
+                return;
+            }
+        };
+        self.acl_problem = None;
+        if let Some(side) = synced.unsecured {
+            if !std::mem::replace(&mut self.acl_unsecured_logged, true) {
+                let cluster = match side {
+                    acl_sync::Unsecured::Source => &self.plan.source.alias,
+                    acl_sync::Unsecured::Target => &self.plan.target.alias,
+                };
+                tracing::info!(flow = %flow, cluster = %cluster, "the cluster has no ACL authorizer, so no topic ACL bindings are synced; consider sync_topic_acls_enabled = false");
+            }
+        } else if !synced.created.is_empty() {
+            let created: Vec<String> = synced.created.iter().map(ToString::to_string).collect();
+            tracing::info!(flow = %flow, count = created.len(), bindings = ?created, "synced topic ACL bindings");
+            METRICS.acl_bindings_synced.with_label_values(&[&flow]).inc_by(created.len() as u64);
+        }
+        if synced.failed.is_empty() {
+            self.acls_synced = Some(Instant::now());
+        }
+        for (topic, reason) in synced.failed {
+            if let Some(o) = outcomes.get_mut(&topic) {
+                o.get_or_insert(reason);
+            }
+        }
     }
 
     /// Log, count and publish this refresh's per-topic errors. True if any topic failed.
@@ -369,6 +429,15 @@ struct Refreshed {
     selected: BTreeSet<String>,
     /// Some selected topic's remote topic is missing or smaller than its source.
     incomplete: bool,
+    /// The topic ACL sync's result, if it ran.
+    acls: Option<Result<acl_sync::Synced, String>>,
+}
+
+/// The leader's periodic syncs a refresh runs.
+#[derive(Clone, Copy)]
+struct Syncs {
+    configs: bool,
+    acls: bool,
 }
 
 /// Kafka refuses a topic whose name differs from an existing one only by `.` versus `_` (both map to
@@ -379,13 +448,13 @@ fn collides(a: &str, b: &str) -> bool {
         && a.bytes().zip(b.bytes()).all(|(x, y)| x == y || matches!((x, y), (b'.', b'_') | (b'_', b'.')))
 }
 
-/// One pass: select source topics, create or grow remote topics (and, when `sync_configs`, bring their
-/// configs in line), return the partitions ready to copy. A problem with one topic is that topic's
+/// One pass: select source topics, create or grow remote topics (and, as `syncs` says, bring their
+/// configs in line and copy their ACL bindings), return the partitions ready to copy. A problem with one topic is that topic's
 /// (in `outcomes`); only a cluster that cannot be asked at all fails the pass.
 async fn refresh_once(
     plan: &FlowPlan,
     clients: &Arc<Clients>,
-    sync_configs: bool,
+    syncs: Syncs,
     previously: &BTreeSet<String>,
     leading: bool,
 ) -> Result<Refreshed, KafkaOpError> {
@@ -493,7 +562,7 @@ async fn refresh_once(
             Err(e) => fail(topic, format!("remote topic {name} on `{target}`: {e}")),
         }
     }
-    if sync_configs {
+    if syncs.configs {
         let remotes: Vec<String> = existing.iter().map(|t| remote(t)).collect();
         let target_configs = kafka::describe_topics_configs(&clients.target_admin, target, &remotes).await?;
         for topic in &existing {
@@ -509,6 +578,14 @@ async fn refresh_once(
             }
         }
     }
+
+    let acls = if syncs.acls {
+        let (source, target) =
+            ((plan.source.alias.as_str(), &clients.source_admin), (target.as_str(), &clients.target_admin));
+        Some(acl_sync::sync(source, target, |t| selected_names.contains(t), remote).await)
+    } else {
+        None
+    };
 
     // Created topics take a moment to show up in metadata; copy only to partitions that exist.
     let deadline = Instant::now() + kafka::ADMIN_TIMEOUT;
@@ -539,6 +616,7 @@ async fn refresh_once(
         selected: selected_names,
         outcomes,
         incomplete,
+        acls,
     })
 }
 
@@ -621,8 +699,12 @@ impl Handler<SetLeading> for TopicSync {
     fn handle(&mut self, msg: SetLeading, ctx: &mut Context<Self>) {
         let gained = msg.0 && !self.leading;
         self.leading = msg.0;
+        if !self.leading {
+            self.acl_problem = None; // the leader's duty, reported by the leader
+        }
         if gained {
             self.configs_synced = None;
+            self.acls_synced = None;
             self.refresh(ctx); // create what is missing now, not at the next interval
         }
     }

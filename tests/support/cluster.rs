@@ -298,6 +298,22 @@ impl Cluster {
     /// [`Cluster::allow`] for each `(resource_type, name)` of `resources` (every operation must
     /// apply to every resource type), in one run of the tool.
     pub fn allow_all(&self, principal: &str, resources: &[(&str, &str)], pattern_type: &str, operations: &[&str]) {
+        self.add_acls("--allow-principal", principal, resources, pattern_type, operations);
+    }
+
+    /// Like [`Cluster::allow`], with DENY bindings.
+    pub fn deny(&self, principal: &str, resource_type: &str, name: &str, pattern_type: &str, operations: &[&str]) {
+        self.add_acls("--deny-principal", principal, &[(resource_type, name)], pattern_type, operations);
+    }
+
+    fn add_acls(
+        &self,
+        permission: &str,
+        principal: &str,
+        resources: &[(&str, &str)],
+        pattern_type: &str,
+        operations: &[&str],
+    ) {
         assert!(self.security().is_some_and(Security::acls), "[{}] allow: the cluster has no authorizer", self.name);
         let principal = if principal.contains(':') { principal.to_string() } else { format!("User:{principal}") };
         let config = path_str(&self.java_client_config(ADMIN));
@@ -308,7 +324,7 @@ impl Cluster {
             "--command-config",
             &config,
             "--add",
-            "--allow-principal",
+            permission,
             &principal,
             "--resource-pattern-type",
             pattern_type,
@@ -334,6 +350,26 @@ impl Cluster {
             tail(&out.stdout, 20),
             tail(&out.stderr, 20)
         );
+    }
+
+    /// Every ACL binding of the cluster as `kafka-acls --list` prints it (run as [`ADMIN`]): one
+    /// `(resource, entry)` per binding, e.g. `("ResourcePattern(resourceType=TOPIC, name=orders,
+    /// patternType=LITERAL)", "(principal=User:bob, host=*, operation=READ, permissionType=ALLOW)")`.
+    pub fn acls(&self) -> Vec<(String, String)> {
+        let config = path_str(&self.java_client_config(ADMIN));
+        let args = ["--bootstrap-server", &self.bootstrap, "--command-config", &config, "--list"];
+        let out = run_tool("org.apache.kafka.tools.AclCommand", &args, Duration::from_secs(60));
+        assert!(out.status.success(), "[{}] kafka-acls --list failed; stderr:\n{}", self.name, tail(&out.stderr, 20));
+        let mut resource = String::new();
+        let mut all = Vec::new();
+        for line in out.stdout.lines() {
+            if let Some(rest) = line.strip_prefix("Current ACLs for resource `") {
+                resource = rest.split('`').next().unwrap_or_default().to_string();
+            } else if line.trim_start().starts_with("(principal=") {
+                all.push((resource.clone(), line.trim().to_string()));
+            }
+        }
+        all
     }
 
     fn secured(&self) -> &Secured {
