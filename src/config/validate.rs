@@ -221,12 +221,25 @@ fn cluster(
             }
         }
     }
+    // The files the properties name, read once here: their digests make a rewritten certificate a
+    // changed cluster, and a rotation half written is refused before librdkafka would refuse it.
+    let client_files = match super::client_files::read(&client) {
+        Ok(files) => files,
+        Err(problems) => {
+            for (k, reason) in problems {
+                errs.push(format!("{base}.client.\"{k}\""), reason);
+            }
+            ok = false;
+            Vec::new()
+        }
+    };
     let spec = ClusterSpec {
         alias: alias.to_string(),
         bootstrap_servers: bootstrap,
         client,
         file_keys,
         secret_files,
+        client_files,
         file: file.to_path_buf(),
     };
     // Remembered even if the set is refused: whatever librdkafka says about them later is scrubbed.
@@ -302,7 +315,7 @@ pub fn substitute(
 
 /// An I/O error's reason without its OS error number, e.g. "No such file or directory"; invalid UTF-8
 /// is named as such (the bytes are not shown).
-fn io_reason(e: &std::io::Error) -> String {
+pub(super) fn io_reason(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::InvalidData => "not UTF-8 text".into(),
         _ => e.to_string().split(" (os error").next().unwrap_or_default().to_string(),
