@@ -414,13 +414,13 @@ fn not_after(path: &Path) -> f64 {
 /// to trust a second CA (restart), a new key and certificate from that CA are written over the files the
 /// flow files name (the key first: that half-done rotation is refused with an error naming the cluster,
 /// the property and the files, and the flow copies on with its old certificate), then the certificate
-/// (the reload restarts that flow on new clients), and the old CA is revoked (the broker restarted
+/// (the reload restarts that flow on new clients, and not a flow of other clusters), and the old CA is revoked (the broker restarted
 /// trusting the new CA only). Every source record is on the target, none twice (a graceful restart
 /// copies nothing twice), and the expiry metric follows the certificate.
 #[test]
 fn a_client_certificate_rotated_mid_copy_loses_and_duplicates_nothing() {
     let _turn = take_turn("certificate rotation");
-    let (_, west) = shared_pair();
+    let (east, west) = shared_pair();
     // A broker of its own: it is restarted with other truststores.
     let mut rot = Cluster::start_secured("rotate", support::Security::mtls(&["ferry"]));
     let pki = tempfile::tempdir().expect("pki dir");
@@ -436,9 +436,14 @@ fn a_client_certificate_rotated_mid_copy_loses_and_duplicates_nothing() {
     create_topic(&rot.bootstrap, &topic, 2, &[]);
     let dir = tempfile::tempdir().expect("flows dir");
     let clusters = cluster_toml("rot", &rot.bootstrap, &rot.tls().ssl_props(Some((&cert, &key))))
+        + &cluster_toml("east", &east.bootstrap, &[])
         + &cluster_toml("west", &west.bootstrap, &[]);
     std::fs::write(dir.path().join("clusters.toml"), clusters).expect("write clusters");
-    std::fs::write(dir.path().join("flows.toml"), flow("rot", "west", &topic, "none")).expect("write flows");
+    // A flow of other clusters, which the rotation must not touch.
+    let plain = unique("rotate-plain");
+    create_topic(&east.bootstrap, &plain, 1, &[]);
+    let flows = flow("rot", "west", &topic, "none") + &flow("east", "west", &plain, "none");
+    std::fs::write(dir.path().join("flows.toml"), flows).expect("write flows");
 
     let stream = Stream::start(&rot.bootstrap, &topic, 2, "r", 50, Duration::from_millis(20));
     let mut ferry = Ferry::start_env(dir.path(), &[], &[("FERRY_TEST_RESCAN_INTERVAL_MS", "300")]);
@@ -465,8 +470,11 @@ fn a_client_certificate_rotated_mid_copy_loses_and_duplicates_nothing() {
     arriving(&mut ferry, "copying after the broker trusts both CAs");
 
     // Half a rotation: the new key is written, the certificate not yet.
-    let generation = || flows_json(addr)["flows"]["rot->west"]["generation"].as_u64().expect("a generation");
+    let generation_of =
+        |id: &str| flows_json(addr)["flows"][id]["generation"].as_u64().unwrap_or_else(|| panic!("{id}'s generation"));
+    let generation = || generation_of("rot->west");
     let first = generation();
+    let plain_generation = generation_of("east->west");
     let (new_cert, new_key) = ca2.client("ferry");
     std::fs::copy(&new_key, &key).expect("write the new key");
     let refused = wait_showing(DEGRADED, "the half-written rotation refused", || {
@@ -519,6 +527,7 @@ fn a_client_certificate_rotated_mid_copy_loses_and_duplicates_nothing() {
         (flow["state"] == "running", flow)
     });
     assert_eq!(generation(), first + 1, "revoking the old CA restarted nothing");
+    assert_eq!(generation_of("east->west"), plain_generation, "the flow of other clusters was not restarted");
     assert!(ferry.terminate(Duration::from_secs(30)).success());
     let log = ferry.log();
     assert!(!log.contains("PRIVATE KEY") && !log.contains("BEGIN CERTIFICATE"), "file content in ferry's log");
