@@ -25,6 +25,7 @@
 #   certs DIR [CLIENT...] make a throwaway CA and PEM files in DIR: the broker's keystore, one client
 #                         certificate per CLIENT (CN=CLIENT), and an untrusted CA with a client
 #                         certificate of its own. EC P-256 keys, unencrypted; valid 30 days
+#                         (FERRY_TLS_DAYS)
 #   prepare-secure DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE [USER=PASSWORD...]
 #                         like prepare, but clients get a secured listener on PORT. MODE is sasl_ssl
 #                         (SASL_SSL with SCRAM-SHA-512/256, PLAIN and OAUTHBEARER with unsecured JWTs)
@@ -75,6 +76,7 @@
 #                              JVM); tool: run kafka-storage format every time (~1-1.5 s more)
 #   FERRY_KAFKA_READY_TIMEOUT  seconds `up` waits for a broker (default 90)
 #   FERRY_KAFKA_STOP_TIMEOUT   seconds `down` waits after SIGTERM before SIGKILL (default 20)
+#   FERRY_TLS_DAYS             validity of the CAs and certificates `certs` makes (default 30)
 #   JAVA / JAVA_HOME           the java binary (default: java on PATH)
 #
 # Cache
@@ -344,7 +346,7 @@ make_certs() { # DIR [CLIENT...]
 }
 
 new_ca() { # PREFIX CN -> PREFIX.key, PREFIX.crt
-  openssl req -x509 -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -days 30 \
+  openssl req -x509 -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -days "${FERRY_TLS_DAYS:-30}" \
     -keyout "$1.key" -out "$1.crt" -subj "/O=ferry/CN=$2" -addext "keyUsage=critical,keyCertSign,cRLSign" \
     2>"$1.err" || { cat "$1.err" >&2; die "openssl: cannot make the CA $1"; }
   rm -f "$1.err"
@@ -355,7 +357,7 @@ leaf() { # CA_PREFIX PREFIX SUBJECT EXTENSION... -> PREFIX.key (PKCS#8), PREFIX.
     -out "$2.csr" -subj "$3" 2>"$2.err" || { cat "$2.err" >&2; die "openssl: cannot make a key for $2"; }
   printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature" "${@:4}" >"$2.ext"
   openssl x509 -req -in "$2.csr" -CA "$1.crt" -CAkey "$1.key" -set_serial "0x$(openssl rand -hex 12)" \
-    -days 30 -extfile "$2.ext" -out "$2.crt" 2>"$2.err" || { cat "$2.err" >&2; die "openssl: cannot sign $2"; }
+    -days "${FERRY_TLS_DAYS:-30}" -extfile "$2.ext" -out "$2.crt" 2>"$2.err" || { cat "$2.err" >&2; die "openssl: cannot sign $2"; }
   rm -f "$2.csr" "$2.ext" "$2.err"
 }
 

@@ -79,11 +79,11 @@ pub struct PauseSeen {
     pub record: Option<PauseRecord>,
 }
 
-/// Which connection a cluster definition is: the same bootstrap and client properties share one
-/// [`ControlWatch`].
+/// Which connection a cluster definition is: the same bootstrap, client properties and files behind
+/// them share one [`ControlWatch`].
 pub fn connection_key(cluster: &ClusterSpec) -> String {
     let props: Vec<String> = cluster.client.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    format!("{}|{}", cluster.bootstrap_servers, props.join(","))
+    format!("{}|{}|{}", cluster.bootstrap_servers, props.join(","), cluster.files_fingerprint())
 }
 
 /// Tails the control topic of one target cluster for one deployment, and writes its records.

@@ -105,6 +105,9 @@ pub struct Metrics {
     /// Average produce batch of a shared producer, by cluster and client.
     pub client_batch_bytes: IntGaugeVec,
     pub client_batch_records: IntGaugeVec,
+    /// notAfter of each certificate in the clusters' `ssl.certificate.location` (role `client`) and
+    /// `ssl.ca.location` (role `ca`) files, as the flow set last applied read them.
+    pub client_certificate_expiry: IntGaugeVec,
 }
 
 /// Bucket boundaries for replication delays: 1 ms to 6 hours.
@@ -407,6 +410,12 @@ impl Metrics {
                 "Average records per produce batch over the statistics window, per shared producer.",
                 &["cluster", "client"],
             ),
+            client_certificate_expiry: gauge(
+                &registry,
+                "ferry_client_certificate_expiry_timestamp_seconds",
+                "When each certificate of a cluster's client certificate (role client) or CA file (role ca) expires.",
+                &["cluster", "role", "file", "subject"],
+            ),
             registry,
         }
     }
@@ -581,6 +590,29 @@ impl Metrics {
         ]
     }
 
+    /// The certificates of `clusters` replace those shown before (a cluster removed, a file rotated).
+    /// Two certificates with the same labels (one subject twice in a CA file during a CA rotation)
+    /// show the earlier expiry: the one an alert must see.
+    pub fn set_client_certificates<'a>(&self, clusters: impl IntoIterator<Item = &'a crate::config::ClusterSpec>) {
+        let mut earliest: BTreeMap<[String; 4], i64> = BTreeMap::new();
+        for c in clusters {
+            for f in &c.client_files {
+                let Some(role) = f.role() else { continue };
+                for cert in &f.certificates {
+                    let labels =
+                        [c.alias.clone(), role.to_string(), f.path.display().to_string(), cert.subject.clone()];
+                    let at = earliest.entry(labels).or_insert(cert.not_after);
+                    *at = (*at).min(cert.not_after);
+                }
+            }
+        }
+        self.client_certificate_expiry.reset();
+        for (labels, not_after) in earliest {
+            let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+            self.client_certificate_expiry.with_label_values(&labels).set(not_after);
+        }
+    }
+
     /// Drops every series whose labels include all of `labels`.
     pub fn remove_matching(&self, labels: &[(&str, &str)]) {
         for v in self.vecs() {
@@ -650,5 +682,66 @@ mod tests {
         let text = METRICS.render();
         assert!(text.contains("ferry_records_copied_total{flow=\"a->b\",topic=\"orders\"} 1"), "{text}");
         assert!(text.contains("ferry_offset_syncs_queued{flow=\"a->b\"} 3"), "{text}");
+    }
+
+    #[test]
+    fn certificate_expiry_follows_the_last_applied_clusters() {
+        use crate::config::client_files::{Certificate, ClientFile};
+        let file = |key: &str, path: &str, certs: &[(&str, i64)]| ClientFile {
+            key: key.into(),
+            path: path.into(),
+            digest: [0; 32],
+            certificates: certs.iter().map(|(s, t)| Certificate { subject: s.to_string(), not_after: *t }).collect(),
+        };
+        let cluster = |alias: &str, files: Vec<ClientFile>| crate::config::ClusterSpec {
+            alias: alias.into(),
+            bootstrap_servers: "x:1".into(),
+            client: Default::default(),
+            file_keys: Default::default(),
+            secret_files: Vec::new(),
+            client_files: files,
+            file: "c.toml".into(),
+        };
+        let m = Metrics::new();
+        let a = cluster(
+            "certs-a",
+            vec![
+                file("ssl.certificate.location", "/c/a.pem", &[("CN=a", 2_000)]),
+                file("ssl.key.location", "/c/a.key", &[]),
+                // A CA rotation: the same subject twice; the earlier expiry shows.
+                file("ssl.ca.location", "/c/ca.pem", &[("CN=ca", 9_000), ("CN=ca", 5_000)]),
+            ],
+        );
+        m.set_client_certificates([
+            &a,
+            &cluster("certs-b", vec![file("ssl.certificate.location", "/c/b.pem", &[("CN=b", 7)])]),
+        ]);
+        let text = m.render();
+        let name = "ferry_client_certificate_expiry_timestamp_seconds";
+        assert!(
+            text.contains(&format!(
+                "{name}{{cluster=\"certs-a\",file=\"/c/a.pem\",role=\"client\",subject=\"CN=a\"}} 2000"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "{name}{{cluster=\"certs-a\",file=\"/c/ca.pem\",role=\"ca\",subject=\"CN=ca\"}} 5000"
+            )),
+            "{text}"
+        );
+        assert!(text.contains("cluster=\"certs-b\""), "{text}");
+        assert!(!text.contains("a.key"), "a key file has no certificate: {text}");
+        // The next set has no certs-b and a rotated certificate in certs-a.
+        let rotated = cluster("certs-a", vec![file("ssl.certificate.location", "/c/a.pem", &[("CN=a", 3_000)])]);
+        m.set_client_certificates([&rotated]);
+        let text = m.render();
+        assert!(
+            text.contains(&format!(
+                "{name}{{cluster=\"certs-a\",file=\"/c/a.pem\",role=\"client\",subject=\"CN=a\"}} 3000"
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("certs-b") && !text.contains("/c/ca.pem"), "{text}");
     }
 }

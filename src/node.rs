@@ -380,6 +380,7 @@ impl Handler<Apply> for Node {
             _ => 1,
         };
         let d = config::diff(&self.running_plans(), &set);
+        METRICS.set_client_certificates(set.clusters.values());
         // Copiers started by this reload are sized for the flows the node runs with it.
         crate::clients::budget::set_flows(set.flows.values().filter(|p| p.settings.enabled).count());
         self.show_disabled(&set);

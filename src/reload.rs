@@ -3,7 +3,7 @@
 //! Triggers: a change in the directory (watched with `notify`, debounced so that a burst of editor writes
 //! or a Kubernetes ConfigMap symlink swap is one reload), SIGHUP, `POST /reload`, and a periodic rescan
 //! that compares the directory's content hash, for filesystems without change events (and for the secret
-//! files flow files reference, which may live outside the watched directory). Watch events and rescans
+//! files and certificates flow files reference, which may live outside the watched directory). Watch events and rescans
 //! reload only when the content changed, or when the last reload of this content was rolled back (a
 //! changed flow's clusters did not answer): such a change is tried again at every rescan until it
 //! applies. SIGHUP and `POST /reload` always reload; `POST /reload?dry_run=true` ([`PlanReload`]) answers
@@ -123,8 +123,9 @@ impl std::fmt::Display for ReloadPlan {
 }
 
 /// A hash of what a reload would read: the names and contents of the directory's flow files (following
-/// symlinks, as a ConfigMap mount has them) and of the secret files they reference. Unreadable entries hash as their error, so that a change
-/// from unreadable to readable is a change too.
+/// symlinks, as a ConfigMap mount has them), of the secret files they reference and of the files their
+/// clusters' client properties name (certificates, keys, CA files, keytabs). Unreadable entries hash as
+/// their error, so that a change from unreadable to readable is a change too.
 pub fn content_hash(dir: &Path) -> u64 {
     let mut h = DefaultHasher::new();
     let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
@@ -136,15 +137,34 @@ pub fn content_hash(dir: &Path) -> u64 {
     };
     files.sort();
     // Secret files the flow files reference (`${file:...}`) count too: a rotated password is a change.
+    // So do the files client properties name (certificates, keys, CAs, keytabs): a rotated certificate.
+    let named = crate::config::client_files::paths_in(&files);
     files.extend(crate::config::secret_files_in(dir));
+    files.extend(named);
     for f in files {
-        f.hash(&mut h);
-        match std::fs::read(&f) {
-            Ok(bytes) => bytes.hash(&mut h),
-            Err(e) => e.kind().hash(&mut h),
-        }
+        hash_file(&f, &mut h);
     }
     h.finish()
+}
+
+/// The name and content of `path` into `h`; for a directory (a CA directory), of each file in it.
+fn hash_file(path: &Path, h: &mut DefaultHasher) {
+    path.hash(h);
+    if path.is_dir() {
+        let mut entries: Vec<PathBuf> = match std::fs::read_dir(path) {
+            Ok(rd) => rd.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_file()).collect(),
+            Err(e) => return e.kind().hash(h),
+        };
+        entries.sort();
+        for entry in entries {
+            hash_file(&entry, h);
+        }
+        return;
+    }
+    match std::fs::read(path) {
+        Ok(bytes) => bytes.hash(h),
+        Err(e) => e.kind().hash(h),
+    }
 }
 
 /// Keeps the directory watched while alive.
@@ -223,5 +243,28 @@ mod tests {
         assert_eq!(content_hash(dir.path()), h1, "hidden and non-TOML files do not count");
         std::fs::write(dir.path().join("a.toml"), "x = 2").expect("write");
         assert_ne!(content_hash(dir.path()), h1);
+    }
+
+    #[test]
+    fn a_certificate_rewritten_outside_the_directory_is_a_change() {
+        let dir = tempfile::tempdir().expect("dir");
+        let certs = tempfile::tempdir().expect("certs");
+        let (cert, cas) = (certs.path().join("client.pem"), certs.path().join("cas"));
+        std::fs::write(&cert, "old").expect("write");
+        std::fs::create_dir(&cas).expect("mkdir");
+        let flows = format!(
+            "[clusters.a]\nbootstrap_servers = \"x:1\"\n[clusters.a.client]\n\"ssl.certificate.location\" = {:?}\n\
+             \"ssl.ca.location\" = {:?}\n",
+            cert.display().to_string(),
+            cas.display().to_string()
+        );
+        std::fs::write(dir.path().join("c.toml"), flows).expect("write");
+        let h0 = content_hash(dir.path());
+        assert_eq!(content_hash(dir.path()), h0, "stable");
+        std::fs::write(&cert, "new").expect("write");
+        let h1 = content_hash(dir.path());
+        assert_ne!(h1, h0, "rewritten in place");
+        std::fs::write(cas.join("ca2.pem"), "another CA").expect("write");
+        assert_ne!(content_hash(dir.path()), h1, "a file added to a CA directory");
     }
 }

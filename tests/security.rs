@@ -6,6 +6,9 @@
 //!   broker refuses each leave their flow degraded with a reason that says so (and no secret), while
 //!   another flow keeps copying and the node stays up; writing the right password into the secret file
 //!   and reloading recovers the flow.
+//! - A client certificate rotated mid-copy (new key and certificate over the old files, the old CA then
+//!   revoked by the broker) is picked up by a reload of that flow only, with nothing lost or copied twice;
+//!   a half-written rotation is refused and the old certificate copies on.
 //! - The listener: mutating endpoints need the admin token (or a loopback listener), reads stay open,
 //!   HTTPS works with `ferry health`, and a batch of bad requests gets 4xx without hurting the node.
 //!
@@ -23,7 +26,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use support::scenario::{assert_alive, total, wait_showing};
+use support::observe;
+use support::scenario::{Stream, arrivals, assert_alive, total, values, wait_all_arrived, wait_showing};
 use support::tls::Tls;
 use support::{
     Cluster, Ferry, Rec, cluster_toml, commit_group_offsets, consume_all, create_topic, end_offsets, ferry_bin,
@@ -395,6 +399,138 @@ fn bad_credentials_degrade_their_flow_only_and_a_fixed_secret_file_recovers_it()
     let log = ferry.log();
     assert!(!log.contains(sasl.password("alice")) && !log.contains(&wrong), "a password is in ferry's log");
     ferry.terminate(Duration::from_secs(30));
+}
+
+/// notAfter of the first certificate in PEM file `path`, seconds since the epoch (read with OpenSSL,
+/// not with ferry's code).
+fn not_after(path: &Path) -> f64 {
+    let cert =
+        openssl::x509::X509::from_pem(&std::fs::read(path).expect("read certificate")).expect("a PEM certificate");
+    let d = openssl::asn1::Asn1Time::from_unix(0).and_then(|epoch| epoch.diff(cert.not_after())).expect("a time");
+    (i64::from(d.days) * 86_400 + i64::from(d.secs)) as f64
+}
+
+/// Copying under load from an mTLS broker while ferry's client certificate is rotated: the broker comes
+/// to trust a second CA (restart), a new key and certificate from that CA are written over the files the
+/// flow files name (the key first: that half-done rotation is refused with an error naming the cluster,
+/// the property and the files, and the flow copies on with its old certificate), then the certificate
+/// (the reload restarts that flow on new clients, and not a flow of other clusters), and the old CA is revoked (the broker restarted
+/// trusting the new CA only). Every source record is on the target, none twice (a graceful restart
+/// copies nothing twice), and the expiry metric follows the certificate.
+#[test]
+fn a_client_certificate_rotated_mid_copy_loses_and_duplicates_nothing() {
+    let _turn = take_turn("certificate rotation");
+    let (east, west) = shared_pair();
+    // A broker of its own: it is restarted with other truststores.
+    let mut rot = Cluster::start_secured("rotate", support::Security::mtls(&["ferry"]));
+    let pki = tempfile::tempdir().expect("pki dir");
+    // The new PKI's certificates live 60 days, the old ones 30: the metric tells them apart.
+    let ca2 = Tls::generate_valid(&pki.path().join("ca2"), &[support::ADMIN, "ferry"], 60);
+    // ferry's key and certificate, in files of their own that the rotation rewrites in place.
+    let certs = tempfile::tempdir().expect("certs dir");
+    let (cert, key) = (certs.path().join("ferry.pem"), certs.path().join("ferry.key"));
+    let (old_cert, old_key) = rot.tls().client("ferry");
+    std::fs::copy(&old_cert, &cert).expect("copy certificate");
+    std::fs::copy(&old_key, &key).expect("copy key");
+    let topic = unique("rotate");
+    create_topic(&rot.bootstrap, &topic, 2, &[]);
+    let dir = tempfile::tempdir().expect("flows dir");
+    let clusters = cluster_toml("rot", &rot.bootstrap, &rot.tls().ssl_props(Some((&cert, &key))))
+        + &cluster_toml("east", &east.bootstrap, &[])
+        + &cluster_toml("west", &west.bootstrap, &[]);
+    std::fs::write(dir.path().join("clusters.toml"), clusters).expect("write clusters");
+    // A flow of other clusters, which the rotation must not touch.
+    let plain = unique("rotate-plain");
+    create_topic(&east.bootstrap, &plain, 1, &[]);
+    let flows = flow("rot", "west", &topic, "none") + &flow("east", "west", &plain, "none");
+    std::fs::write(dir.path().join("flows.toml"), flows).expect("write flows");
+
+    let stream = Stream::start(&rot.bootstrap, &topic, 2, "r", 50, Duration::from_millis(20));
+    let mut ferry = Ferry::start_env(dir.path(), &[], &[("FERRY_TEST_RESCAN_INTERVAL_MS", "300")]);
+    wait_serving(&mut ferry);
+    let addr = ferry.listen_addr();
+    let remote = format!("rot.{topic}");
+    let expiry = || {
+        let text = observe::metrics(addr);
+        let labels = [("cluster", "rot"), ("role", "client"), ("file", cert.to_str().expect("utf-8"))];
+        observe::metric_sum(&text, "ferry_client_certificate_expiry_timestamp_seconds", &labels)
+    };
+    let arriving = |ferry: &mut Ferry, what: &str| {
+        let at = total(&west.bootstrap, &remote);
+        wait_for(ARRIVAL, what, || {
+            assert_alive(ferry);
+            total(&west.bootstrap, &remote) >= at + 200
+        });
+    };
+    arriving(&mut ferry, "copying under way with the first certificate");
+    assert_eq!(expiry(), not_after(&old_cert), "the expiry metric shows the first certificate");
+
+    // The broker trusts the new CA besides the old one.
+    rot.restart_trusting(&[&rot.tls().ca(), &ca2.ca()]);
+    arriving(&mut ferry, "copying after the broker trusts both CAs");
+
+    // Half a rotation: the new key is written, the certificate not yet.
+    let generation_of =
+        |id: &str| flows_json(addr)["flows"][id]["generation"].as_u64().unwrap_or_else(|| panic!("{id}'s generation"));
+    let generation = || generation_of("rot->west");
+    let first = generation();
+    let plain_generation = generation_of("east->west");
+    let (new_cert, new_key) = ca2.client("ferry");
+    std::fs::copy(&new_key, &key).expect("write the new key");
+    let refused = wait_showing(DEGRADED, "the half-written rotation refused", || {
+        let r = flows_json(addr)["last_reload"].clone();
+        (r["result"] == "rejected", r)
+    });
+    let error = refused["error"].as_str().unwrap_or_default();
+    for part in
+        ["clusters.rot.client.\"ssl.key.location\"", key.to_str().expect("utf-8"), cert.to_str().expect("utf-8")]
+    {
+        assert!(error.contains(part), "the refusal names {part}: {error}");
+    }
+    assert!(!error.contains("PRIVATE KEY") && !error.contains("CERTIFICATE-----"), "no file content: {error}");
+    arriving(&mut ferry, "copying on with the old certificate while the rotation is half done");
+    assert_eq!(generation(), first, "the refused reload left the flow running as it was");
+
+    // The certificate follows: the reload restarts exactly that flow, on new clients.
+    std::fs::copy(&new_cert, &cert).expect("write the new certificate");
+    let applied = wait_showing(DEGRADED, "the rotation applied", || {
+        let r = flows_json(addr)["last_reload"].clone();
+        (r["result"] == "applied" && r["restarted"] == serde_json::json!(["rot->west"]), r)
+    });
+    eprintln!("rotation applied: {applied}");
+    assert_eq!(generation(), first + 1, "the rotation restarted the flow once");
+    assert_eq!(expiry(), not_after(&new_cert), "the expiry metric shows the new certificate");
+    assert_ne!(not_after(&new_cert), not_after(&old_cert));
+    arriving(&mut ferry, "copying with the new certificate");
+
+    // The old CA revoked: the broker trusts the new one only (the test's own clients move first).
+    rot.use_client_certs(&ca2);
+    // The stream's call in flight may still have the old certificate: one more whole call after it.
+    let sent = stream.produced();
+    wait_for(ARRIVAL, "the test's producer on its new certificate", || stream.produced() >= sent + 100);
+    rot.restart_trusting(&[&ca2.ca()]);
+    arriving(&mut ferry, "copying after the old CA was revoked");
+    let produced = stream.finish();
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("r", 0..produced));
+    // A record the test's producer wrote twice (a retry across a broker restart) is on the source twice.
+    let source = arrivals(&rot.bootstrap, &topic);
+    let copied_twice: Vec<_> = counts
+        .iter()
+        .filter(|(v, n)| **n > source.get(*v).copied().unwrap_or(0))
+        .map(|(v, n)| (String::from_utf8_lossy(v).to_string(), *n))
+        .collect();
+    println!("{produced} records, {} on the target, copied twice: {copied_twice:?}", counts.values().sum::<usize>());
+    assert_eq!(counts.len(), produced, "only the produced records arrived");
+    assert!(copied_twice.is_empty(), "a graceful restart copies nothing twice: {copied_twice:?}");
+    wait_showing(DEGRADED, "rot->west running with the new certificate", || {
+        let flow = flows_json(addr)["flows"]["rot->west"].clone();
+        (flow["state"] == "running", flow)
+    });
+    assert_eq!(generation(), first + 1, "revoking the old CA restarted nothing");
+    assert_eq!(generation_of("east->west"), plain_generation, "the flow of other clusters was not restarted");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+    let log = ferry.log();
+    assert!(!log.contains("PRIVATE KEY") && !log.contains("BEGIN CERTIFICATE"), "file content in ferry's log");
 }
 
 // ---- The HTTP listener ----

@@ -59,11 +59,14 @@ pub enum Isolation {
     Uncommitted,
 }
 
-/// Which clients two cluster definitions may share: the same address and client properties.
+/// Which clients two cluster definitions may share: the same address and client properties, and the
+/// same content in the files those name (a rotated certificate needs new clients: librdkafka reads it
+/// only when it creates one).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct ConnectionKey {
     bootstrap: String,
     client: Vec<(String, String)>,
+    files: String,
 }
 
 impl ConnectionKey {
@@ -71,6 +74,7 @@ impl ConnectionKey {
         Self {
             bootstrap: cluster.bootstrap_servers.clone(),
             client: cluster.client.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            files: cluster.files_fingerprint(),
         }
     }
 }
@@ -311,6 +315,7 @@ mod tests {
             client: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
             file_keys: Default::default(),
             secret_files: Vec::new(),
+            client_files: Vec::new(),
             file: "clusters.toml".into(),
         }
     }

@@ -131,6 +131,25 @@ mod tests {
     }
 
     #[test]
+    fn a_rewritten_certificate_restarts_exactly_the_flows_of_its_cluster() {
+        let certs = tempfile::tempdir().expect("dir");
+        let ca = certs.path().join("ca.pem");
+        std::fs::write(&ca, crate::config::client_files::tests::self_signed("CA1", 5).0).expect("write");
+        let clusters =
+            format!("{CLUSTERS}\n[clusters.east.client]\n\"ssl.ca.location\" = {:?}\n", ca.display().to_string());
+        let flows =
+            "[[flows]]\nsource = \"east\"\ntarget = \"west\"\n[[flows]]\nsource = \"north\"\ntarget = \"west\"\n";
+        let before = set(&[("c.toml", &clusters), ("f.toml", flows)]);
+        assert!(diff(&running(&before), &set(&[("c.toml", &clusters), ("f.toml", flows)])).is_empty(), "same files");
+        std::fs::write(&ca, crate::config::client_files::tests::self_signed("CA2", 50).0).expect("rewrite");
+        let after = set(&[("c.toml", &clusters), ("f.toml", flows)]);
+        assert_eq!(after.clusters["east"].client, before.clusters["east"].client, "the same path");
+        let d = diff(&running(&before), &after);
+        assert_eq!(ids(&d.changed), ["east->west"]);
+        assert_eq!(ids(&d.unchanged), ["north->west"]);
+    }
+
+    #[test]
     fn moving_definitions_between_files_restarts_nothing() {
         let flow = "[[flows]]\nsource = \"east\"\ntarget = \"west\"\n";
         let before = set(&[("c.toml", CLUSTERS), ("f.toml", flow)]);

@@ -36,7 +36,7 @@ pub fn load_dir(dir: &Path) -> Result<FlowSet, ConfigErrors> {
 /// Validate `dir` as [`load_dir`] does, without the secrets and files its clusters reference: how a
 /// freshly generated directory (`ferry import-mm2`) is checked on a machine that has neither. Every
 /// `${VAR}` and `${file:PATH}` stands for a placeholder, and the files of `*.location` properties
-/// (certificates, keys) are not opened; everything else is checked, librdkafka's property checks included.
+/// (certificates, keys) and keytabs are not opened; everything else is checked, librdkafka's property checks included.
 pub fn check_dir_offline(dir: &Path) -> Result<FlowSet, ConfigErrors> {
     let files = list_flow_files(dir).map_err(|e| ConfigErrors(vec![e]))?;
     let mut errors = Vec::new();
@@ -45,7 +45,7 @@ pub fn check_dir_offline(dir: &Path) -> Result<FlowSet, ConfigErrors> {
         match parse_file(&file) {
             Ok(mut raw) => {
                 for cluster in raw.clusters.values_mut() {
-                    cluster.client.retain(|k, _| !k.ends_with(".location"));
+                    cluster.client.retain(|k, _| !k.ends_with(".location") && !super::client_files::is_file_key(k));
                     for v in cluster.client.values_mut() {
                         if let RawValue::String(s) = v
                             && s.contains("${")

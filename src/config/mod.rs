@@ -11,6 +11,7 @@
 //! Secrets ([`secrets`]) come from `${VAR}` or `${file:PATH}`; no error this module produces quotes a
 //! value.
 
+pub mod client_files;
 pub mod diff;
 mod load;
 pub(crate) mod locate;
@@ -112,6 +113,9 @@ pub struct ClusterSpec {
     /// Every file `${file:PATH}` references in this cluster's definition, readable or not: a reload must
     /// notice when one changes (a rotated password), though it lives outside the flows directory.
     pub secret_files: Vec<PathBuf>,
+    /// The files its client properties name (certificates, keys, CA bundles, keytabs), with their
+    /// digests: a rotated certificate is a changed cluster, though its path is the same.
+    pub client_files: Vec<client_files::ClientFile>,
     pub file: PathBuf,
 }
 
@@ -130,13 +134,24 @@ impl ClusterSpec {
     pub fn shown_client(&self) -> BTreeMap<String, String> {
         secrets::redact_also(&self.client, &self.file_keys)
     }
+
+    /// The digests of [`ClusterSpec::client_files`] in hex, `key=digest` comma-separated: part of what
+    /// makes two definitions one connection (same clients), so that new files get new clients.
+    pub fn files_fingerprint(&self) -> String {
+        let hex = |d: &[u8]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        self.client_files.iter().map(|f| format!("{}={}", f.key, hex(&f.digest))).collect::<Vec<_>>().join(",")
+    }
 }
 
-/// Two definitions of a cluster are the same if they connect the same way; where they are written
-/// does not matter (moving a definition to another file restarts nothing).
+/// Two definitions of a cluster are the same if they connect the same way, with the same files behind
+/// their paths; where they are written does not matter (moving a definition to another file restarts
+/// nothing).
 impl PartialEq for ClusterSpec {
     fn eq(&self, other: &Self) -> bool {
-        self.alias == other.alias && self.bootstrap_servers == other.bootstrap_servers && self.client == other.client
+        self.alias == other.alias
+            && self.bootstrap_servers == other.bootstrap_servers
+            && self.client == other.client
+            && self.client_files == other.client_files
     }
 }
 

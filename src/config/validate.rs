@@ -40,6 +40,8 @@ impl Errors<'_> {
 pub fn validate(files: Vec<(PathBuf, RawFile)>, env: &dyn Fn(&str) -> Option<String>) -> Result<FlowSet, ConfigErrors> {
     let mut errors = Vec::new();
     let mut clusters: BTreeMap<String, ClusterSpec> = BTreeMap::new();
+    // Clusters defined with errors: their flows say so, not that the cluster is unknown.
+    let mut refused = BTreeSet::new();
     let mut raw_flows = Vec::new();
 
     for (file, raw) in files {
@@ -50,8 +52,13 @@ pub fn validate(files: Vec<(PathBuf, RawFile)>, env: &dyn Fn(&str) -> Option<Str
                 errs.push(format!("clusters.{alias}"), format!("cluster `{alias}` is already defined in {first}"));
                 continue;
             }
-            if let Some(spec) = cluster(&alias, rc, &file, env, &mut errs) {
-                clusters.insert(alias, spec);
+            match cluster(&alias, rc, &file, env, &mut errs) {
+                Some(spec) => {
+                    clusters.insert(alias, spec);
+                }
+                None => {
+                    refused.insert(alias);
+                }
             }
         }
         for (i, rf) in raw.flows.into_iter().enumerate() {
@@ -62,7 +69,7 @@ pub fn validate(files: Vec<(PathBuf, RawFile)>, env: &dyn Fn(&str) -> Option<Str
     let mut flows: BTreeMap<FlowId, FlowPlan> = BTreeMap::new();
     for (file, i, rf) in raw_flows {
         let mut errs = Errors { file: &file, out: &mut errors };
-        let Some(plan) = flow(i, rf, &file, &clusters, &mut errs) else { continue };
+        let Some(plan) = flow(i, rf, &file, &clusters, &refused, &mut errs) else { continue };
         if let Some(existing) = flows.get(&plan.id) {
             let first = existing.file.display().to_string();
             errs.push(format!("flows[{i}]"), format!("flow {} is already defined in {first}", plan.id));
@@ -221,12 +228,25 @@ fn cluster(
             }
         }
     }
+    // The files the properties name, read once here: their digests make a rewritten certificate a
+    // changed cluster, and a rotation half written is refused before librdkafka would refuse it.
+    let client_files = match super::client_files::read(&client) {
+        Ok(files) => files,
+        Err(problems) => {
+            for (k, reason) in problems {
+                errs.push(format!("{base}.client.\"{k}\""), reason);
+            }
+            ok = false;
+            Vec::new()
+        }
+    };
     let spec = ClusterSpec {
         alias: alias.to_string(),
         bootstrap_servers: bootstrap,
         client,
         file_keys,
         secret_files,
+        client_files,
         file: file.to_path_buf(),
     };
     // Remembered even if the set is refused: whatever librdkafka says about them later is scrubbed.
@@ -302,7 +322,7 @@ pub fn substitute(
 
 /// An I/O error's reason without its OS error number, e.g. "No such file or directory"; invalid UTF-8
 /// is named as such (the bytes are not shown).
-fn io_reason(e: &std::io::Error) -> String {
+pub(super) fn io_reason(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::InvalidData => "not UTF-8 text".into(),
         _ => e.to_string().split(" (os error").next().unwrap_or_default().to_string(),
@@ -359,18 +379,26 @@ fn flow(
     rf: RawFlow,
     file: &Path,
     clusters: &BTreeMap<String, ClusterSpec>,
+    refused: &BTreeSet<String>,
     errs: &mut Errors<'_>,
 ) -> Option<FlowPlan> {
     let k = |name: &str| format!("flows[{i}].{name}");
     let before = errs.out.len();
+    let missing = |alias: &str| {
+        if refused.contains(alias) {
+            format!("cluster `{alias}` has errors (above)")
+        } else {
+            format!("unknown cluster `{alias}` (define it under [clusters.{alias}])")
+        }
+    };
 
     let source = clusters.get(&rf.source).cloned();
     if source.is_none() {
-        errs.push(k("source"), format!("unknown cluster `{}` (define it under [clusters.{}])", rf.source, rf.source));
+        errs.push(k("source"), missing(&rf.source));
     }
     let target = clusters.get(&rf.target).cloned();
     if target.is_none() {
-        errs.push(k("target"), format!("unknown cluster `{}` (define it under [clusters.{}])", rf.target, rf.target));
+        errs.push(k("target"), missing(&rf.target));
     }
     if rf.source == rf.target {
         errs.push(k("target"), "a flow's source and target must be different clusters");

@@ -106,6 +106,16 @@ struct Secured {
     /// SCRAM passwords (SASL_SSL only), user -> password.
     passwords: BTreeMap<String, String>,
     internal_port: u16,
+    /// mTLS: where the users' client certificates come from when not from `tls` (see
+    /// [`Cluster::use_client_certs`]).
+    client_tls: Option<Tls>,
+}
+
+impl Secured {
+    /// Where the users' client certificates come from.
+    fn client_tls(&self) -> &Tls {
+        self.client_tls.as_ref().unwrap_or(&self.tls)
+    }
 }
 
 /// One running (or stopped) single-node cluster. Dropping it kills the JVM and removes its dir.
@@ -187,7 +197,7 @@ impl Cluster {
             dir,
             java: None,
             watchdog: None,
-            secured: Some(Secured { security, tls, passwords, internal_port }),
+            secured: Some(Secured { security, tls, passwords, internal_port, client_tls: None }),
         };
         register_security(&cluster.bootstrap, cluster.client_props(ADMIN));
         cluster.launch();
@@ -229,7 +239,7 @@ impl Cluster {
                 prop("sasl.password", self.password(user)),
             ],
             Security::Mtls { .. } => {
-                let (cert, key) = s.tls.client(user);
+                let (cert, key) = s.client_tls().client(user);
                 s.tls.ssl_props(Some((&cert, &key)))
             }
         }
@@ -263,11 +273,11 @@ impl Cluster {
                 ),
             ]),
             Security::Mtls { .. } => {
-                s.tls.client(user); // panics for an unknown user
+                s.client_tls().client(user); // panics for an unknown user
                 props.extend([
                     prop("security.protocol", "SSL"),
                     prop("ssl.keystore.type", "PEM"),
-                    prop("ssl.keystore.location", &path_str(&s.tls.client_keystore(user))),
+                    prop("ssl.keystore.location", &path_str(&s.client_tls().client_keystore(user))),
                 ])
             }
         }
@@ -370,6 +380,44 @@ impl Cluster {
             }
         }
         all
+    }
+
+    /// Restarts an mTLS broker trusting client certificates signed by `cas` only (PEM files, written
+    /// together as `<dir>/truststore.pem`): how a test revokes a CA, or adds one. Its own certificate
+    /// stays. Waits until the cluster is usable as [`ADMIN`] (whose certificate `cas` must trust:
+    /// see [`Cluster::use_client_certs`]).
+    pub fn restart_trusting(&mut self, cas: &[&Path]) {
+        assert!(matches!(self.security(), Some(Security::Mtls { .. })), "[{}] restart_trusting: not mTLS", self.name);
+        let truststore = self.dir.path().join("truststore.pem");
+        let pems: Vec<String> = cas
+            .iter()
+            .map(|ca| std::fs::read_to_string(ca).unwrap_or_else(|e| panic!("read {}: {e}", ca.display())))
+            .collect();
+        std::fs::write(&truststore, pems.concat()).expect("write truststore");
+        let config = self.dir.path().join("server.properties");
+        let text = std::fs::read_to_string(&config).expect("read server.properties");
+        let text: String = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("ssl.truststore.location=") {
+                    format!("ssl.truststore.location={}\n", path_str(&truststore))
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        std::fs::write(&config, text).expect("write server.properties");
+        self.restart();
+    }
+
+    /// From now on the users of an mTLS cluster (the helpers' [`ADMIN`] included) connect with their
+    /// certificates of `tls`, another PKI made for the same users ([`Tls::generate_valid`]); they still
+    /// verify the broker with the cluster's own CA. The broker must trust `tls`'s CA
+    /// ([`Cluster::restart_trusting`]).
+    pub fn use_client_certs(&mut self, tls: &Tls) {
+        let s = self.secured.as_mut().unwrap_or_else(|| panic!("plaintext cluster"));
+        s.client_tls = Some(tls.clone());
+        register_security(&self.bootstrap, self.client_props(ADMIN));
     }
 
     fn secured(&self) -> &Secured {
@@ -620,12 +668,18 @@ fn kafka_command(args: &[String]) -> Command {
 /// serialised within the process: the first call may fetch the jars (the script also takes a file
 /// lock against other test binaries).
 pub(super) fn kafka_sh(args: &[&str]) -> String {
+    kafka_sh_env(args, &[])
+}
+
+/// [`kafka_sh`] with `env` set for the script (e.g. `FERRY_TLS_DAYS`).
+pub(super) fn kafka_sh_env(args: &[&str], env: &[(&str, &str)]) -> String {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let script = repo_root().join("scripts/kafka.sh");
     let out = Command::new("bash")
         .arg(&script)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));

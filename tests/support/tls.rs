@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::cluster::kafka_sh;
+use super::cluster::kafka_sh_env;
 
 /// The PEM files of one throwaway PKI (see the module doc).
 #[derive(Clone, Debug)]
@@ -21,9 +21,15 @@ impl Tls {
     /// Makes a new CA, broker keystore, untrusted CA and a client certificate for each of
     /// `clients` in `dir` (created if missing; takes ~0.1 s per certificate).
     pub fn generate(dir: &Path, clients: &[&str]) -> Tls {
+        Tls::generate_valid(dir, clients, 30)
+    }
+
+    /// [`Tls::generate`] with every certificate valid `days` (the CAs too): another PKI to rotate to,
+    /// told apart from the first by its certificates' expiry.
+    pub fn generate_valid(dir: &Path, clients: &[&str], days: u32) -> Tls {
         let mut args = vec!["certs", dir.to_str().expect("utf-8 tls dir")];
         args.extend_from_slice(clients);
-        kafka_sh(&args);
+        kafka_sh_env(&args, &[("FERRY_TLS_DAYS", &days.to_string())]);
         Tls { dir: dir.to_path_buf() }
     }
 

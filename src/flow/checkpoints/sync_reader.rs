@@ -491,6 +491,7 @@ mod tests {
             client: Default::default(),
             file_keys: Default::default(),
             secret_files: Vec::new(),
+            client_files: Vec::new(),
             file: "flows.toml".into(),
         };
         cluster.client.insert("client.rack".into(), "r1".into());
