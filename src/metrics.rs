@@ -517,7 +517,8 @@ impl Metrics {
                     (dt > 0.0).then(|| ((total - before).max(0.0) / dt * 10.0).round() / 10.0)
                 });
                 let figures = crate::status::FlowFigures {
-                    leading: self.leader.with_label_values(&[flow, "checkpoints"]).get() == 1,
+                    // Topic sync is the one duty every flow runs (checkpoints and heartbeats may be switched off).
+                    leading: self.leader.with_label_values(&[flow, "topics"]).get() == 1,
                     partitions: self.partitions_assigned.with_label_values(&[flow]).get(),
                     lag_records: lag.get(flow.as_str()).copied(),
                     records_per_second: rate,
