@@ -265,8 +265,11 @@ impl<'a> Computer<'a> {
             self.conns.target.ensure_topic(&plan.id, &spec).map_err(err)?;
         }
         // Without emission nothing was published to recover: the target groups' offsets are the floor
-        // (see the module docs).
-        if emits && !lock(&self.state).checkpoints_loaded {
+        // (see the module docs). The sync reader waits for this flag before it completes the history.
+        if !emits {
+            lock(&self.state).checkpoints_loaded = true;
+        }
+        if !lock(&self.state).checkpoints_loaded {
             match load_checkpoints(plan, &self.checkpoints_topic) {
                 Ok(loaded) => {
                     let mut st = lock(&self.state);
