@@ -364,6 +364,9 @@ impl Actor for FlowSupervisor {
             let _ = METRICS.actor_restarts.remove_label_values(&[&flow, kind.name()]);
             let _ = METRICS.leader.remove_label_values(&[&flow, kind.name()]);
         }
+        if !self.plan.settings.emit_reverse_heartbeats_enabled {
+            METRICS.forget_heartbeats(&flow);
+        }
         // On every node, not only the checkpoints leader: the staleness alert compares against it.
         METRICS
             .checkpoint_interval
@@ -574,5 +577,27 @@ impl Handler<StopFlow> for FlowSupervisor {
         tracing::info!(flow = %self.plan.id, "stopping flow");
         self.stopping = Some(Stopping { deadline: msg.deadline, done: msg.done });
         self.advance_stop(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(extra: &str) -> Vec<&'static str> {
+        let plan = crate::check::rights::tests::plan(extra);
+        ActorKind::ALL.into_iter().filter(|k| k.runs_in(&plan)).map(ActorKind::name).collect()
+    }
+
+    #[test]
+    fn emitters_whose_switches_are_off_do_not_run() {
+        assert_eq!(runs(""), ["lease", "topics", "copier", "offset_syncs", "checkpoints", "heartbeats"]);
+        let off = runs("emit_heartbeats_enabled = false\nemit_reverse_heartbeats_enabled = false");
+        assert_eq!(off, ["lease", "topics", "copier", "offset_syncs", "checkpoints"]);
+        // One heartbeat destination is enough to run the emitter; group sync alone runs the computer.
+        assert!(runs("emit_heartbeats_enabled = false").contains(&"heartbeats"));
+        assert!(runs("emit_checkpoints_enabled = false\nsync_group_offsets_enabled = true").contains(&"checkpoints"));
+        let none = runs("emit_checkpoints_enabled = false\nemit_offset_syncs_enabled = false");
+        assert_eq!(none, ["lease", "topics", "copier", "heartbeats"]);
     }
 }
