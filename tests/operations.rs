@@ -770,11 +770,21 @@ fn heartbeats_between(bootstrap: &str, a: &str, b: &str) -> usize {
 
 /// A node running the flow `src`->`dst` (aliases of the shared pair) of `topic` with `extra` keys, once
 /// the topic's 200 records (100 per partition) were copied; its flows directory and the remote topic.
-fn copying(src: &str, dst: &str, topic: &str, extra: &str) -> (Ferry, tempfile::TempDir, String) {
+/// `groups` are committed at these offsets of partition 0 before the start.
+fn copying(
+    src: &str,
+    dst: &str,
+    topic: &str,
+    extra: &str,
+    groups: &[(&str, i64)],
+) -> (Ferry, tempfile::TempDir, String) {
     let (east, west) = shared_pair();
     let remote = format!("{src}.{topic}");
     create_topic(&east.bootstrap, topic, 2, &[]);
     produce(&east.bootstrap, topic, &records("a", 0..200, 2));
+    for (group, offset) in groups {
+        commit_group_offsets(&east.bootstrap, group, &[(topic, 0, *offset)]);
+    }
     let dir = flows_dir(&[(src, &east.bootstrap), (dst, &west.bootstrap)], &flow(src, dst, &[topic], extra));
     let mut ferry = Ferry::start(dir.path(), &[]);
     wait_for(ARRIVAL, "the 200 records copied", || {
@@ -798,7 +808,7 @@ fn without_checkpoint_emission_group_offsets_are_still_synced_forwards_only() {
         "emit_checkpoints_enabled = false\nsync_group_offsets_enabled = true\nsync_group_offsets_interval_seconds = 1\n\
          refresh_groups_interval_seconds = 1\ngroups = [\"{group}\"]\n"
     );
-    let (mut ferry, _dir, remote) = copying(src, dst, &topic, &extra);
+    let (mut ferry, _dir, remote) = copying(src, dst, &topic, &extra, &[]);
     // The source group at the end of both partitions (translated exactly, by the copier's final syncs);
     // partition 1 of the target group ahead of that.
     commit_group_offsets(&west.bootstrap, &group, &[(&remote, 1, 150)]);
@@ -830,7 +840,7 @@ fn with_both_heartbeat_switches_off_nothing_beats_and_the_flow_is_healthy() {
     let topic = unique("ops-nohb");
     let extra = "emit_heartbeats_enabled = false\nemit_reverse_heartbeats_enabled = false\n\
                  emit_heartbeats_interval_seconds = 1\nrefresh_topics_interval_seconds = 1\n";
-    let (mut ferry, _dir, _) = copying(src, dst, &topic, extra);
+    let (mut ferry, _dir, _) = copying(src, dst, &topic, extra, &[]);
     wait_running(&mut ferry, &flow_id, &NO_HEARTBEATS, STARTED);
     // The negative check's window: three heartbeat intervals and refreshes after the flow ran.
     let running = Instant::now();
@@ -888,6 +898,41 @@ fn without_topic_refresh_a_topic_created_after_the_start_is_not_copied() {
     }
     let remote_later = format!("{src}.{later}");
     assert_eq!(support::topic_partitions(&west.bootstrap, &remote_later), None, "{remote_later} created");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// `refresh_groups_enabled = false`: a group committed after the start is never checkpointed, while the
+/// groups found at the start go on being checkpointed.
+#[test]
+fn without_group_refresh_a_group_committed_after_the_start_is_not_checkpointed() {
+    let (east, west) = shared_pair();
+    let (src, dst) = ("nogrefresh", "nogrefresh-w");
+    let topic = unique("ops-nogrefresh");
+    let (early, late) = (format!("{topic}-early"), format!("{topic}-late"));
+    let extra = format!(
+        "refresh_groups_enabled = false\nrefresh_groups_interval_seconds = 1\nemit_checkpoints_interval_seconds = 1\n\
+         groups = [\"{topic}-.*\"]\n"
+    );
+    let (mut ferry, _dir, remote) = copying(src, dst, &topic, &extra, &[(&early, 50)]);
+    let at = |group: &str, offset: i64| {
+        newest_checkpoints(west, src, group).get(&(remote.clone(), 0)).is_some_and(|&(up, _)| up == offset)
+    };
+    wait_for(ARRIVAL, "the early group's checkpoint", || {
+        assert_alive(&mut ferry);
+        at(&early, 50)
+    });
+    ferry.wait_log("the groups found now are all the flow follows", STARTED);
+    commit_group_offsets(&east.bootstrap, &late, &[(&topic, 0, 60)]);
+    // Rounds after the late group's commit, more than one group listing apart: the early group moves
+    // twice, and each new offset is checkpointed.
+    for offset in [80, 100] {
+        commit_group_offsets(&east.bootstrap, &early, &[(&topic, 0, offset)]);
+        wait_for(ARRIVAL, &format!("the early group's checkpoint at {offset}"), || {
+            assert_alive(&mut ferry);
+            at(&early, offset)
+        });
+    }
+    assert!(newest_checkpoints(west, src, &late).is_empty(), "the late group was checkpointed");
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }
 
