@@ -462,6 +462,13 @@ impl Metrics {
         *e = (*e).max(timestamp_ms);
     }
 
+    /// Forgets the newest heartbeat seen of `flow` (a flow restarted without reverse heartbeats): its age
+    /// would otherwise grow from the last one the old generation saw, and the staleness alert fire.
+    pub fn forget_heartbeats(&self, flow: &str) {
+        self.heartbeat_timestamps.lock().unwrap_or_else(|p| p.into_inner()).remove(flow);
+        let _ = self.heartbeat_age.remove_label_values(&[flow]);
+    }
+
     /// Refresh what depends on the time of the scrape or on the status board: heartbeat ages and flow
     /// states (a removed flow has no status: its series are gone already).
     pub fn refresh(&self, flows: &std::collections::BTreeMap<String, crate::status::FlowStatus>) {
@@ -535,7 +542,8 @@ impl Metrics {
                     (dt > 0.0).then(|| ((total - before).max(0.0) / dt * 10.0).round() / 10.0)
                 });
                 let figures = crate::status::FlowFigures {
-                    leading: self.leader.with_label_values(&[flow, "checkpoints"]).get() == 1,
+                    // Topic sync is the one duty every flow runs (checkpoints and heartbeats may be switched off).
+                    leading: self.leader.with_label_values(&[flow, "topics"]).get() == 1,
                     partitions: self.partitions_assigned.with_label_values(&[flow]).get(),
                     lag_records: lag.get(flow.as_str()).copied(),
                     records_per_second: rate,

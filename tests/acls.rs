@@ -16,6 +16,10 @@
 //!   Alter on the target cluster, the error names the cluster and the right while the flow copies; once
 //!   granted, the target holds exactly MM2's bindings on the remote topic, and a consumer that could read
 //!   the source topic reads its remote.
+//! - A read-only source (offset syncs on the target, no reverse heartbeats): a principal with only read
+//!   rights there copies, checkpoints and syncs group offsets, and the source's authorizer denies it
+//!   nothing (its denials are logged, `scripts/kafka/log4j2.yaml`); the source's topics are unchanged.
+//!
 //! - `ferry check` with every right but one: it names the flow, the resource and the right, exits 1, and
 //!   once the right is granted exits 0 listing the remote topics (table and JSON alike).
 //!
@@ -806,4 +810,142 @@ fn topic_acls_are_synced_by_mm2s_rules_once_the_rights_are_granted() {
     ferry.terminate(Duration::from_secs(30));
     let (code, table, err) = check(&dir, deployment, &[]);
     assert_eq!(code, 0, "ferry check once granted:\n{table}{err}");
+}
+
+/// Lines of the broker log of `cluster` from byte `from` on in which its authorizer denied alice.
+fn denials_of_alice(cluster: &Cluster, from: usize) -> Vec<String> {
+    let log = cluster.log();
+    log.get(from..)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("User:alice is Denied"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A read-only source (offset syncs on the target, no reverse heartbeats), read rights only: copied,
+/// checkpointed, group offsets synced; its topics unchanged, no denial of the principal in its log (a
+/// refused attempt first proves denials are logged), every actor running; `validate` and `check` agree.
+#[test]
+fn a_read_only_source_is_copied_and_checkpointed_without_a_single_write_to_it() {
+    let bed = bed();
+    let _turn = take_turn("read-only source");
+    let (src, dst) = (&bed.source, &bed.target);
+    let (deployment, (source, target)) = ("acl-ro", ("ro-src", "ro-dst"));
+    let flow = format!("{source}->{target}");
+    let p = unique("acl-ro");
+    let (topic, group) = (format!("{p}-data"), format!("{p}-g"));
+    let remote = format!("{source}.{topic}");
+    create_topic(&src.bootstrap, &topic, 2, &[]);
+    produce(&src.bootstrap, &topic, &records(&topic, 20));
+    let ends = end_offsets(&src.bootstrap, &topic);
+    commit_group_offsets(&src.bootstrap, &group, &[(&topic, 0, ends[0]), (&topic, 1, ends[1])]);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            src.allow("alice", "topic", &p, "prefixed", &["Read", "Describe", "DescribeConfigs"]);
+            src.allow("alice", "group", &format!("{deployment}."), "prefixed", &["Read"]);
+            src.allow("alice", "group", &group, "literal", &["Describe"]);
+            // librdkafka looks up the coordinator of the never-joined group of ferry's assign-only
+            // consumers (`ferry-...-unused`): harmless if refused, but each refusal is a denial logged.
+            src.allow("alice", "group", "ferry-", "prefixed", &["Describe"]);
+        });
+        s.spawn(|| {
+            let prefix = format!("{deployment}.");
+            dst.allow_all(
+                "alice",
+                &[("topic", &format!("{source}.")), ("group", &prefix), ("transactional-id", &prefix)],
+                "prefixed",
+                &["All"],
+            );
+            dst.allow_all(
+                "alice",
+                &[
+                    ("group", &group),
+                    ("topic", "heartbeats"),
+                    ("topic", &format!("mm2-offsets.{source}.internal")),
+                    ("topic", &format!("mm2-offset-syncs.{source}.internal")),
+                    ("topic", "ferry.leases.internal"),
+                    ("topic", "ferry.control.internal"),
+                ],
+                "literal",
+                &["All"],
+            );
+        });
+    });
+    let dir = flows_dir(bed, (source, target), &[&topic], &[&group]);
+    let mut flows = std::fs::OpenOptions::new().append(true).open(dir.path().join("flows.toml")).expect("flows.toml");
+    std::io::Write::write_all(
+        &mut flows,
+        b"offset_syncs_topic_location = \"target\"\nemit_reverse_heartbeats_enabled = false\n\
+          sync_group_offsets_enabled = true\nsync_group_offsets_interval_seconds = 1\n",
+    )
+    .expect("append to flows.toml");
+
+    // What the operator is told before running it.
+    let (code, out, err) = support::ferry_cli(&["validate", "--flows", dir.path().to_str().expect("path")]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("writes nothing to source `{source}`")), "{out}");
+    let (code, doc, err) = check(&dir, deployment, &["-o", "json"]);
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap_or_else(|e| panic!("not JSON ({e}): {doc}{err}"));
+    assert_eq!(code, 0, "ferry check with read-only rights on the source: {doc}");
+    for r in doc["flows"][0]["rights"].as_array().cloned().unwrap_or_default() {
+        if r["cluster"] == source {
+            let rights: Vec<&str> = r["rights"].as_array().into_iter().flatten().filter_map(|v| v.as_str()).collect();
+            assert!(rights.iter().all(|r| ["Read", "Describe", "DescribeConfigs"].contains(r)), "{r}");
+            assert_ne!(r["used_by"].as_str().map(|u| u.contains("heartbeat emitter")), Some(true), "{r}");
+        }
+    }
+    for t in doc["flows"][0]["internal_topics"].as_array().cloned().unwrap_or_default() {
+        assert_ne!(t["cluster"], source, "no internal topic on the source: {t}");
+    }
+
+    // The authorizer's denials reach the broker log: a refused creation as alice shows as one.
+    let before = src.log().len();
+    let denied = format!("{p}-denied");
+    eprintln!("[read-only source] creating {denied} as alice, which the source must refuse:");
+    let refused = support::as_client(&src.bootstrap, &src.client_props("alice"), || {
+        std::panic::catch_unwind(|| create_topic(&src.bootstrap, &denied, 1, &[])).is_err()
+    });
+    assert!(refused, "alice may not create {denied}");
+    wait_for(REPORTED, "the refused creation in the source broker's log", || !denials_of_alice(src, before).is_empty());
+    let source_topics = support::list_topics(&src.bootstrap);
+    let from = src.log().len();
+
+    let mut ferry = start_ferry(&dir, deployment);
+    let addr = ferry.listen_addr();
+    wait_for(ARRIVAL, &format!("{remote} complete on the target"), || {
+        assert_alive(&mut ferry);
+        total(&dst.bootstrap, &remote) >= 20
+    });
+    let checkpoints_topic = format!("{source}.checkpoints.internal");
+    wait_for(ARRIVAL, &format!("checkpoints of {group} at the topic's end"), || {
+        assert_alive(&mut ferry);
+        let cps = checkpoints_of(dst, &checkpoints_topic, &group);
+        (0..2).all(|part| cps.iter().any(|c| c.partition == part && c.upstream_offset == ends[part as usize]))
+    });
+    let copies = end_offsets(&dst.bootstrap, &remote);
+    wait_for(ARRIVAL, &format!("{group}'s offsets synced to the target"), || {
+        assert_alive(&mut ferry);
+        support::group_offsets(&dst.bootstrap, &group, &[(&remote, 0), (&remote, 1)])
+            == [Some(copies[0]), Some(copies[1])]
+    });
+    support::scenario::wait_healthy(&mut ferry, &flow, REPORTED);
+    let shown = flow_json(addr, &flow);
+    assert_eq!(shown["state"], "running", "{shown}");
+
+    // Nothing was written to the source, nor attempted.
+    assert_eq!(support::list_topics(&src.bootstrap), source_topics, "the source's topics changed");
+    if source_topics.iter().any(|t| t == "heartbeats") {
+        let reverse = consume_all(&src.bootstrap, "heartbeats", READ)
+            .iter()
+            .filter_map(|r| {
+                ferry::mm2::records::Heartbeat::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref()).ok()
+            })
+            .filter(|h| h.source_alias == target && h.target_alias == source)
+            .count();
+        assert_eq!(reverse, 0, "reverse heartbeats written to the source");
+    }
+    let denials = denials_of_alice(src, from);
+    assert!(denials.is_empty(), "the source refused ferry's principal:\n{}", denials.join("\n"));
+    ferry.terminate(Duration::from_secs(30));
 }

@@ -746,3 +746,196 @@ fn completions_and_man_pages_are_generated_for_every_command() {
     let pause = std::fs::read_to_string(dir.path().join("ferry-pause.1")).expect("ferry-pause.1");
     assert!(pause.contains("token\\-file") && pause.contains("FERRY_ADMIN_TOKEN_FILE"), "{pause}");
 }
+
+// MM2's switches, acted on. Each flow has cluster aliases of its own on the shared pair, so every
+// internal topic, remote topic and heartbeat it would write is its own, whatever the other tests do.
+
+/// The actors a flow runs with every heartbeat switch off (or without checkpoints, the same less
+/// `checkpoints`): the others are not started, and `/flows` does not list them.
+const NO_HEARTBEATS: [&str; 5] = ["checkpoints", "copier", "lease", "offset_syncs", "topics"];
+
+/// Heartbeats of the pair (`a`, `b`), either way, in `heartbeats` on `bootstrap` (none if no such topic).
+fn heartbeats_between(bootstrap: &str, a: &str, b: &str) -> usize {
+    if !support::list_topics(bootstrap).iter().any(|t| t == "heartbeats") {
+        return 0;
+    }
+    support::consume_all(bootstrap, "heartbeats", READ)
+        .iter()
+        .filter_map(|r| {
+            ferry::mm2::records::Heartbeat::decode(r.key.as_deref().unwrap_or_default(), r.value.as_deref()).ok()
+        })
+        .filter(|h| [a, b].contains(&h.source_alias.as_str()) && [a, b].contains(&h.target_alias.as_str()))
+        .count()
+}
+
+/// A node running the flow `src`->`dst` (aliases of the shared pair) of `topic` with `extra` keys, once
+/// the topic's 200 records (100 per partition) were copied; its flows directory and the remote topic.
+/// `groups` are committed at these offsets of partition 0 before the start.
+fn copying(
+    src: &str,
+    dst: &str,
+    topic: &str,
+    extra: &str,
+    groups: &[(&str, i64)],
+) -> (Ferry, tempfile::TempDir, String) {
+    let (east, west) = shared_pair();
+    let remote = format!("{src}.{topic}");
+    create_topic(&east.bootstrap, topic, 2, &[]);
+    produce(&east.bootstrap, topic, &records("a", 0..200, 2));
+    for (group, offset) in groups {
+        commit_group_offsets(&east.bootstrap, group, &[(topic, 0, *offset)]);
+    }
+    let dir = flows_dir(&[(src, &east.bootstrap), (dst, &west.bootstrap)], &flow(src, dst, &[topic], extra));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(ARRIVAL, "the 200 records copied", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote) == 200
+    });
+    (ferry, dir, remote)
+}
+
+/// `emit_checkpoints_enabled = false` with group offset sync: no checkpoints topic and no checkpoint,
+/// yet the idle target group gets the translated offsets, and never moves back (a partition committed
+/// ahead on the target keeps its offset: the target's offsets are the floor without published checkpoints).
+#[test]
+fn without_checkpoint_emission_group_offsets_are_still_synced_forwards_only() {
+    let (east, west) = shared_pair();
+    let (src, dst) = ("nocp", "nocp-w");
+    let flow_id = format!("{src}->{dst}");
+    let topic = unique("ops-nocp");
+    let group = unique("ops-nocp-g");
+    let extra = format!(
+        "emit_checkpoints_enabled = false\nsync_group_offsets_enabled = true\nsync_group_offsets_interval_seconds = 1\n\
+         refresh_groups_interval_seconds = 1\ngroups = [\"{group}\"]\n"
+    );
+    let (mut ferry, _dir, remote) = copying(src, dst, &topic, &extra, &[]);
+    // The source group at the end of both partitions (translated exactly, by the copier's final syncs);
+    // partition 1 of the target group ahead of that.
+    commit_group_offsets(&west.bootstrap, &group, &[(&remote, 1, 150)]);
+    commit_group_offsets(&east.bootstrap, &group, &[(&topic, 0, 100), (&topic, 1, 100)]);
+    wait_for(ARRIVAL, "the target group at the translated end of partition 0", || {
+        assert_alive(&mut ferry);
+        support::group_offsets(&west.bootstrap, &group, &[(&remote, 0)])[0] == Some(100)
+    });
+    let offsets = support::group_offsets(&west.bootstrap, &group, &[(&remote, 0), (&remote, 1)]);
+    assert_eq!(offsets, [Some(100), Some(150)], "partition 1 is not moved back from 150 to 100");
+
+    let topics = support::list_topics(&west.bootstrap);
+    assert!(!topics.contains(&format!("{src}.checkpoints.internal")), "no checkpoints topic: {topics:?}");
+    let text = observe::metrics(ferry.listen_addr());
+    assert_eq!(metric_sum(&text, "ferry_checkpoints_total", &[("flow", &flow_id)]), 0.0);
+    assert_eq!(metric_sum(&text, "ferry_group_offset_syncs_total", &[("flow", &flow_id), ("result", "failed")]), 0.0);
+    wait_healthy(&mut ferry, &flow_id, STARTED);
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// Both heartbeat switches off: no heartbeat of the flow on either cluster (the shared `heartbeats`
+/// topics hold other flows' only), the heartbeat emitter neither started nor listed, no leader series for
+/// its duty, and the flow healthy.
+#[test]
+fn with_both_heartbeat_switches_off_nothing_beats_and_the_flow_is_healthy() {
+    let (east, west) = shared_pair();
+    let (src, dst) = ("nohb", "nohb-w");
+    let flow_id = format!("{src}->{dst}");
+    let topic = unique("ops-nohb");
+    let extra = "emit_heartbeats_enabled = false\nemit_reverse_heartbeats_enabled = false\n\
+                 emit_heartbeats_interval_seconds = 1\nrefresh_topics_interval_seconds = 1\n";
+    let (mut ferry, _dir, _) = copying(src, dst, &topic, extra, &[]);
+    wait_running(&mut ferry, &flow_id, &NO_HEARTBEATS, STARTED);
+    // The negative check's window: three heartbeat intervals and refreshes after the flow ran.
+    let running = Instant::now();
+    while running.elapsed() < Duration::from_secs(3) {
+        assert!(flow_json_of(&ferry, &flow_id)["actors"].get("heartbeats").is_none(), "no heartbeats actor");
+        std::thread::sleep(Duration::from_millis(500)); // the observation window, not synchronisation
+    }
+    assert_eq!(heartbeats_between(&west.bootstrap, src, dst), 0, "no heartbeat of the flow on the target");
+    assert_eq!(heartbeats_between(&east.bootstrap, src, dst), 0, "no reverse heartbeat on the source");
+    let text = observe::metrics(ferry.listen_addr());
+    let mut duties: Vec<String> = observe::parse_metrics(&text)
+        .into_iter()
+        .filter(|m| m.name == "ferry_leader" && m.labels.get("flow") == Some(&flow_id))
+        .filter_map(|m| m.labels.get("duty").cloned())
+        .collect();
+    duties.sort();
+    assert_eq!(duties, ["checkpoints", "topics"], "no leader series for a duty nobody runs");
+    assert_eq!(metric_sum(&text, "ferry_leader", &[("flow", &flow_id), ("duty", "topics")]), 1.0);
+    assert_eq!(metric_sum(&text, "ferry_heartbeats_total", &[("flow", &flow_id)]), 0.0);
+    assert_eq!(flow_json_of(&ferry, &flow_id)["leading"], true, "leading shows without the heartbeat duty");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// `refresh_topics_enabled = false`: a matching topic created after the start is not copied, while the
+/// topics found at the start go on copying.
+#[test]
+fn without_topic_refresh_a_topic_created_after_the_start_is_not_copied() {
+    let (east, west) = shared_pair();
+    let (src, dst) = ("norefresh", "norefresh-w");
+    let p = unique("ops-norefresh");
+    let (first, later) = (format!("{p}-first"), format!("{p}-later"));
+    create_topic(&east.bootstrap, &first, 1, &[]);
+    produce(&east.bootstrap, &first, &records("a", 0..50, 1));
+    let extra = "refresh_topics_enabled = false\nrefresh_topics_interval_seconds = 1\n";
+    let pattern = format!("{p}-.*");
+    let dir = flows_dir(&[(src, &east.bootstrap), (dst, &west.bootstrap)], &flow(src, dst, &[&pattern], extra));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(ARRIVAL, "the first topic copied", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &format!("{src}.{first}")) == 50
+    });
+    ferry.wait_log("the topics found now are all the flow copies", STARTED);
+
+    create_topic(&east.bootstrap, &later, 1, &[]);
+    produce(&east.bootstrap, &later, &records("b", 0..20, 1));
+    let created = Instant::now();
+    produce(&east.bootstrap, &first, &records("c", 0..50, 1));
+    wait_for(ARRIVAL, "the first topic's new records copied", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &format!("{src}.{first}")) == 100
+    });
+    // The negative check's window: four refresh intervals after the topic appeared.
+    while created.elapsed() < Duration::from_secs(4) {
+        std::thread::sleep(Duration::from_millis(500)); // the observation window, not synchronisation
+    }
+    let remote_later = format!("{src}.{later}");
+    assert_eq!(support::topic_partitions(&west.bootstrap, &remote_later), None, "{remote_later} created");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// `refresh_groups_enabled = false`: a group committed after the start is never checkpointed, while the
+/// groups found at the start go on being checkpointed.
+#[test]
+fn without_group_refresh_a_group_committed_after_the_start_is_not_checkpointed() {
+    let (east, west) = shared_pair();
+    let (src, dst) = ("nogrefresh", "nogrefresh-w");
+    let topic = unique("ops-nogrefresh");
+    let (early, late) = (format!("{topic}-early"), format!("{topic}-late"));
+    let extra = format!(
+        "refresh_groups_enabled = false\nrefresh_groups_interval_seconds = 1\nemit_checkpoints_interval_seconds = 1\n\
+         groups = [\"{topic}-.*\"]\n"
+    );
+    let (mut ferry, _dir, remote) = copying(src, dst, &topic, &extra, &[(&early, 50)]);
+    let at = |group: &str, offset: i64| {
+        newest_checkpoints(west, src, group).get(&(remote.clone(), 0)).is_some_and(|&(up, _)| up == offset)
+    };
+    wait_for(ARRIVAL, "the early group's checkpoint", || {
+        assert_alive(&mut ferry);
+        at(&early, 50)
+    });
+    ferry.wait_log("the groups found now are all the flow follows", STARTED);
+    commit_group_offsets(&east.bootstrap, &late, &[(&topic, 0, 60)]);
+    // Rounds after the late group's commit, more than one group listing apart: the early group moves
+    // twice, and each new offset is checkpointed.
+    for offset in [80, 100] {
+        commit_group_offsets(&east.bootstrap, &early, &[(&topic, 0, offset)]);
+        wait_for(ARRIVAL, &format!("the early group's checkpoint at {offset}"), || {
+            assert_alive(&mut ferry);
+            at(&early, offset)
+        });
+    }
+    assert!(newest_checkpoints(west, src, &late).is_empty(), "the late group was checkpointed");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+fn flow_json_of(ferry: &Ferry, flow: &str) -> serde_json::Value {
+    health(ferry.listen_addr())["flows"][flow].clone()
+}

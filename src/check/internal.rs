@@ -40,8 +40,23 @@ pub struct Internal {
     pub partitions: Partitions,
 }
 
-/// Every internal topic of `plan`, where ferry's actors look for it.
+/// Every internal topic of `plan`, where ferry's actors look for it; none whose emitter is off.
 pub fn topics(plan: &FlowPlan) -> Vec<Internal> {
+    let s = &plan.settings;
+    let source = plan.source.alias.as_str();
+    all_topics(plan)
+        .into_iter()
+        .filter(|t| match t.role {
+            "offset-syncs" => s.emit_offset_syncs_enabled,
+            "checkpoints" => s.emit_checkpoints_enabled,
+            "heartbeats" if t.cluster == source => s.emit_reverse_heartbeats_enabled,
+            "heartbeats" => s.emit_heartbeats_enabled,
+            _ => true,
+        })
+        .collect()
+}
+
+fn all_topics(plan: &FlowPlan) -> Vec<Internal> {
     let rf = plan.settings.replication_factor;
     let target = &plan.target.alias;
     let (syncs_cluster, syncs_topic) = crate::flow::offset_syncs::syncs_location(plan);
@@ -211,6 +226,16 @@ mod tests {
                 ("control", "west", "ferry.control.internal", 1),
             ]
         );
+    }
+
+    #[test]
+    fn internal_topics_of_switched_off_emitters_are_not_listed() {
+        let plan = crate::check::rights::tests::plan(
+            "emit_checkpoints_enabled = false\nemit_offset_syncs_enabled = false\nemit_reverse_heartbeats_enabled = false",
+        );
+        let all = topics(&plan);
+        let found: Vec<(&str, &str)> = all.iter().map(|t| (t.role, t.cluster.as_str())).collect();
+        assert_eq!(found, [("copy progress", "west"), ("heartbeats", "west"), ("lease", "west"), ("control", "west")]);
     }
 
     #[test]

@@ -274,10 +274,28 @@ pub struct Selected<'a> {
     pub groups: &'a [String],
 }
 
+/// Whether the flow uses the resources of `row` at all: those of an emitter switched off are not needed
+/// (a read-only source, README "Read-only sources", needs no Write anywhere on it).
+fn in_use(plan: &FlowPlan, row: &Row) -> bool {
+    let s = &plan.settings;
+    match row.subject {
+        OffsetSyncsTopic => s.emit_offset_syncs_enabled,
+        Heartbeats => match row.side {
+            Source => s.emit_reverse_heartbeats_enabled,
+            Target => s.emit_heartbeats_enabled,
+        },
+        CheckpointsTopic => s.emit_checkpoints_enabled,
+        CheckpointedGroups | CheckpointsTransactionalId | ReverseOffsetSyncsTopic => s.runs_checkpoints(),
+        AclSyncCluster => s.sync_topic_acls_enabled,
+        CopiedTopics | CopierGroup | RemoteTopics | ProgressTopic | LeaseTopic | ControlTopic | LeaseGroup
+        | SyncedGroups => true,
+    }
+}
+
 /// The resources of every row of [`RIGHTS`] for `plan` run by `identity`'s deployment.
 pub fn needs(plan: &FlowPlan, identity: &Identity, selected: &Selected<'_>) -> Vec<Need> {
     let mut out = Vec::new();
-    for row in RIGHTS {
+    for row in RIGHTS.iter().filter(|r| in_use(plan, r)) {
         let on_side = match row.side {
             Source => &plan.source.alias,
             Target => &plan.target.alias,
@@ -291,7 +309,9 @@ pub fn needs(plan: &FlowPlan, identity: &Identity, selected: &Selected<'_>) -> V
                 let heartbeats = plan.policy.heartbeats_topic();
                 let mut remotes: Vec<String> = selected.topics.iter().map(|t| remote_topic(plan, t)).collect();
                 let remote_heartbeats = remote_topic(plan, heartbeats);
-                if !remotes.contains(&remote_heartbeats) {
+                // Copied from the source's `heartbeats`: listed when it exists there (a selected topic),
+                // or when the flow's own reverse heartbeats create it.
+                if plan.settings.emit_reverse_heartbeats_enabled && !remotes.contains(&remote_heartbeats) {
                     remotes.push(remote_heartbeats);
                 }
                 remotes.into_iter().for_each(|t| push(on_side, Resource::Topic(t)));
@@ -306,8 +326,7 @@ pub fn needs(plan: &FlowPlan, identity: &Identity, selected: &Selected<'_>) -> V
                 selected.groups.iter().for_each(|g| push(on_side, Resource::Group(g.clone())));
             }
             SyncedGroups => {}
-            AclSyncCluster if plan.settings.sync_topic_acls_enabled => push(on_side, Resource::Cluster),
-            AclSyncCluster => {}
+            AclSyncCluster => push(on_side, Resource::Cluster),
             OffsetSyncsTopic => {
                 let (cluster, topic) = crate::flow::offset_syncs::syncs_location(plan);
                 push(&cluster.alias, Resource::Topic(topic));
@@ -599,6 +618,43 @@ pub(crate) mod tests {
         assert!(matches!(&none, Verdict::Missing { rights, .. } if rights == &["Alter"]), "{none:?}");
         let ops = Known::Described(Some(CLUSTER_OPERATIONS.to_vec()));
         assert_eq!(judge(&target, &ops), Verdict::Granted { note: None });
+    }
+
+    #[test]
+    fn a_read_only_source_needs_no_write_on_it_and_switched_off_emitters_need_nothing() {
+        let plan = plan(
+            "offset_syncs_topic_location = \"target\"\nemit_reverse_heartbeats_enabled = false\n\
+             sync_group_offsets_enabled = true",
+        );
+        let topics = ["orders".to_string()];
+        let groups = ["billing".to_string()];
+        let all = needs(&plan, &identity(), &Selected { topics: &topics, groups: &groups });
+        let on_source: Vec<(String, Vec<&str>)> = all
+            .iter()
+            .filter(|n| n.cluster == "east")
+            .map(|n| (n.resource.to_string(), n.row.rights.iter().map(Op::as_str).collect()))
+            .collect();
+        for (resource, rights) in &on_source {
+            assert!(
+                rights.iter().all(|r| ["Read", "Describe", "DescribeConfigs"].contains(r)),
+                "{resource}: {rights:?} on a read-only source"
+            );
+            assert_ne!(resource, "topic heartbeats", "no reverse heartbeats, no source heartbeats topic");
+        }
+        let found: Vec<String> = all.iter().map(|n| n.resource.to_string()).collect();
+        assert!(!found.contains(&"topic east.heartbeats".to_string()), "nothing creates it: {found:?}");
+
+        // Every emitter off: no offset-syncs, checkpoints or heartbeats topics, no checkpointed groups.
+        let plan = super::tests::plan(
+            "emit_checkpoints_enabled = false\nemit_offset_syncs_enabled = false\n\
+             emit_heartbeats_enabled = false\nemit_reverse_heartbeats_enabled = false",
+        );
+        let all = needs(&plan, &identity(), &Selected { topics: &topics, groups: &groups });
+        let subjects: Vec<Subject> = all.iter().map(|n| n.row.subject).collect();
+        for off in [OffsetSyncsTopic, Heartbeats, CheckpointsTopic, CheckpointedGroups, CheckpointsTransactionalId] {
+            assert!(!subjects.contains(&off), "{off:?} in {subjects:?}");
+        }
+        assert!(subjects.contains(&CopiedTopics) && subjects.contains(&LeaseGroup));
     }
 
     #[test]

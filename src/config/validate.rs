@@ -561,7 +561,9 @@ fn flow(
         // MM2 refuses the same (KIP-1031): checkpoints translate through the syncs.
         errs.push(
             k("emit_offset_syncs_enabled"),
-            "checkpoints and group offset sync translate through the offset syncs: with              emit_offset_syncs_enabled = false, set emit_checkpoints_enabled = false and leave              sync_group_offsets_enabled off",
+            "checkpoints and group offset sync translate through the offset syncs: with \
+             emit_offset_syncs_enabled = false, set emit_checkpoints_enabled = false and leave \
+             sync_group_offsets_enabled off",
         );
     }
 

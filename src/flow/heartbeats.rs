@@ -4,7 +4,9 @@
 //! MM2 also runs a heartbeat-only herder for the reverse pair, which writes Heartbeat(target, source)
 //! into the source's `heartbeats`; the copier then replicates that topic to `<source>.heartbeats` on the
 //! target, whose name tells MirrorClient that `source` is upstream and whose timestamps measure the whole
-//! pipeline. ferry's flow does both, so a single flow is discoverable on its own.
+//! pipeline. ferry's flow does both, so a single flow is discoverable on its own; each destination has
+//! its switch (`emit_heartbeats_enabled`, `emit_reverse_heartbeats_enabled`), and a destination that is
+//! off is never touched: no topic is created there (a read-only source stays unwritten).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -37,11 +39,15 @@ struct Beat<'a> {
 
 fn run(plan: &FlowPlan, conns: &FlowConnections, control: Control<()>) -> Result<(), String> {
     let topic = plan.policy.heartbeats_topic();
+    let s = &plan.settings;
     let mut beats = Vec::new();
-    for (conn, cluster, from, to) in [
-        (&conns.target, &plan.target.alias, &plan.id.source, &plan.id.target),
-        (&conns.source, &plan.source.alias, &plan.id.target, &plan.id.source),
+    for (on, conn, cluster, from, to) in [
+        (s.emit_heartbeats_enabled, &conns.target, &plan.target.alias, &plan.id.source, &plan.id.target),
+        (s.emit_reverse_heartbeats_enabled, &conns.source, &plan.source.alias, &plan.id.target, &plan.id.source),
     ] {
+        if !on {
+            continue;
+        }
         let spec = TopicSpec::compacted(topic, 1, plan.settings.heartbeats_rf());
         conn.ensure_topic(&plan.id, &spec).map_err(|e| e.to_string())?;
         let lane = conn.internal().map_err(|e| e.to_string())?;

@@ -8,6 +8,10 @@
 //! Syncs are sent in queue order on one idempotent producer to one partition, and the copier queues a
 //! partition's syncs in the order its rule made them, so they land in order per partition. When the
 //! queue is long the copier pauses (backpressure) instead of the queue growing without bound.
+//!
+//! With `emit_offset_syncs_enabled = false` (KIP-1031) no emitter runs and the queue discards what the
+//! copier hands it ([`SyncQueue::discarding`]): it never fills, so the copier is never held back and a
+//! handover never waits for syncs to be published.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -66,6 +70,8 @@ pub struct SyncQueue {
     inner: Mutex<Inner>,
     ready: Condvar,
     depth: IntGauge,
+    /// No emitter publishes this flow's syncs: they are dropped as they come.
+    discard: bool,
 }
 
 impl SyncQueue {
@@ -75,7 +81,13 @@ impl SyncQueue {
             inner: Mutex::new(Inner::default()),
             ready: Condvar::new(),
             depth: METRICS.offset_syncs_queued.with_label_values(&[flow]),
+            discard: false,
         }
+    }
+
+    /// The queue of a flow that emits no offset syncs: always empty.
+    pub fn discarding(flow: &str) -> Self {
+        Self { discard: true, ..Self::new(flow) }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -83,6 +95,9 @@ impl SyncQueue {
     }
 
     pub fn push(&self, sync: MarkedSync, reason: SyncReason) {
+        if self.discard {
+            return;
+        }
         METRICS.offset_syncs_emitted.with_label_values(&[&self.flow, reason.name()]).inc();
         let mut q = self.lock();
         let id = q.next_id;
@@ -332,6 +347,17 @@ mod tests {
         q.ack(1);
         assert_eq!(q.len(), 2, "1 and the already acknowledged 2 leave together");
         assert_eq!(q.unsent(Some(3), 10, Duration::ZERO).len(), 1);
+    }
+
+    #[test]
+    fn a_discarding_queue_never_fills_nor_holds_a_handover() {
+        let q = SyncQueue::discarding("q->test3");
+        for i in 0..(BACKLOG as u64 + 10) {
+            q.push(sync(i), SyncReason::LagExceeded);
+        }
+        assert!(q.is_empty());
+        assert!(!q.is_backlogged());
+        assert!(q.wait_published(Duration::ZERO));
     }
 
     #[test]

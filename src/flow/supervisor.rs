@@ -20,7 +20,7 @@ use super::heartbeats;
 use super::lease;
 use super::offset_syncs::{self, SyncQueue};
 use super::pause::PauseSwitch;
-use super::topics::{SetLeading, StopTopics, TopicSync};
+use super::topics::{KeptTopics, SetLeading, StopTopics, TopicSync};
 use super::worker::{Deliver, StopWorker, Worker};
 use crate::clients::FlowConnections;
 use crate::config::FlowPlan;
@@ -49,6 +49,18 @@ impl ActorKind {
     /// The duties only the leader runs (metric `ferry_leader{duty}`); topic sync is split: every node
     /// watches topics, only the leader creates and changes them.
     pub const LEADER_DUTIES: [ActorKind; 3] = [Self::Topics, Self::Checkpoints, Self::Heartbeats];
+
+    /// Whether `plan` runs this actor at all: the emitters whose switches are off are never started,
+    /// listed or counted (MM2's `emit.*.enabled`).
+    pub fn runs_in(self, plan: &FlowPlan) -> bool {
+        let s = &plan.settings;
+        match self {
+            Self::OffsetSyncs => s.emit_offset_syncs_enabled,
+            Self::Checkpoints => s.runs_checkpoints(),
+            Self::Heartbeats => s.runs_heartbeats(),
+            Self::Copier | Self::Topics | Self::Lease => true,
+        }
+    }
 
     /// The name used in logs, metrics and status output.
     pub fn name(self) -> &'static str {
@@ -175,6 +187,8 @@ pub struct FlowSupervisor {
     syncs: Arc<SyncQueue>,
     /// Survives checkpoint-computer restarts: published checkpoints and the offset-sync history.
     checkpoint_state: SharedCheckpointState,
+    /// Survives topic-sync restarts: the topics found at start, when topic refresh is off.
+    kept_topics: KeptTopics,
     copier: Option<Addr<Worker<Assignment>>>,
     offset_syncs: Option<Addr<Worker<()>>>,
     checkpoints: Option<Addr<Worker<()>>>,
@@ -207,7 +221,12 @@ impl FlowSupervisor {
         paused: bool,
         pause_known: bool,
     ) -> Self {
-        let syncs = Arc::new(SyncQueue::new(&plan.id.to_string()));
+        let flow = plan.id.to_string();
+        let syncs = Arc::new(if plan.settings.emit_offset_syncs_enabled {
+            SyncQueue::new(&flow)
+        } else {
+            SyncQueue::discarding(&flow)
+        });
         let history = plan.settings.offset_sync_history_per_partition;
         Self {
             plan,
@@ -220,6 +239,7 @@ impl FlowSupervisor {
             ready: None,
             syncs,
             checkpoint_state: Arc::new(std::sync::Mutex::new(checkpoints::CheckpointState::new(history))),
+            kept_topics: KeptTopics::default(),
             copier: None,
             offset_syncs: None,
             checkpoints: None,
@@ -237,8 +257,13 @@ impl FlowSupervisor {
         self.plan.id.to_string()
     }
 
+    /// The actors of `kinds` this flow runs.
+    fn running(&self, kinds: &[ActorKind]) -> Vec<ActorKind> {
+        kinds.iter().copied().filter(|k| k.runs_in(&self.plan)).collect()
+    }
+
     fn start_child(&mut self, kind: ActorKind, ctx: &mut Context<Self>) {
-        if self.stopping.is_some() {
+        if self.stopping.is_some() || !kind.runs_in(&self.plan) {
             return;
         }
         if matches!(kind, ActorKind::Checkpoints | ActorKind::Heartbeats)
@@ -269,7 +294,9 @@ impl FlowSupervisor {
                 self.checkpoints = Some(w.start())
             }
             ActorKind::Heartbeats => self.heartbeats = Some(heartbeats::worker(plan, conns, me).start()),
-            ActorKind::Topics => self.topics = Some(TopicSync::new(plan, conns, me, self.leading).start()),
+            ActorKind::Topics => {
+                self.topics = Some(TopicSync::new(plan, conns, me, self.leading, self.kept_topics.clone()).start())
+            }
             ActorKind::Lease => self.lease = Some(lease::worker(plan, conns, me, self.identity.clone()).start()),
         }
         let first_start = !self.restarts.contains_key(&kind);
@@ -328,26 +355,36 @@ impl Actor for FlowSupervisor {
         tracing::info!(flow = %self.plan.id, file = %self.plan.file.display(), generation = self.generation, "starting flow");
         self.status.flow_started(&self.flow(), self.generation);
         self.status.set_paused(&self.flow(), self.paused.wanted());
-        let actors: Vec<&str> = ActorKind::ALL.iter().map(|k| k.name()).collect();
-        METRICS.init_flow(&self.flow(), &actors);
+        let flow = self.flow();
+        let actors: Vec<&str> = self.running(&ActorKind::ALL).iter().map(|k| k.name()).collect();
+        METRICS.init_flow(&flow, &actors);
+        // A restarted flow (reload) keeps its series: those of an actor switched off since must go, or the
+        // leader alert would see a duty nobody leads.
+        for kind in ActorKind::ALL.into_iter().filter(|k| !k.runs_in(&self.plan)) {
+            let _ = METRICS.actor_restarts.remove_label_values(&[&flow, kind.name()]);
+            let _ = METRICS.leader.remove_label_values(&[&flow, kind.name()]);
+        }
+        if !self.plan.settings.emit_reverse_heartbeats_enabled {
+            METRICS.forget_heartbeats(&flow);
+        }
         // On every node, not only the checkpoints leader: the staleness alert compares against it.
         METRICS
             .checkpoint_interval
             .with_label_values(&[&self.flow()])
             .set(self.plan.settings.emit_checkpoints_interval.as_secs_f64());
-        for duty in ActorKind::LEADER_DUTIES {
-            METRICS.leader.with_label_values(&[&self.flow(), duty.name()]).set(0);
+        for duty in self.running(&ActorKind::LEADER_DUTIES) {
+            METRICS.leader.with_label_values(&[&flow, duty.name()]).set(0);
         }
         for kind in ActorKind::EVERY_NODE {
             self.start_child(kind, ctx);
         }
-        for kind in [ActorKind::Checkpoints, ActorKind::Heartbeats] {
-            self.status.set(&self.flow(), kind.name(), ActorState::Standby, None);
+        for kind in self.running(&[ActorKind::Checkpoints, ActorKind::Heartbeats]) {
+            self.status.set(&flow, kind.name(), ActorState::Standby, None);
         }
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        for kind in ActorKind::ALL {
+        for kind in self.running(&ActorKind::ALL) {
             self.status.set(&self.flow(), kind.name(), ActorState::Stopped, None);
         }
         tracing::info!(flow = %self.plan.id, "flow stopped");
@@ -361,7 +398,7 @@ impl Handler<Leadership> for FlowSupervisor {
             return;
         }
         self.leading = msg.leading;
-        for duty in ActorKind::LEADER_DUTIES {
+        for duty in self.running(&ActorKind::LEADER_DUTIES) {
             METRICS.leader.with_label_values(&[&self.flow(), duty.name()]).set(i64::from(msg.leading));
         }
         if let Some(t) = &self.topics {
@@ -540,5 +577,27 @@ impl Handler<StopFlow> for FlowSupervisor {
         tracing::info!(flow = %self.plan.id, "stopping flow");
         self.stopping = Some(Stopping { deadline: msg.deadline, done: msg.done });
         self.advance_stop(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(extra: &str) -> Vec<&'static str> {
+        let plan = crate::check::rights::tests::plan(extra);
+        ActorKind::ALL.into_iter().filter(|k| k.runs_in(&plan)).map(ActorKind::name).collect()
+    }
+
+    #[test]
+    fn emitters_whose_switches_are_off_do_not_run() {
+        assert_eq!(runs(""), ["lease", "topics", "copier", "offset_syncs", "checkpoints", "heartbeats"]);
+        let off = runs("emit_heartbeats_enabled = false\nemit_reverse_heartbeats_enabled = false");
+        assert_eq!(off, ["lease", "topics", "copier", "offset_syncs", "checkpoints"]);
+        // One heartbeat destination is enough to run the emitter; group sync alone runs the computer.
+        assert!(runs("emit_heartbeats_enabled = false").contains(&"heartbeats"));
+        assert!(runs("emit_checkpoints_enabled = false\nsync_group_offsets_enabled = true").contains(&"checkpoints"));
+        let none = runs("emit_checkpoints_enabled = false\nemit_offset_syncs_enabled = false");
+        assert_eq!(none, ["lease", "topics", "copier", "heartbeats"]);
     }
 }

@@ -8,6 +8,11 @@
 //! line with them every `sync_topic_configs_interval_seconds` ([`crate::topic_configs`]). With
 //! `sync_topic_acls_enabled` the leader also copies the topics' ACL bindings every
 //! `sync_topic_acls_interval_seconds` ([`crate::acl_sync`]).
+//!
+//! With `refresh_topics_enabled = false` the topics selected at the flow's first refresh are all it
+//! copies (MM2's semantics: no new topics). The refreshes still run over those topics: they retry a
+//! topic that failed, grow a remote topic whose source grew (its new partitions' records would
+//! otherwise never be copied) and notice a deleted one. `heartbeats` is always taken when it appears.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -29,9 +34,10 @@ use crate::raw_admin::{self, AclOperation};
 use crate::status::{ActorState, ItemErrors};
 use crate::topic_configs::{self, ConfigEntry};
 
-/// While the source has no `heartbeats` topic yet, look again this soon (or at the regular interval if
-/// that is shorter): the flow's heartbeat emitter creates it at start, usually just after the first
-/// refresh, and `<source>.heartbeats` should not wait a whole refresh interval to appear.
+/// While the source has no `heartbeats` topic yet and the flow's reverse heartbeats are on, look again
+/// this soon (or at the regular interval if that is shorter): the flow's heartbeat emitter creates it at
+/// start, usually just after the first refresh, and `<source>.heartbeats` should not wait a whole
+/// refresh interval to appear. Without reverse heartbeats nothing of the flow's creates it.
 const RECHECK_HEARTBEATS: Duration = Duration::from_secs(5);
 /// While some topic fails, refresh at least this often (failed topics are retried at each refresh).
 const RETRY_FAILED_TOPICS: Duration = Duration::from_secs(60);
@@ -50,8 +56,14 @@ struct Clients {
 /// 10 s) and is reported to fail from about 6,000 (librdkafka #4629). Above it, a warning at each refresh.
 const CLASSIC_GROUP_WIDTH: i64 = 5_000;
 
+/// The topics a flow with `refresh_topics_enabled = false` copies: set by its first successful refresh
+/// and kept by the supervisor across the synchroniser's restarts.
+pub type KeptTopics = Arc<std::sync::OnceLock<BTreeSet<String>>>;
+
 pub struct TopicSync {
     plan: Arc<FlowPlan>,
+    /// Set once when topic refresh is off; never read when it is on.
+    kept: KeptTopics,
     conns: Arc<FlowConnections>,
     supervisor: Addr<FlowSupervisor>,
     clients: Option<Arc<Clients>>,
@@ -105,9 +117,11 @@ impl TopicSync {
         conns: Arc<FlowConnections>,
         supervisor: Addr<FlowSupervisor>,
         leading: bool,
+        kept: KeptTopics,
     ) -> Self {
         Self {
             leading,
+            kept,
             plan,
             conns,
             supervisor,
@@ -187,9 +201,10 @@ impl TopicSync {
         let previously = self.selected.clone();
         let leading = self.leading;
         let syncs = Syncs { configs: sync_configs && leading, acls: sync_acls && leading };
+        let kept = if s.refresh_topics_enabled { None } else { self.kept.get().cloned() };
         let span = tracing::info_span!("actor", flow = %plan.id, actor = ActorKind::Topics.name());
         let fut = tracing::Instrument::instrument(
-            async move { refresh_once(&plan, &clients, syncs, &previously, leading).await },
+            async move { refresh_once(&plan, &clients, syncs, &previously, leading, kept.as_ref()).await },
             span,
         );
         ctx.spawn(fut.into_actor(self).map(move |result, me, ctx| {
@@ -206,6 +221,9 @@ impl TopicSync {
                 Ok(mut refreshed) => {
                     if syncs.configs {
                         me.configs_synced = Some(Instant::now());
+                    }
+                    if !s.refresh_topics_enabled && me.kept.set(refreshed.outcomes.keys().cloned().collect()).is_ok() {
+                        tracing::info!(flow = %me.plan.id, topics = refreshed.outcomes.len(), "refresh_topics_enabled = false: the topics found now are all the flow copies");
                     }
                     if let Some(acls) = refreshed.acls.take() {
                         me.acls_synced(acls, &mut refreshed.outcomes);
@@ -224,7 +242,7 @@ impl TopicSync {
                         error: me.acl_problem.clone(),
                     });
                     let mut next = interval;
-                    if !refreshed.source_has_heartbeats {
+                    if !refreshed.source_has_heartbeats && me.plan.settings.emit_reverse_heartbeats_enabled {
                         next = next.min(RECHECK_HEARTBEATS);
                     }
                     if failing {
@@ -457,6 +475,7 @@ async fn refresh_once(
     syncs: Syncs,
     previously: &BTreeSet<String>,
     leading: bool,
+    kept: Option<&BTreeSet<String>>,
 ) -> Result<Refreshed, KafkaOpError> {
     failpoints::check(failpoints::TOPICS_REFRESH).map_err(|reason| KafkaOpError::Other {
         cluster: plan.source.alias.clone(),
@@ -470,6 +489,9 @@ async fn refresh_once(
         .filter(|(t, _)| should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, t))
         .map(|(t, n)| (t.clone(), *n))
         .collect();
+    if let Some(kept) = kept {
+        keep_only(&mut selected, kept, plan.policy.heartbeats_topic());
+    }
     let selected_names: BTreeSet<String> = selected.keys().cloned().collect();
     let width: i64 = selected.values().map(|&n| i64::from(n)).sum();
     if plan.settings.group_protocol == GroupProtocol::Classic && width > CLASSIC_GROUP_WIDTH {
@@ -483,7 +505,7 @@ async fn refresh_once(
 
     // Topics this principal may see but not read are reported and left out (the copier would only get
     // fetch errors without their names); so are topics the flow names literally that the source hides.
-    for (topic, reason) in refused_topics(plan, clients, &source_topics, &selected_names).await {
+    for (topic, reason) in refused_topics(plan, clients, &source_topics, &selected_names, kept).await {
         selected.remove(&topic);
         outcomes.insert(topic, Some(reason));
     }
@@ -633,6 +655,7 @@ async fn refused_topics(
     clients: &Clients,
     source_topics: &HashMap<String, i32>,
     selected: &BTreeSet<String>,
+    kept: Option<&BTreeSet<String>>,
 ) -> Vec<(String, String)> {
     let source = &plan.source.alias;
     let hidden: BTreeSet<String> = plan
@@ -642,6 +665,7 @@ async fn refused_topics(
         .iter()
         .filter(|p| is_literal(p) && !source_topics.contains_key(p.as_str()))
         .filter(|t| should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, t))
+        .filter(|t| kept.is_none_or(|k| k.contains(*t)))
         .cloned()
         .collect();
     let asked: Vec<String> = selected.iter().chain(&hidden).cloned().collect();
@@ -681,6 +705,12 @@ async fn refused_topics(
         }
     }
     refused
+}
+
+/// Topic refresh is off: of the topics selected now, only those `kept` from the first refresh, and
+/// `heartbeats` (MM2 always copies it; a reverse heartbeat emitter may create it after the start).
+fn keep_only(selected: &mut BTreeMap<String, i32>, kept: &BTreeSet<String>, heartbeats: &str) {
+    selected.retain(|t, _| kept.contains(t) || t == heartbeats);
 }
 
 /// A `topics` pattern that names one topic: only characters of topic names (a `.` in it is meant
@@ -763,6 +793,17 @@ mod tests {
         assert!(!collides("a.x.y", "a.x.y"));
         assert!(!collides("a.x", "a.y"));
         assert!(!collides("a.x", "a.xx"));
+    }
+
+    #[test]
+    fn without_topic_refresh_only_the_topics_found_first_and_heartbeats_are_selected() {
+        let kept: BTreeSet<String> = ["orders".to_string(), "gone".to_string()].into();
+        let mut selected: BTreeMap<String, i32> =
+            [("orders", 6), ("payments", 1), ("heartbeats", 1)].into_iter().map(|(t, n)| (t.to_string(), n)).collect();
+        keep_only(&mut selected, &kept, "heartbeats");
+        let names: Vec<(&str, i32)> = selected.iter().map(|(t, n)| (t.as_str(), *n)).collect();
+        // A kept topic's partitions follow the source (6 now); `payments` came after the start.
+        assert_eq!(names, [("heartbeats", 1), ("orders", 6)]);
     }
 
     #[test]

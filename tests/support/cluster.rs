@@ -465,7 +465,8 @@ impl Cluster {
         self.java.as_ref().map(Child::id)
     }
 
-    /// Everything the broker logged (WARN and above plus the startup line), across restarts.
+    /// Everything the broker logged (WARN and above, the startup line, and the authorizer's denials),
+    /// across restarts.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }

@@ -298,21 +298,35 @@ pub fn wait_unhealthy(ferry: &mut Ferry, flow: &str, deadline: Duration) -> BTre
 
 /// Waits until `/health` says ok with every actor of `flow` running.
 pub fn wait_healthy(ferry: &mut Ferry, flow: &str, deadline: Duration) {
+    wait_running(ferry, flow, &ACTORS, deadline);
+}
+
+/// Waits until `/health` says ok with exactly `actors` of `flow` listed, all running (a flow whose
+/// emitters are switched off lists fewer).
+pub fn wait_running(ferry: &mut Ferry, flow: &str, actors: &[&str], deadline: Duration) {
     let addr = ferry.listen_addr();
     let mut last = serde_json::Value::Null;
-    let what = format!("/health ok with every actor of {flow} running");
+    let what = format!("/health ok with the actors {actors:?} of {flow} running, and no other");
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         wait_for(deadline, &what, || {
             assert_alive(ferry);
             last = health(addr);
-            let actors = flow_actors(&last, flow);
-            last["status"] == "ok" && actors.len() == ACTORS.len() && actors.values().all(|a| a.state == "running")
+            let listed = flow_actors(&last, flow);
+            last["status"] == "ok"
+                && listed.keys().map(String::as_str).eq(sorted(actors))
+                && listed.values().all(|a| a.state == "running")
         })
     }));
     if let Err(e) = result {
         eprintln!("last /health: {last}");
         std::panic::resume_unwind(e);
     }
+}
+
+fn sorted<'a>(names: &[&'a str]) -> Vec<&'a str> {
+    let mut names = names.to_vec();
+    names.sort_unstable();
+    names
 }
 
 /// Records the local arrival time of every record of a topic, from a consumer tailing it on a thread:

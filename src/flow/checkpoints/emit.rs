@@ -1,5 +1,6 @@
 //! The emission round: every selected group's source offsets, translated, published as checkpoints in
-//! one transaction of the checkpoint producer (which a new leader's producer fences).
+//! one transaction of the checkpoint producer (which a new leader's producer fences). Without emission
+//! (`emit_checkpoints_enabled = false`) the same round only feeds group offset sync.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
@@ -14,12 +15,80 @@ use crate::metrics::METRICS;
 use crate::mm2::records::Checkpoint;
 use crate::raw_admin;
 
+/// What one round over the selected groups found.
+struct Round {
+    /// Checkpoints more recent than the last known ones.
+    candidates: Vec<Checkpoint>,
+    /// When each candidate's upstream offset was first seen.
+    since: Vec<Instant>,
+    /// Groups whose offsets were read.
+    read_ok: Vec<String>,
+}
+
 impl Computer<'_> {
     /// One emission round over every selected group, by `deadline`. A group whose offsets cannot be
     /// read is that group's error (logged, counted, shown in `/flows`, retried next round); only a
     /// failure to publish is the computer's.
     pub(super) fn emit(&self, deadline: Instant) -> Result<(), String> {
         failpoints::check(failpoints::CHECKPOINTS_EMIT)?;
+        let flow = self.plan.id.to_string();
+        let Round { candidates: emitted, since, read_ok } = self.round(deadline);
+        let succeeded = |groups: &[String]| {
+            let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+            for g in groups {
+                METRICS.checkpoint_last_success.with_label_values(&[&flow, g]).set(now);
+            }
+        };
+        if emitted.is_empty() {
+            succeeded(&read_ok);
+            return Ok(());
+        }
+        let now_ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
+        self.in_transaction(left, |producer| {
+            for cp in &emitted {
+                let (key, value) = cp.encode().map_err(|e| format!("encode checkpoint: {e}"))?;
+                let headers = rdkafka::message::OwnedHeaders::new_with_capacity(1).insert(rdkafka::message::Header {
+                    key: NODE_HEADER,
+                    value: Some(self.identity.node_id.as_bytes()),
+                });
+                let record = BaseRecord::to(&self.checkpoints_topic)
+                    .partition(0)
+                    .key(&key)
+                    .payload(&value)
+                    .timestamp(now_ms)
+                    .headers(headers);
+                producer.send(record).map_err(|(e, _)| format!("queue checkpoint: {e}"))?;
+            }
+            Ok(())
+        })?;
+        let n = emitted.len();
+        let latency = METRICS.checkpoint_latency.with_label_values(&[&flow]);
+        for at in since {
+            latency.observe(at.elapsed().as_secs_f64());
+        }
+        succeeded(&read_ok);
+        let mut st = lock(&self.state);
+        for cp in emitted {
+            st.checkpoints.update(cp);
+        }
+        METRICS.checkpoints_emitted.with_label_values(&[&flow]).inc_by(n as u64);
+        tracing::debug!(flow = %flow, checkpoints = n, "published checkpoints");
+        Ok(())
+    }
+
+    /// A round that publishes nothing (`emit_checkpoints_enabled = false`): its translations become what
+    /// group offset sync commits, under the same recency rule as published checkpoints.
+    pub(super) fn translate_only(&self, deadline: Instant) {
+        let Round { candidates, .. } = self.round(deadline);
+        let mut st = lock(&self.state);
+        for cp in candidates {
+            st.checkpoints.update(cp);
+        }
+    }
+
+    /// Reads every selected group's offsets and translates them, by `deadline`.
+    fn round(&self, deadline: Instant) -> Round {
         let plan = self.plan;
         let flow = plan.id.to_string();
         let groups = lock(&self.state).groups.clone();
@@ -85,48 +154,7 @@ impl Computer<'_> {
             self.supervisor.do_send(ItemErrorsChanged::Groups(lock(&self.state).errors.snapshot()));
         }
         lock(&self.state).seen = seen;
-        let succeeded = |groups: &[String]| {
-            let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-            for g in groups {
-                METRICS.checkpoint_last_success.with_label_values(&[&flow, g]).set(now);
-            }
-        };
-        if emitted.is_empty() {
-            succeeded(&read_ok);
-            return Ok(());
-        }
-        let now_ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
-        self.in_transaction(left, |producer| {
-            for cp in &emitted {
-                let (key, value) = cp.encode().map_err(|e| format!("encode checkpoint: {e}"))?;
-                let headers = rdkafka::message::OwnedHeaders::new_with_capacity(1).insert(rdkafka::message::Header {
-                    key: NODE_HEADER,
-                    value: Some(self.identity.node_id.as_bytes()),
-                });
-                let record = BaseRecord::to(&self.checkpoints_topic)
-                    .partition(0)
-                    .key(&key)
-                    .payload(&value)
-                    .timestamp(now_ms)
-                    .headers(headers);
-                producer.send(record).map_err(|(e, _)| format!("queue checkpoint: {e}"))?;
-            }
-            Ok(())
-        })?;
-        let n = emitted.len();
-        let latency = METRICS.checkpoint_latency.with_label_values(&[&flow]);
-        for at in since {
-            latency.observe(at.elapsed().as_secs_f64());
-        }
-        succeeded(&read_ok);
-        let mut st = lock(&self.state);
-        for cp in emitted {
-            st.checkpoints.update(cp);
-        }
-        METRICS.checkpoints_emitted.with_label_values(&[&flow]).inc_by(n as u64);
-        tracing::debug!(flow = %flow, checkpoints = n, "published checkpoints");
-        Ok(())
+        Round { candidates: emitted, since, read_ok }
     }
 
     /// Runs `f` in a transaction of the checkpoint producer and commits it within `timeout`. A fenced

@@ -13,6 +13,14 @@
 //! thread once its newest syncs are in (a group older than them is translated as soon as it is read),
 //! `emit` is the emission round and `group_sync` the group offset sync. Both write only in transactions of the flow's checkpoint producer, which a new
 //! leader fences.
+//!
+//! With `emit_checkpoints_enabled = false` it publishes nothing and never touches the checkpoints topic;
+//! it translates the groups' offsets right before each group offset sync instead. What then stands in
+//! for the published checkpoints of KAFKA-15905 (the floor no translation may go under) is the target
+//! groups' own committed offsets: group offset sync never commits below them, so a translation that
+//! comes out lower after a restart or a new leader (history lost, read again) never moves a group back.
+//! Nor is the latest-only sync history needed then: it only serves to keep *published* checkpoints
+//! monotonic. With `refresh_groups_enabled = false` the groups of the first complete listing are kept.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -75,6 +83,8 @@ pub struct CheckpointState {
     pub checkpoints_loaded: bool,
     /// Source groups selected at the last refresh.
     pub groups: Vec<String>,
+    /// A complete listing selected `groups`: with `refresh_groups_enabled = false` they are kept.
+    pub groups_listed: bool,
     /// Groups with checkpoints that complete listings of the source no longer show, and how many
     /// listings in a row missed them (forgotten at [`FORGET_AFTER`]).
     pub missing: HashMap<String, u32>,
@@ -105,6 +115,7 @@ impl CheckpointState {
             checkpoints: CheckpointStore::new(),
             checkpoints_loaded: false,
             groups: Vec::new(),
+            groups_listed: false,
             missing: HashMap::new(),
             errors: ItemErrors::default(),
             seen: HashMap::new(),
@@ -248,8 +259,16 @@ impl<'a> Computer<'a> {
     /// `syncs`: the thread reading this flow's offset syncs, started with the computer.
     fn run(self, control: Control<()>, syncs: BacklogThread) -> Result<(), String> {
         let plan = self.plan;
-        let spec = TopicSpec::compacted(self.checkpoints_topic.clone(), 1, plan.settings.checkpoints_rf());
-        self.conns.target.ensure_topic(&plan.id, &spec).map_err(err)?;
+        let emits = plan.settings.emit_checkpoints_enabled;
+        if emits {
+            let spec = TopicSpec::compacted(self.checkpoints_topic.clone(), 1, plan.settings.checkpoints_rf());
+            self.conns.target.ensure_topic(&plan.id, &spec).map_err(err)?;
+        }
+        // Without emission nothing was published to recover: the target groups' offsets are the floor
+        // (see the module docs). The sync reader waits for this flag before it completes the history.
+        if !emits {
+            lock(&self.state).checkpoints_loaded = true;
+        }
         if !lock(&self.state).checkpoints_loaded {
             match load_checkpoints(plan, &self.checkpoints_topic) {
                 Ok(loaded) => {
@@ -301,7 +320,7 @@ impl<'a> Computer<'a> {
                 if let Some(r) = &mut reverse {
                     r.catch_up(&self.state, deadline)?;
                 }
-                if ready {
+                if ready && emits {
                     self.emit(deadline)?;
                 }
                 return Ok(());
@@ -324,6 +343,9 @@ impl<'a> Computer<'a> {
                 // Translations can start (the newest syncs are in), or use the whole history now: emit
                 // at once, not an emission interval (60 s by default) later.
                 next_emit = Instant::now();
+                if !emits {
+                    next_group_sync = Instant::now(); // the sync is the round then
+                }
                 if !ready {
                     ready = true;
                     control.running();
@@ -347,11 +369,14 @@ impl<'a> Computer<'a> {
                 }
                 next_refresh = now + s.refresh_groups_interval;
             }
-            if ready && now >= next_emit {
+            if ready && emits && now >= next_emit {
                 self.emit(now + kafka::ADMIN_TIMEOUT)?;
                 next_emit = now + s.emit_checkpoints_interval;
             }
             if ready && s.sync_group_offsets_enabled && now >= next_group_sync {
+                if !emits {
+                    self.translate_only(now + kafka::ADMIN_TIMEOUT);
+                }
                 self.sync_group_offsets()?;
                 next_group_sync = now + s.sync_group_offsets_interval;
             }
@@ -409,6 +434,12 @@ impl<'a> Computer<'a> {
     /// Lists the source's groups, selects those the flow checkpoints, and forgets groups that complete
     /// listings stopped showing. Returns how many groups are selected.
     fn refresh_groups(&self) -> Result<usize, String> {
+        {
+            let st = lock(&self.state);
+            if !self.plan.settings.refresh_groups_enabled && st.groups_listed {
+                return Ok(st.groups.len());
+            }
+        }
         let (listed, errors) = self
             .rt
             .block_on(raw_admin::list_consumer_groups_partial(&self.source_admin, kafka::ADMIN_TIMEOUT))
@@ -447,6 +478,12 @@ impl<'a> Computer<'a> {
         }
         let n = groups.len();
         st.groups = groups;
+        if errors.is_empty() && !st.groups_listed {
+            st.groups_listed = true;
+            if !self.plan.settings.refresh_groups_enabled {
+                tracing::info!(flow = %self.plan.id, groups = n, "refresh_groups_enabled = false: the groups found now are all the flow follows");
+            }
+        }
         Ok(n)
     }
 }
