@@ -267,7 +267,6 @@ fn a_strimzi_resource_becomes_flows_that_take_over_from_its_connectors() {
         "spec.replicas",
         "spec.clusters[1].config.offset.storage.replication.factor",
         "spec.mirrors[0].sourceConnector.tasksMax",
-        "spec.mirrors[0].heartbeatConnector",
     ] {
         assert!(stdout.lines().any(|l| l.trim_start().starts_with(&format!("{key}: "))), "{key}: {stdout}");
     }
@@ -278,6 +277,9 @@ fn a_strimzi_resource_becomes_flows_that_take_over_from_its_connectors() {
     assert_eq!(f["replication_factor"].as_integer(), Some(-1));
     assert_eq!(f["sync_group_offsets_enabled"].as_bool(), Some(false));
     assert_eq!(f["sync_topic_acls_enabled"].as_bool(), Some(false));
+    // No heartbeat connector in the resource, and Strimzi writes nothing into the source.
+    assert_eq!(f["emit_heartbeats_enabled"].as_bool(), Some(false));
+    assert_eq!(f["emit_reverse_heartbeats_enabled"].as_bool(), Some(false));
     assert_eq!(f["offset_syncs_topic_replication_factor"].as_integer(), Some(-1));
     let clusters = std::fs::read_to_string(out.join("clusters.toml")).expect("read");
     let at = |p: &str| secrets.join(p).display().to_string();

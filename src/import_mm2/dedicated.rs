@@ -57,10 +57,29 @@ pub fn read(props: &BTreeMap<String, (String, usize)>) -> Result<Mm2Config, Vec<
         }
     }
     let mut dropped_top: Vec<String> = top.keys().filter(|k| !is_connection_key(k)).cloned().collect();
+    let is_enabled =
+        |own: &BTreeMap<String, Prop>| own.get("enabled").is_some_and(|p| p.value.trim().eq_ignore_ascii_case("true"));
+    let enabled_pairs: Vec<(String, String)> =
+        flows.iter().filter(|(_, own)| is_enabled(own)).map(|(pair, _)| pair.clone()).collect();
+    // MM2 runs a heartbeat-only herder for every pair that is not enabled, so `T->S`'s
+    // `emit.heartbeats.enabled` decides whether heartbeats go into S: in ferry, flow S->T's reverse ones.
+    let reverse_heartbeats = |source: &str, target: &str| -> Option<Prop> {
+        let reverse = flows.get(&(target.to_string(), source.to_string()));
+        reverse
+            .and_then(|own| own.get("emit.heartbeats.enabled"))
+            .or_else(|| top.get("emit.heartbeats.enabled"))
+            .cloned()
+    };
+    let reverse_props: BTreeMap<(String, String), Prop> = enabled_pairs
+        .iter()
+        .filter_map(|(s, t)| reverse_heartbeats(s, t).map(|p| ((s.clone(), t.clone()), p)))
+        .collect();
     for ((source, target), own) in flows {
-        let enabled = own.get("enabled").is_some_and(|p| p.value.trim().eq_ignore_ascii_case("true"));
-        if !enabled {
+        if !is_enabled(&own) {
             for k in own.keys() {
+                if k == "emit.heartbeats.enabled" && enabled_pairs.contains(&(target.clone(), source.clone())) {
+                    continue; // carried over as the reverse flow's emit_reverse_heartbeats_enabled
+                }
                 cfg.skip(
                     format!("{source}->{target}.{k}"),
                     "the flow is not enabled (`S->T.enabled = true`), so no flow file is written for it",
@@ -71,6 +90,9 @@ pub fn read(props: &BTreeMap<String, (String, usize)>) -> Result<Mm2Config, Vec<
         let mut merged: BTreeMap<String, Prop> =
             top.iter().filter(|(k, _)| !is_connection_key(k)).map(|(k, p)| (k.clone(), p.clone())).collect();
         merged.extend(own.into_iter().filter(|(k, _)| k != "enabled"));
+        if let Some(p) = reverse_props.get(&(source.clone(), target.clone())) {
+            merged.insert(REVERSE_HEARTBEATS.into(), p.clone());
+        }
         let default_topic = || Prop::new(connect_offsets::offsets_topic(&source), "(dedicated MM2's default)");
         cfg.flows.push(Flow {
             offsets_topic: Some(worker.get(&target).cloned().unwrap_or_else(default_topic)),
@@ -87,6 +109,10 @@ pub fn read(props: &BTreeMap<String, (String, usize)>) -> Result<Mm2Config, Vec<
     cfg.clusters = clusters.into_values().collect();
     Ok(cfg)
 }
+
+/// The key under which a flow carries whether MM2 wrote heartbeats into its source (no MM2 key: the
+/// reverse pair's `emit.heartbeats.enabled`, or nothing at all in Strimzi's case).
+pub const REVERSE_HEARTBEATS: &str = "(reverse) emit.heartbeats.enabled";
 
 /// `S->T.rest` for listed aliases S and T.
 fn flow_key<'a>(key: &'a str, aliases: &[String]) -> Option<((String, String), &'a str)> {
@@ -121,5 +147,21 @@ mod tests {
         assert_eq!(east.client["security.protocol"].value, "SASL_SSL");
         assert_eq!(cfg.clusters[1].client["security.protocol"].value, "SSL");
         assert!(cfg.unmapped.iter().any(|u| u.key == "west->east.topics"), "{:?}", cfg.unmapped);
+        assert!(!flow.props.contains_key(REVERSE_HEARTBEATS), "MM2's default: heartbeats into the source too");
+    }
+
+    #[test]
+    fn the_reverse_pairs_heartbeat_switch_is_the_flows_reverse_heartbeats() {
+        let base = "clusters = east, west\neast.bootstrap.servers = e:9092\nwest.bootstrap.servers = w:9092\n\
+                    east->west.enabled = true\n";
+        let cfg =
+            read(&properties::parse(&format!("{base}west->east.emit.heartbeats.enabled = false\n"))).expect("valid");
+        assert_eq!(cfg.flows[0].props[REVERSE_HEARTBEATS], Prop::new("false", "west->east.emit.heartbeats.enabled"));
+        assert!(cfg.unmapped.is_empty(), "{:?}", cfg.unmapped);
+        assert!(!cfg.flows[0].props.contains_key("emit.heartbeats.enabled"));
+        // The top level applies to every pair, the reverse one included.
+        let cfg = read(&properties::parse(&format!("{base}emit.heartbeats.enabled = false\n"))).expect("valid");
+        assert_eq!(cfg.flows[0].props[REVERSE_HEARTBEATS].value, "false");
+        assert_eq!(cfg.flows[0].props["emit.heartbeats.enabled"].value, "false");
     }
 }

@@ -294,6 +294,7 @@ fn flow(f: Flow, out: &mut Mapped) {
             "sync.topic.configs.interval.seconds" => Some(("sync_topic_configs_interval_seconds", number(out))),
             "offset.lag.max" => Some(("offset_lag_max", number(out))),
             "emit.heartbeats.enabled" => Some(("emit_heartbeats_enabled", boolean(out))),
+            super::dedicated::REVERSE_HEARTBEATS => Some(("emit_reverse_heartbeats_enabled", boolean(out))),
             "emit.checkpoints.enabled" => Some(("emit_checkpoints_enabled", boolean(out))),
             "emit.offset-syncs.enabled" => Some(("emit_offset_syncs_enabled", boolean(out))),
             "refresh.topics.enabled" => Some(("refresh_topics_enabled", boolean(out))),

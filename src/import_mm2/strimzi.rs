@@ -156,14 +156,21 @@ pub fn read(text: &str, secrets_dir: &Path) -> Result<Mm2Config, Vec<String>> {
                 _ => cfg.skip(origin, "a Strimzi mirror setting with no ferry equivalent"),
             }
         }
-        for (connector, what) in [("checkpointConnector", "checkpoints"), ("heartbeatConnector", "heartbeats")] {
+        // An absent connector emits nothing: the flow's switch says so. Strimzi runs no heartbeats into
+        // the source (no reverse pair), which ferry would otherwise write.
+        for (connector, key) in
+            [("checkpointConnector", "emit.checkpoints.enabled"), ("heartbeatConnector", "emit.heartbeats.enabled")]
+        {
             if m[connector].is_badvalue() {
-                cfg.skip(
-                    format!("{base}.{connector}"),
-                    format!("absent, so this MM2 emits no {what}; ferry always emits them"),
-                );
+                flow.props
+                    .entry(key.into())
+                    .or_insert_with(|| Prop::new("false", format!("{base}.{connector} (absent)")));
             }
         }
+        flow.props.insert(
+            super::dedicated::REVERSE_HEARTBEATS.into(),
+            Prop::new("false", "(Strimzi writes no heartbeats into the source cluster)"),
+        );
         cfg.flows.push(flow);
     }
     if errors.is_empty() { Ok(cfg) } else { Err(errors) }
@@ -326,10 +333,13 @@ spec:
             "spec.replicas",
             "spec.clusters[1].config.config.storage.replication.factor",
             "spec.mirrors[0].sourceConnector.tasksMax",
-            "spec.mirrors[0].heartbeatConnector",
         ] {
             assert!(skipped.contains(&k), "{k} not reported: {skipped:?}");
         }
+        // No heartbeat connector: no heartbeats, and Strimzi never writes any into the source.
+        let props = &cfg.flows[0].props;
+        assert_eq!(props["emit.heartbeats.enabled"], Prop::new("false", "spec.mirrors[0].heartbeatConnector (absent)"));
+        assert_eq!(props[crate::import_mm2::dedicated::REVERSE_HEARTBEATS].value, "false");
     }
 
     #[test]
