@@ -250,7 +250,10 @@ fn list_source(plan: &FlowPlan, source: &Cluster, report: &mut FlowReport) -> BT
         }
         Err(e) => report.errors.push(format!("cannot list the topics of `{}`: {e}", plan.source.alias)),
     }
-    match checkpointed_groups(plan, source) {
+    // A flow whose checkpoint computer does not run (no checkpoints, no group sync) follows no group.
+    let groups =
+        if plan.settings.runs_checkpoints() { checkpointed_groups(plan, source) } else { Ok((Vec::new(), None)) };
+    match groups {
         Ok((groups, partial)) => {
             report.groups = groups;
             if let Some(e) = partial {

@@ -366,7 +366,7 @@ impl TopicSync {
             match outcome {
                 None => changed |= self.errors.cleared(topic),
                 Some(reason) => {
-                    tracing::warn!(flow = %flow, topic = %topic, reason = %reason, "topic not replicated this round; retried at the next refresh");
+                    tracing::warn!(flow = %flow, topic = %topic, reason = %reason, "topic sync failed for this topic (creating it, growing it, or syncing its configs or ACL bindings: the reason says which); retried at the next refresh");
                     METRICS.topic_errors.with_label_values(&[&flow, topic]).inc();
                     self.errors.failed(topic, reason.clone());
                     changed = true;
