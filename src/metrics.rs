@@ -464,6 +464,13 @@ impl Metrics {
 
     /// Forgets the newest heartbeat seen of `flow` (a flow restarted without reverse heartbeats): its age
     /// would otherwise grow from the last one the old generation saw, and the staleness alert fire.
+    /// A flow restarted without checkpoint emission: its per-group checkpoint times and its interval
+    /// would otherwise stay, frozen, and the staleness alert fire for checkpoints switched off.
+    pub fn forget_checkpoints(&self, flow: &str) {
+        self.checkpoint_last_success.remove_matching(&[("flow", flow)]);
+        let _ = self.checkpoint_interval.remove_label_values(&[flow]);
+    }
+
     pub fn forget_heartbeats(&self, flow: &str) {
         self.heartbeat_timestamps.lock().unwrap_or_else(|p| p.into_inner()).remove(flow);
         let _ = self.heartbeat_age.remove_label_values(&[flow]);
@@ -690,6 +697,18 @@ mod tests {
         let text = METRICS.render();
         assert!(text.contains("ferry_records_copied_total{flow=\"a->b\",topic=\"orders\"} 1"), "{text}");
         assert!(text.contains("ferry_offset_syncs_queued{flow=\"a->b\"} 3"), "{text}");
+    }
+
+    #[test]
+    fn a_flow_without_checkpoint_emission_forgets_its_checkpoint_series() {
+        let m = Metrics::new();
+        m.checkpoint_last_success.with_label_values(&["a->b", "billing"]).set(1);
+        m.checkpoint_last_success.with_label_values(&["c->d", "billing"]).set(1);
+        m.checkpoint_interval.with_label_values(&["a->b"]).set(60.0);
+        m.forget_checkpoints("a->b");
+        let text = m.render();
+        assert!(!text.contains("flow=\"a->b\""), "{text}");
+        assert!(text.contains("ferry_checkpoint_last_success_timestamp_seconds{flow=\"c->d\""), "{text}");
     }
 
     #[test]

@@ -215,6 +215,7 @@ impl Node {
             .collect()
     }
 
+    /// The plans of the flows that run now (a rolled-back flow: its old plan).
     fn running_plans(&self) -> BTreeMap<FlowId, FlowPlan> {
         self.running.iter().map(|(id, r)| (id.clone(), (*r.plan).clone())).collect()
     }
@@ -380,13 +381,13 @@ impl Handler<Apply> for Node {
             _ => 1,
         };
         let d = config::diff(&self.running_plans(), &set);
-        METRICS.set_client_certificates(set.clusters.values());
         // Copiers started by this reload are sized for the flows the node runs with it.
         crate::clients::budget::set_flows(set.flows.values().filter(|p| p.settings.enabled).count());
         self.show_disabled(&set);
         let mut o = outcome(trigger, ReloadResult::Applied, None);
         o.attempt = attempt;
         if d.is_empty() {
+            METRICS.set_client_certificates(set.clusters.values());
             self.report(&o);
             return AtomicResponse::new(Box::pin(fut::ready(o)));
         }
@@ -450,6 +451,10 @@ impl Handler<Apply> for Node {
                         ));
                     }
                     node.prune_controls();
+                    // The files of the clusters the running flows use: a rolled-back flow still runs on
+                    // clients built from its old files, and its certificates are the ones that expire.
+                    let running = node.running_plans();
+                    METRICS.set_client_certificates(running.values().flat_map(|p| [&p.source, &p.target]));
                     node.report(&o);
                     o
                 }),

@@ -158,11 +158,10 @@ fn key_matches_certificate(client: &BTreeMap<String, String>) -> Result<(), Stri
         .and_then(|b| X509::from_pem(&b).ok())
         .ok_or_else(|| format!("no PEM certificate in {cert_path}"))?;
     let bytes = std::fs::read(key_path).map_err(|e| format!("cannot read {key_path}: {}", io_reason(&e)))?;
-    let key: PKey<Private> = match client.get("ssl.key.password") {
-        Some(pass) => PKey::private_key_from_pem_passphrase(&bytes, pass.as_bytes()),
-        None => PKey::private_key_from_pem(&bytes),
-    }
-    .map_err(|_| {
+    // Always with a passphrase (empty without `ssl.key.password`): without one, OpenSSL would prompt on
+    // the terminal for an encrypted key and `ferry validate` or a reload would hang.
+    let pass = client.get("ssl.key.password").map_or(&b""[..], |p| p.as_bytes());
+    let key: PKey<Private> = PKey::private_key_from_pem_passphrase(&bytes, pass).map_err(|_| {
         format!(
             "no PEM private key in the file of `ssl.key.location` ({key_path}), or `ssl.key.password` does not decrypt it"
         )

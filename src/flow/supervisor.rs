@@ -367,11 +367,15 @@ impl Actor for FlowSupervisor {
         if !self.plan.settings.emit_reverse_heartbeats_enabled {
             METRICS.forget_heartbeats(&flow);
         }
-        // On every node, not only the checkpoints leader: the staleness alert compares against it.
-        METRICS
-            .checkpoint_interval
-            .with_label_values(&[&self.flow()])
-            .set(self.plan.settings.emit_checkpoints_interval.as_secs_f64());
+        if self.plan.settings.emit_checkpoints_enabled {
+            // On every node, not only the checkpoints leader: the staleness alert compares against it.
+            METRICS
+                .checkpoint_interval
+                .with_label_values(&[&self.flow()])
+                .set(self.plan.settings.emit_checkpoints_interval.as_secs_f64());
+        } else {
+            METRICS.forget_checkpoints(&flow);
+        }
         for duty in self.running(&ActorKind::LEADER_DUTIES) {
             METRICS.leader.with_label_values(&[&flow, duty.name()]).set(0);
         }

@@ -70,9 +70,17 @@ pub fn read(props: &BTreeMap<String, (String, usize)>) -> Result<Mm2Config, Vec<
             .or_else(|| top.get("emit.heartbeats.enabled"))
             .cloned()
     };
+    // When T->S is a flow of its own, its heartbeats into S are the same records: one writer is enough.
     let reverse_props: BTreeMap<(String, String), Prop> = enabled_pairs
         .iter()
-        .filter_map(|(s, t)| reverse_heartbeats(s, t).map(|p| ((s.clone(), t.clone()), p)))
+        .filter_map(|(s, t)| {
+            let prop = if enabled_pairs.contains(&(t.clone(), s.clone())) {
+                Some(Prop::new("false", format!("(flow {t}->{s} writes these heartbeats into {s} itself)")))
+            } else {
+                reverse_heartbeats(s, t)
+            };
+            prop.map(|p| ((s.clone(), t.clone()), p))
+        })
         .collect();
     for ((source, target), own) in flows {
         if !is_enabled(&own) {
@@ -163,5 +171,10 @@ mod tests {
         let cfg = read(&properties::parse(&format!("{base}emit.heartbeats.enabled = false\n"))).expect("valid");
         assert_eq!(cfg.flows[0].props[REVERSE_HEARTBEATS].value, "false");
         assert_eq!(cfg.flows[0].props["emit.heartbeats.enabled"].value, "false");
+        // Both directions enabled: each flow's own heartbeats reach the other's source; no second writer.
+        let cfg = read(&properties::parse(&format!("{base}west->east.enabled = true\n"))).expect("valid");
+        for flow in &cfg.flows {
+            assert_eq!(flow.props[REVERSE_HEARTBEATS].value, "false", "{}->{}", flow.source, flow.target);
+        }
     }
 }

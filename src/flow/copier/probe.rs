@@ -509,7 +509,11 @@ impl ProbeLoop {
                     let verdict = match &starts {
                         Ok(starts) => match (starts.get(&tp), bounds.get(&tp)) {
                             // Never before the log start (a time older than retention's horizon answers it
-                            // anyway) nor past the high watermark.
+                            // anyway) nor past the high watermark. The two bounds come from two calls: a
+                            // leader change between them can invert them, and `clamp` would panic.
+                            (Some(_), Some((low, high))) if low > high => Verdict::Unknown(format!(
+                                "log start {low} above the high watermark {high} (asked apart): asked again"
+                            )),
                             (Some(at), Some((low, high))) => Verdict::Fresh { at: (*at).clamp(*low, *high), topic_id },
                             _ => Verdict::Unknown(format!("no {} offset for the partition", self.start_from_name())),
                         },
