@@ -641,6 +641,13 @@ impl Metrics {
         self.heartbeat_timestamps.lock().unwrap_or_else(|p| p.into_inner()).remove(flow);
     }
 
+    /// Drops the gauges of `topic` in `flow` (this node no longer copies it): its lag would stay frozen.
+    pub fn remove_topic_gauges(&self, flow: &str, topic: &str) {
+        for v in [&self.source_lag, &self.partition_lag] {
+            v.remove_matching(&[("flow", flow), ("topic", topic)]);
+        }
+    }
+
     /// Drops every series of `topic` in `flow` (the topic is no longer copied or was deleted).
     pub fn remove_topic(&self, flow: &str, topic: &str) {
         self.remove_matching(&[("flow", flow), ("topic", topic)]);

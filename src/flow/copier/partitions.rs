@@ -620,12 +620,17 @@ impl Book {
         }
     }
 
-    /// The topic has no partition left in the book: drop its metric series, and forget its positions
-    /// if it was deleted on the source.
+    /// The topic has no partition left in the book: drop its lag gauges (they would stay frozen), and
+    /// if it was deleted on the source every series and its positions. A topic merely revoked (a
+    /// rebalance, often handing the same partitions straight back) keeps its counters and histograms:
+    /// dropping them would lose counts, a partition failure just counted among them.
     fn drop_topic(&mut self, topic: &str, shared: &Shared) {
         self.topics.remove(topic);
-        METRICS.remove_topic(&self.flow, topic);
+        if !self.forget.contains(topic) {
+            METRICS.remove_topic_gauges(&self.flow, topic);
+        }
         if self.forget.remove(topic) {
+            METRICS.remove_topic(&self.flow, topic);
             shared.acks.forget_topic(topic);
             tracing::info!(flow = %self.flow, topic, "source topic deleted: its positions and metrics are dropped");
         }
