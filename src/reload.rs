@@ -151,11 +151,10 @@ pub fn content_hash(dir: &Path) -> u64 {
 fn hash_file(path: &Path, h: &mut DefaultHasher) {
     path.hash(h);
     if path.is_dir() {
-        let mut entries: Vec<PathBuf> = match std::fs::read_dir(path) {
-            Ok(rd) => rd.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_file()).collect(),
+        let entries = match crate::config::client_files::files_of(path) {
+            Ok(files) => files,
             Err(e) => return e.kind().hash(h),
         };
-        entries.sort();
         for entry in entries {
             hash_file(&entry, h);
         }

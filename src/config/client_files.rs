@@ -95,16 +95,21 @@ pub fn read(client: &BTreeMap<String, String>) -> Result<Vec<ClientFile>, Vec<(S
     if problems.is_empty() { Ok(files) } else { Err(problems) }
 }
 
+/// The files in directory `dir` (a CA directory), sorted: what its digest and the reload's hash read.
+pub fn files_of(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(dir)?.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_file()).collect();
+    files.sort();
+    Ok(files)
+}
+
 fn read_one(key: &str, path: &Path) -> Result<ClientFile, String> {
     let cannot = |e: std::io::Error| format!("cannot read the file of `{key}` ({}): {}", path.display(), io_reason(&e));
     let mut certificates = Vec::new();
     let digest = if path.is_dir() {
         // A CA directory (librdkafka takes one for ssl.ca.location): every file in it counts.
         let mut h = openssl::sha::Sha256::new();
-        let mut entries: Vec<PathBuf> =
-            std::fs::read_dir(path).map_err(cannot)?.filter_map(Result::ok).map(|e| e.path()).collect();
-        entries.sort();
-        for entry in entries.iter().filter(|p| p.is_file()) {
+        for entry in &files_of(path).map_err(cannot)? {
             h.update(entry.as_os_str().as_encoded_bytes());
             h.update(&std::fs::read(entry).map_err(cannot)?);
         }
