@@ -26,10 +26,11 @@
 #                         certificate per CLIENT (CN=CLIENT), and an untrusted CA with a client
 #                         certificate of its own. EC P-256 keys, unencrypted; valid 30 days
 #                         (FERRY_TLS_DAYS)
-#   prepare-secure DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE [USER=PASSWORD...]
+#   prepare-secure DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE [USER=PASSWORD...|REALM]
 #                         like prepare, but clients get a secured listener on PORT. MODE is sasl_ssl
-#                         (SASL_SSL with SCRAM-SHA-512/256, PLAIN and OAUTHBEARER with unsecured JWTs)
-#                         or mtls (SSL, client certificate required),
+#                         (SASL_SSL with SCRAM-SHA-512/256, PLAIN and OAUTHBEARER with unsecured JWTs),
+#                         mtls (SSL, client certificate required) or gssapi (SASL_PLAINTEXT with
+#                         Kerberos in REALM; needs DIR/kafka.keytab, see gssapi_properties),
 #                         either with "+acl" appended for the StandardAuthorizer. Needs DIR/tls made
 #                         by `certs`. Each USER=PASSWORD becomes a SCRAM credential (both hashes) at format
 #                         time and a PLAIN user, so DIR/data is then formatted by kafka-storage (a JVM, 1-3 s), not the template
@@ -262,13 +263,53 @@ broker.session.timeout.ms=3000
 EOF
 }
 
-secure_properties() { # DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE
-  local tls=$1/tls mode=${5%+acl} protocol
+secure_properties() { # DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE [USER=PASSWORD...|REALM]
+  local mode=${5%+acl} protocol
   case $mode in
     sasl_ssl) protocol=SASL_SSL ;;
     mtls) protocol=SSL ;;
-    *) die "unknown security mode '$5' (sasl_ssl or mtls, optionally with +acl)" ;;
+    gssapi) protocol=SASL_PLAINTEXT ;;
+    *) die "unknown security mode '$5' (sasl_ssl, mtls or gssapi, optionally with +acl)" ;;
   esac
+  if [[ $mode == gssapi ]]; then
+    gssapi_properties "$@"
+  else
+    tls_properties "$protocol" "$@"
+  fi
+  if [[ $5 == *+acl ]]; then
+    cat <<EOF
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+# ANONYMOUS is the node itself on its PLAINTEXT INTERNAL and CONTROLLER listeners
+super.users=User:admin;User:ANONYMOUS
+EOF
+  fi
+}
+
+# A SASL_PLAINTEXT listener with GSSAPI only. The broker is kafka/localhost@REALM (REALM is the sixth
+# argument), with its key in DIR/kafka.keytab; its JVM must be started with
+# -Djava.security.krb5.conf pointing at the KDC (JDK_JAVA_OPTIONS, see tests/support/kdc.rs). The
+# listener is advertised as `localhost`: clients ask the KDC for a ticket to kafka/<advertised host>.
+# Re-authentication every 30 s makes clients present fresh tickets while they copy.
+gssapi_properties() { # DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE REALM
+  local realm=${6:?gssapi needs the realm as the sixth argument}
+  [[ -f $1/kafka.keytab ]] || die "no $1/kafka.keytab (the broker's key for kafka/localhost@$realm)"
+  cat <<EOF
+listeners=CLIENT://127.0.0.1:$2,INTERNAL://127.0.0.1:$4,CONTROLLER://127.0.0.1:$3
+advertised.listeners=CLIENT://localhost:$2,INTERNAL://127.0.0.1:$4
+listener.security.protocol.map=CLIENT:SASL_PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=INTERNAL
+sasl.enabled.mechanisms=GSSAPI
+sasl.kerberos.service.name=kafka
+connections.max.reauth.ms=30000
+listener.name.client.gssapi.sasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true keyTab="$1/kafka.keytab" principal="kafka/localhost@$realm";
+EOF
+}
+
+tls_properties() { # PROTOCOL DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE [USER=PASSWORD...]
+  local protocol=$1
+  shift
+  local tls=$1/tls mode=${5%+acl}
   [[ -f $tls/broker.pem && -f $tls/ca.pem ]] || die "no $tls/broker.pem or $tls/ca.pem; run: $0 certs $tls"
   cat <<EOF
 listeners=CLIENT://127.0.0.1:$2,INTERNAL://127.0.0.1:$4,CONTROLLER://127.0.0.1:$3
@@ -301,14 +342,6 @@ EOF
 ssl.client.auth=required
 # "CN=alice,OU=ferry-test,O=ferry" -> User:alice
 ssl.principal.mapping.rules=RULE:^CN=([^,]+)(,.*)?\$/\$1/,DEFAULT
-EOF
-  fi
-  if [[ $5 == *+acl ]]; then
-    cat <<EOF
-authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
-allow.everyone.if.no.acl.found=false
-# ANONYMOUS is the node itself on its PLAINTEXT INTERNAL and CONTROLLER listeners
-super.users=User:admin;User:ANONYMOUS
 EOF
   fi
 }
@@ -559,7 +592,11 @@ case $cmd in
     mkdir -p "$1"
     write_properties "$@" >"$1/server.properties.tmp"
     mv "$1/server.properties.tmp" "$1/server.properties"
-    format_dir "$1/data" "${@:6}"
+    if [[ ${5%+acl} == gssapi ]]; then
+      format_dir "$1/data" # the sixth argument is the realm: Kerberos users need no SCRAM credentials
+    else
+      format_dir "$1/data" "${@:6}"
+    fi
     ;;
   up) cmd_up "$@" ;;
   down) cmd_down "$@" ;;

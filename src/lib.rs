@@ -18,6 +18,7 @@ pub mod flow;
 pub mod http;
 pub mod import_mm2;
 pub mod kafka;
+pub mod kerberos;
 pub mod metrics;
 pub mod mm2;
 pub mod node;

@@ -25,6 +25,7 @@ pub struct Metrics {
     pub topics_created: IntCounterVec,
     /// ACL bindings the topic ACL sync created on the target.
     pub acl_bindings_synced: IntCounterVec,
+    pub kerberos_logins: IntCounterVec,
     /// Source partitions the copier currently mirrors.
     pub partitions_assigned: IntGaugeVec,
     /// Offset syncs the rule selected, by reason (first, upstream_gap, downstream_truncated,
@@ -191,6 +192,12 @@ impl Metrics {
                 "ferry_acl_bindings_synced_total",
                 "ACL bindings of replicated topics created on their remote topics (sync_topic_acls_enabled).",
                 &["flow"],
+            ),
+            kerberos_logins: counter(
+                &registry,
+                "ferry_kerberos_logins_total",
+                "Kerberos logins (kinit from the keytab: the first, then each renewal) by principal and result.",
+                &["principal", "result"],
             ),
             partitions_assigned: gauge(
                 &registry,

@@ -39,10 +39,7 @@ const DEGRADED: Duration = Duration::from_secs(60);
 const READ: Duration = Duration::from_secs(30);
 
 /// Short intervals: checkpoints and group offset sync within seconds.
-const FAST: &str = "emit_checkpoints_interval_seconds = 1\nrefresh_groups_interval_seconds = 1\n\
-                    refresh_topics_interval_seconds = 2\nsync_group_offsets_enabled = true\n\
-                    sync_group_offsets_interval_seconds = 1\nrestart_backoff_initial_seconds = 0.2\n\
-                    restart_backoff_max_seconds = 2\n";
+const FAST: &str = support::flows::FAST_SECURED;
 
 /// The clusters every Kafka test of this file uses.
 struct Bed {
@@ -80,9 +77,7 @@ fn bed() -> &'static Bed {
 }
 
 fn with(props: &[(String, String)], key: &str, value: &str) -> Vec<(String, String)> {
-    let mut props: Vec<(String, String)> = props.iter().filter(|(k, _)| k != key).cloned().collect();
-    props.push((key.to_string(), value.to_string()));
-    props
+    support::flows::with_prop(props, key, value)
 }
 
 fn path_str(p: &Path) -> String {
@@ -95,21 +90,12 @@ fn flow(source: &str, target: &str, topic: &str, group: &str) -> String {
     )
 }
 
-/// `n` records over two partitions, keys, headers and timestamps included.
 fn records(prefix: &str, n: usize) -> Vec<Rec> {
-    (0..n)
-        .map(|i| {
-            Rec::new((i % 2) as i32, format!("{prefix}-{i}").as_bytes(), 1_700_000_000_000 + i as i64)
-                .key(format!("k{i}").as_bytes())
-                .header("h", Some(format!("{i}").as_bytes()))
-        })
-        .collect()
+    support::scenario::keyed_records(prefix, 0..n)
 }
 
-/// What a consumer of `topic` sees, offsets and partitions included, for byte-for-byte comparison.
-fn sorted(mut recs: Vec<Rec>) -> Vec<Rec> {
-    recs.sort_by_key(|r| (r.partition, r.offset));
-    recs
+fn sorted(recs: Vec<Rec>) -> Vec<Rec> {
+    support::scenario::by_position(recs)
 }
 
 /// Every checkpoint of `group` in `<source_alias>.checkpoints.internal` on `target`.
@@ -129,26 +115,11 @@ fn checkpoints(target: &Cluster, source_alias: &str, group: &str) -> Vec<ferry::
 
 /// `GET /flows` parsed.
 fn flows_json(addr: SocketAddr) -> serde_json::Value {
-    let (status, body) = request(addr, "GET", "/flows", &[], b"");
-    assert_eq!(status, 200, "/flows: {body}");
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("/flows is not JSON ({e}): {body}"))
+    observe::flows(addr)
 }
 
-/// Every reason a flow's status shows: actors' last errors, partition problems, topic and group errors.
 fn reasons(flow: &serde_json::Value) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(actors) = flow["actors"].as_object() {
-        out.extend(actors.values().filter_map(|a| a["last_error"].as_str().map(str::to_string)));
-    }
-    if let Some(problems) = flow["partition_problems"].as_array() {
-        out.extend(problems.iter().filter_map(|p| p["reason"].as_str().map(str::to_string)));
-    }
-    for items in ["topic_errors", "group_errors"] {
-        if let Some(errors) = flow[items].as_object() {
-            out.extend(errors.values().filter_map(|e| e["reason"].as_str().map(str::to_string)));
-        }
-    }
-    out
+    observe::flow_reasons(flow)
 }
 
 /// Copies plaintext `east` → SASL_SSL `west` (password from a secret file, as alice) and mTLS → mTLS,

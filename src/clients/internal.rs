@@ -90,7 +90,7 @@ pub struct InternalProducer {
 
 impl InternalProducer {
     pub fn new(cluster: &ClusterSpec) -> Result<Self, KafkaOpError> {
-        let mut cfg = kafka::client_config(cluster, &"ferry", "internal-producer");
+        let mut cfg = kafka::client_config(cluster, &"ferry", "internal-producer")?;
         // Room for every lane's cap several times over: one sender at its cap leaves the others room.
         cfg.set("acks", "all")
             .set("enable.idempotence", "true")

@@ -173,6 +173,8 @@ pub struct Connection {
     meta_uncommitted: Slot<MetaConsumer>,
     internal: Slot<Arc<InternalProducer>>,
     records: records::RecordProducers,
+    /// A Kerberos cluster's login, renewed while some flow holds the connection.
+    _kerberos: Option<Arc<crate::kerberos::Hold>>,
 }
 
 impl fmt::Debug for Connection {
@@ -183,7 +185,9 @@ impl fmt::Debug for Connection {
 
 impl Connection {
     fn new(cluster: ClusterSpec) -> Self {
+        let kerberos = crate::kerberos::Login::of(&cluster.client).ok().flatten().map(|l| crate::kerberos::hold(&l));
         Self {
+            _kerberos: kerberos,
             cluster,
             admin: Slot::new(),
             meta: Slot::new(),
@@ -209,7 +213,7 @@ impl Connection {
     /// The connection's admin client.
     pub fn admin(&self) -> Result<Admin, KafkaOpError> {
         self.admin.get_or_try(|| {
-            let mut cfg = kafka::client_config(&self.cluster, &"ferry", "admin");
+            let mut cfg = kafka::client_config(&self.cluster, &"ferry", "admin")?;
             cfg.set("client.id", "ferry|admin");
             let admin = cfg
                 .create_with_context(StatsContext::new(&self.cluster.alias, "admin"))
@@ -225,7 +229,7 @@ impl Connection {
             Isolation::Uncommitted => &self.meta_uncommitted,
         };
         slot.get_or_try(|| {
-            let (role, cfg) = self.meta_config(isolation);
+            let (role, cfg) = self.meta_config(isolation)?;
             let consumer = cfg
                 .create_with_context(StatsContext::new(&self.cluster.alias, role))
                 .map_err(|e| KafkaOpError::kafka(&self.cluster.alias, format!("create {role} consumer"), e))?;
@@ -233,12 +237,12 @@ impl Connection {
         })
     }
 
-    fn meta_config(&self, isolation: Isolation) -> (&'static str, ClientConfig) {
+    fn meta_config(&self, isolation: Isolation) -> Result<(&'static str, ClientConfig), KafkaOpError> {
         let role = match isolation {
             Isolation::AsConfigured => "metadata",
             Isolation::Uncommitted => "metadata-uncommitted",
         };
-        let mut cfg = kafka::client_config(&self.cluster, &"ferry", role);
+        let mut cfg = kafka::client_config(&self.cluster, &"ferry", role)?;
         cfg.set("group.id", format!("ferry-{role}-unused"))
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false");
@@ -247,7 +251,7 @@ impl Connection {
         }
         // No statistics here: a consumer with a group routes them to its consumer queue, and nobody
         // polls a metadata consumer, so every report would pile up in memory (10 KB and more each).
-        (role, cfg)
+        Ok((role, cfg))
     }
 
     /// A lane of the connection's producer for internal topics. A producer that hit a fatal error
@@ -335,10 +339,10 @@ mod tests {
     fn the_uncommitted_metadata_consumer_reads_uncommitted_whatever_the_cluster_says() {
         let clients = Clients::new();
         let c = clients.connection(&spec("east", &[("isolation.level", "read_committed"), ("client.rack", "r1")]));
-        let (_, cfg) = c.meta_config(Isolation::Uncommitted);
+        let (_, cfg) = c.meta_config(Isolation::Uncommitted).unwrap();
         assert_eq!(cfg.get("isolation.level"), Some("read_uncommitted"));
         assert_eq!(cfg.get("client.rack"), Some("r1"), "everything else kept");
-        assert_eq!(c.meta_config(Isolation::AsConfigured).1.get("isolation.level"), Some("read_committed"));
+        assert_eq!(c.meta_config(Isolation::AsConfigured).unwrap().1.get("isolation.level"), Some("read_committed"));
     }
 
     #[test]

@@ -143,7 +143,7 @@ pub struct RecordProducer {
 
 impl RecordProducer {
     fn new(cluster: &ClusterSpec, tuning: &RecordTuning) -> Result<Self, KafkaOpError> {
-        let mut cfg = kafka::client_config(cluster, &"ferry", "record-producer");
+        let mut cfg = kafka::client_config(cluster, &"ferry", "record-producer")?;
         // The client id names the producer in the brokers' quotas and request logs: the cluster's own
         // `client.id`, if it sets one, scopes a quota to the flows of that cluster definition.
         let prefix = cluster.client.get("client.id").map_or("ferry", String::as_str);

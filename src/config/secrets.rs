@@ -21,10 +21,21 @@ const MIN_SCRUB_LEN: usize = 4;
 /// True for librdkafka properties whose value must never be shown. Every `sasl.*` setting but the
 /// mechanism counts (a JAAS line or an OAuth config embeds credentials), as does anything that names a
 /// password, secret, token, credential or private key. The mechanism (`SCRAM-SHA-512`) is not secret,
-/// and librdkafka's authentication errors name it.
+/// and librdkafka's authentication errors name it; nor are Kerberos' names (the broker's service name,
+/// the client's principal, where its keytab lives, how often it logs in), which every Kerberos error
+/// names and an operator needs to read: the keytab's *content* is the secret, and is never read into
+/// the configuration.
 pub fn is_secret_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
-    if k == "sasl.mechanism" || k == "sasl.mechanisms" {
+    const PUBLIC: [&str; 6] = [
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "sasl.kerberos.service.name",
+        "sasl.kerberos.principal",
+        "sasl.kerberos.keytab",
+        "sasl.kerberos.min.time.before.relogin",
+    ];
+    if PUBLIC.contains(&k.as_str()) {
         return false;
     }
     k.starts_with("sasl.")

@@ -78,9 +78,35 @@ pub fn validate(files: Vec<(PathBuf, RawFile)>, env: &dyn Fn(&str) -> Option<Str
         flows.insert(plan.id.clone(), plan);
     }
 
+    one_principal_per_realm(&clusters, &mut errors);
     unprotected_identity_cycles(&flows, &mut errors);
     share_routes(&mut flows);
     if errors.is_empty() { Ok(FlowSet { clusters, flows }) } else { Err(ConfigErrors(errors)) }
+}
+
+/// Two Kerberos principals of one realm cannot be told apart by the Kerberos library (see `kerberos`):
+/// either cluster's clients could authenticate as the other's principal. The later definition is refused.
+fn one_principal_per_realm(clusters: &BTreeMap<String, ClusterSpec>, errors: &mut Vec<ConfigError>) {
+    let mut ordered: Vec<&ClusterSpec> = clusters.values().collect();
+    ordered.sort_by(|a, b| (&a.file, &a.alias).cmp(&(&b.file, &b.alias)));
+    let logins = ordered
+        .iter()
+        .filter_map(|c| crate::kerberos::Login::of(&c.client).ok().flatten().map(|l| (c.alias.as_str(), l)));
+    for ((first, first_principal), (later, principal)) in crate::kerberos::conflicting_principals(logins) {
+        let (first_file, later_file) = (&clusters[&first].file, &clusters[&later].file);
+        errors.push(ConfigError {
+            file: later_file.clone(),
+            line: None,
+            key: format!("clusters.{later}.client.\"sasl.kerberos.principal\""),
+            reason: format!(
+                "cluster `{later}` logs in as `{principal}`, cluster `{first}` ({}) as `{first_principal}`: one ferry \
+                 node holds one Kerberos principal per realm (the Kerberos library picks a ticket by realm, so either \
+                 cluster could authenticate as the other); use one principal for both, or run them in separate \
+                 deployments",
+                first_file.display()
+            ),
+        });
+    }
 }
 
 /// Under the identity policy a topic keeps its name, so names cannot tell where a record came from: a
@@ -230,6 +256,11 @@ fn cluster(
     }
     // The files the properties name, read once here: their digests make a rewritten certificate a
     // changed cluster, and a rotation half written is refused before librdkafka would refuse it.
+    // A Kerberos cluster is logged in by ferry: it needs the principal (with its realm) and the keytab.
+    if let Err((k, reason)) = crate::kerberos::Login::of(&client) {
+        errs.push(format!("{base}.client.\"{k}\""), reason);
+        ok = false;
+    }
     let client_files = match super::client_files::read(&client) {
         Ok(files) => files,
         Err(problems) => {
@@ -757,6 +788,41 @@ mod tests {
         let set =
             parse(&[("a.toml", &format!("{CLUSTERS}\n{flow}"))], &no_env).expect("syncs off with nothing to translate");
         assert!(!set.flows.values().next().expect("flow").settings.runs_checkpoints());
+    }
+
+    #[test]
+    fn one_node_holds_one_kerberos_principal_per_realm() {
+        let dir = tempfile::tempdir().expect("dir");
+        let keytab = dir.path().join("k.keytab");
+        std::fs::write(&keytab, b"\x05\x02not parsed here").expect("write keytab");
+        let kerberos = |alias: &str, principal: &str| {
+            format!(
+                "[clusters.{alias}]\nbootstrap_servers = \"{alias}:9092\"\n[clusters.{alias}.client]\n\
+                 \"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanism\" = \"GSSAPI\"\n\
+                 \"sasl.kerberos.principal\" = \"{principal}\"\n\"sasl.kerberos.keytab\" = \"{}\"\n",
+                keytab.display()
+            )
+        };
+        let flows = "[[flows]]\nsource = \"a\"\ntarget = \"b\"\n[[flows]]\nsource = \"a\"\ntarget = \"c\"\n";
+        // The same principal for two clusters, another realm's for the third: fine.
+        let same = [kerberos("a", "ferry@CORP"), kerberos("b", "ferry@CORP"), kerberos("c", "mirror@LAB")].concat();
+        parse(&[("x.toml", &format!("{same}{flows}"))], &no_env).expect("one principal per realm");
+        // A second principal of realm CORP is refused, naming both clusters and the earlier file.
+        let two = [kerberos("a", "ferry@CORP"), kerberos("b", "ferry@CORP"), kerberos("c", "auditor@CORP")].concat();
+        let errs = parse(&[("x.toml", &format!("{two}{flows}"))], &no_env).expect_err("two principals").0;
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].key, "clusters.c.client.\"sasl.kerberos.principal\"");
+        assert!(
+            errs[0].reason.contains("`auditor@CORP`") && errs[0].reason.contains("`ferry@CORP`"),
+            "{}",
+            errs[0].reason
+        );
+        // A principal without its realm, or no keytab: named.
+        let bare =
+            kerberos("a", "ferry").replace(&format!("\"sasl.kerberos.keytab\" = \"{}\"\n", keytab.display()), "");
+        let errs =
+            parse(&[("x.toml", &format!("{bare}{}", kerberos("b", "ferry@CORP")))], &no_env).expect_err("bare").0;
+        assert!(errs.iter().any(|e| e.key == "clusters.a.client.\"sasl.kerberos.principal\""), "{errs:?}");
     }
 
     #[test]

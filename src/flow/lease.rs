@@ -100,7 +100,7 @@ fn run(
         TopicSpec { configs: Vec::new(), ..TopicSpec::compacted(LEASE_TOPIC, 1, plan.settings.replication_factor) };
     conns.target.ensure_topic(&plan.id, &spec).map_err(|e| e.to_string())?;
     // The flow's own client: its membership of the flow's lease group is what elects the leader.
-    let mut cfg = kafka::client_config(&plan.target, &plan.id, "lease");
+    let mut cfg = kafka::client_config(&plan.target, &plan.id, "lease").map_err(|e| e.to_string())?;
     cfg.set("group.id", lease_group(identity, plan))
         .set("group.instance.id", node_id)
         .set("client.id", format!("{}|ferry|lease|{node_id}", plan.id))

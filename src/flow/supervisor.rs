@@ -564,6 +564,7 @@ fn is_cluster_problem(reason: &str) -> bool {
         "allbrokersdown",
         "broker transport failure",
         "authentication",
+        "kerberos",
         "ssl handshake",
         "certificate",
         "does not answer",

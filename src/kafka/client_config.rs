@@ -30,8 +30,14 @@ pub fn property_refusal(result: RDKafkaConfRes, key: &str, desc: &str, value: &s
     }
 }
 
-/// Base client configuration for `cluster`, with `role` in the client id.
-pub fn client_config(cluster: &ClusterSpec, flow: &impl fmt::Display, role: &str) -> ClientConfig {
+/// Base client configuration for `cluster`, with `role` in the client id. For a Kerberos cluster, its
+/// principal is logged in first (see `kerberos`): a client is never built on another principal's ticket,
+/// and a login that fails is this client's error.
+pub fn client_config(
+    cluster: &ClusterSpec,
+    flow: &impl fmt::Display,
+    role: &str,
+) -> Result<ClientConfig, KafkaOpError> {
     {
         let mut causes = CAUSES.lock().unwrap_or_else(|p| p.into_inner());
         if causes.bootstraps.get(&cluster.alias) != Some(&cluster.bootstrap_servers) {
@@ -49,7 +55,26 @@ pub fn client_config(cluster: &ClusterSpec, flow: &impl fmt::Display, role: &str
     cfg.set("client.id", format!("{flow}|ferry|{role}"));
     // librdkafka logs through its own callback; keep it to warnings and above.
     cfg.set_log_level(rdkafka::config::RDKafkaLogLevel::Warning);
-    cfg
+    kerberos_login(cluster, &mut cfg)?;
+    Ok(cfg)
+}
+
+/// For a Kerberos cluster: librdkafka's own kinit off, and the cluster's principal logged in.
+pub fn kerberos_login(cluster: &ClusterSpec, cfg: &mut ClientConfig) -> Result<(), KafkaOpError> {
+    crate::kerberos::configure(cfg, &cluster.client);
+    match crate::kerberos::Login::of(&cluster.client) {
+        Ok(None) => Ok(()),
+        Ok(Some(login)) => crate::kerberos::ensure(&login).map_err(|reason| KafkaOpError::Other {
+            cluster: cluster.alias.clone(),
+            op: "log in".into(),
+            reason,
+        }),
+        Err((key, reason)) => Err(KafkaOpError::Other {
+            cluster: cluster.alias.clone(),
+            op: "log in".into(),
+            reason: format!("`{key}`: {reason}"),
+        }),
+    }
 }
 
 /// A client context that says nothing: [`check_client_properties`] builds clients only to have
@@ -127,6 +152,8 @@ pub fn check_client_properties(cluster: &ClusterSpec) -> Vec<(Option<String>, St
             cfg.set(k, v);
         }
         // No bootstrap servers: the client has nowhere to connect, so building it checks and does nothing.
+        // Nor does it log in: librdkafka would run its own kinit at creation (ferry logs in itself).
+        crate::kerberos::configure(&mut cfg, &cluster.client);
         cfg.set("client.id", format!("ferry-validate-{role}"));
         for (k, v) in props {
             cfg.set(*k, *v);
@@ -204,7 +231,7 @@ pub fn assign_only_consumer(
     flow: &impl fmt::Display,
     role: &str,
 ) -> Result<AssignOnlyConsumer, KafkaOpError> {
-    let mut cfg = client_config(cluster, flow, role);
+    let mut cfg = client_config(cluster, flow, role)?;
     // librdkafka requires a group.id for assign(); it is never joined or committed to, and needs no ACL.
     cfg.set("group.id", format!("ferry-{flow}-{role}-unused"))
         .set("enable.auto.commit", "false")

@@ -70,6 +70,9 @@ fn connection_error(cluster: &ClusterSpec, deadline: Duration) -> Option<String>
     cfg.set("bootstrap.servers", &cluster.bootstrap_servers)
         .set("client.id", "ferry-diagnose")
         .set_log_level(RDKafkaLogLevel::Warning);
+    if let Err(e) = kerberos_login(cluster, &mut cfg) {
+        return Some(e.to_string());
+    }
     let consumer: BaseConsumer<FirstError> = match cfg.create_with_context(FirstError::default()) {
         Ok(c) => c,
         Err(e) => return Some(KafkaOpError::kafka(&cluster.alias, "create a client", e).to_string()),

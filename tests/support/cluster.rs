@@ -59,6 +59,11 @@ pub enum Security {
     /// An SSL listener with `ssl.client.auth=required`; each user has a client certificate
     /// `CN=<user>` signed by the cluster's CA, and is principal `User:<user>`.
     Mtls { users: Vec<String>, acls: bool },
+    /// A SASL_PLAINTEXT listener with GSSAPI against `kdc`: the broker is `kafka/localhost@REALM`, each
+    /// user a principal `<user>@REALM` with a keytab in the cluster's dir ([`Cluster::keytab`]).
+    /// [`ADMIN`]'s properties lead to the node's PLAINTEXT internal listener instead (as ANONYMOUS,
+    /// a super user): the test process's helpers never need a Kerberos ticket.
+    Gssapi { users: Vec<String>, kdc: std::sync::Arc<super::kdc::Kdc> },
 }
 
 impl Security {
@@ -70,16 +75,21 @@ impl Security {
         Security::Mtls { users: users.iter().map(|u| u.to_string()).collect(), acls: false }
     }
 
+    pub fn gssapi(kdc: &std::sync::Arc<super::kdc::Kdc>, users: &[&str]) -> Security {
+        Security::Gssapi { users: users.iter().map(|u| u.to_string()).collect(), kdc: kdc.clone() }
+    }
+
     /// The same with the StandardAuthorizer on.
     pub fn with_acls(self) -> Security {
         match self {
             Security::SaslSsl { users, .. } => Security::SaslSsl { users, acls: true },
             Security::Mtls { users, .. } => Security::Mtls { users, acls: true },
+            Security::Gssapi { .. } => panic!("GSSAPI test clusters have no authorizer"),
         }
     }
 
     fn users(&self) -> Vec<String> {
-        let (Security::SaslSsl { users, .. } | Security::Mtls { users, .. }) = self;
+        let (Security::SaslSsl { users, .. } | Security::Mtls { users, .. } | Security::Gssapi { users, .. }) = self;
         let mut all = vec![ADMIN.to_string()];
         all.extend(users.iter().filter(|u| *u != ADMIN).cloned());
         all
@@ -94,6 +104,7 @@ impl Security {
         let kind = match self {
             Security::SaslSsl { .. } => "sasl_ssl",
             Security::Mtls { .. } => "mtls",
+            Security::Gssapi { .. } => "gssapi",
         };
         if self.acls() { format!("{kind}+acl") } else { kind.to_string() }
     }
@@ -171,13 +182,21 @@ impl Cluster {
         let users = security.users();
         let cert_clients: Vec<&str> = match security {
             Security::Mtls { .. } => users.iter().map(String::as_str).collect(),
-            Security::SaslSsl { .. } => Vec::new(),
+            Security::SaslSsl { .. } | Security::Gssapi { .. } => Vec::new(),
         };
         let tls = Tls::generate(&dir.path().join("tls"), &cert_clients);
         let passwords: BTreeMap<String, String> = match security {
             Security::SaslSsl { .. } => users.iter().map(|u| (u.clone(), random_password(u))).collect(),
-            Security::Mtls { .. } => BTreeMap::new(),
+            Security::Mtls { .. } | Security::Gssapi { .. } => BTreeMap::new(),
         };
+        if let Security::Gssapi { kdc, .. } = &security {
+            kdc.add_principal("kafka/localhost");
+            kdc.keytab("kafka/localhost", &dir.path().join("kafka.keytab"), false);
+            for user in users.iter().filter(|u| *u != ADMIN) {
+                kdc.add_principal(user);
+                kdc.keytab(user, &dir.path().join(format!("{user}.keytab")), false);
+            }
+        }
         let (dir_s, port_s, cport_s, iport_s, mode) = (
             dir.path().to_str().expect("utf-8 temp dir").to_string(),
             port.to_string(),
@@ -185,13 +204,18 @@ impl Cluster {
             internal_port.to_string(),
             security.mode(),
         );
-        let scram: Vec<String> = passwords.iter().map(|(u, p)| format!("{u}={p}")).collect();
+        let mut scram: Vec<String> = passwords.iter().map(|(u, p)| format!("{u}={p}")).collect();
+        if let Security::Gssapi { kdc, .. } = &security {
+            scram = vec![kdc.realm.clone()];
+        }
         let mut args = vec!["prepare-secure", &dir_s, &port_s, &cport_s, &iport_s, &mode];
         args.extend(scram.iter().map(String::as_str));
         kafka_sh(&args);
+        // Kerberos clients ask for a ticket to kafka/<host they connect to>: the broker is kafka/localhost.
+        let host = if matches!(security, Security::Gssapi { .. }) { "localhost" } else { "127.0.0.1" };
         let mut cluster = Cluster {
             name: name.to_string(),
-            bootstrap: format!("127.0.0.1:{port}"),
+            bootstrap: format!("{host}:{port}"),
             port,
             controller_port,
             dir,
@@ -242,7 +266,25 @@ impl Cluster {
                 let (cert, key) = s.client_tls().client(user);
                 s.tls.ssl_props(Some((&cert, &key)))
             }
+            Security::Gssapi { .. } if user == ADMIN => {
+                vec![prop("bootstrap.servers", &format!("127.0.0.1:{}", s.internal_port))]
+            }
+            Security::Gssapi { ref kdc, ref users } => {
+                assert!(users.iter().any(|u| u == user), "[{}] no Kerberos user {user:?}", self.name);
+                vec![
+                    prop("security.protocol", "SASL_PLAINTEXT"),
+                    prop("sasl.mechanism", "GSSAPI"),
+                    prop("sasl.kerberos.service.name", "kafka"),
+                    prop("sasl.kerberos.principal", &kdc.principal(user)),
+                    prop("sasl.kerberos.keytab", &path_str(&self.keytab(user))),
+                ]
+            }
         }
+    }
+
+    /// Where user `user`'s keytab lives (a GSSAPI cluster): `<dir>/<user>.keytab`.
+    pub fn keytab(&self, user: &str) -> PathBuf {
+        self.dir.path().join(format!("{user}.keytab"))
     }
 
     /// The SCRAM password of `user` on a SASL_SSL cluster.
@@ -272,6 +314,7 @@ impl Cluster {
                     ),
                 ),
             ]),
+            Security::Gssapi { .. } => panic!("[{}] no Java client properties for a GSSAPI test cluster", self.name),
             Security::Mtls { .. } => {
                 s.client_tls().client(user); // panics for an unknown user
                 props.extend([
@@ -485,6 +528,11 @@ impl Cluster {
         let log_start = std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0) as usize;
         let log = OpenOptions::new().create(true).append(true).open(&log_path).expect("open broker log");
         let mut cmd = kafka_command(&broker_cmd());
+        if let Some(Security::Gssapi { kdc, .. }) = self.security() {
+            // The JVM's Kerberos configuration; the launcher reads this variable (kafka.sh prints a
+            // shared command line, so per-cluster JVM options cannot go there).
+            cmd.env("JDK_JAVA_OPTIONS", kdc.java_options());
+        }
         cmd.arg(self.dir.path().join("server.properties"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup log fd"))

@@ -39,3 +39,17 @@ fn toml_string(s: &str) -> String {
 pub fn east_west_flow(topics: &str, extra: &str) -> String {
     format!("[[flows]]\nsource = \"east\"\ntarget = \"west\"\ntopics = [{topics}]\n{extra}\n")
 }
+
+/// Flow keys for tests of secured clusters: checkpoints, group listing and group offset sync every second,
+/// topics every 2 s, restarts within 2 s.
+pub const FAST_SECURED: &str = "emit_checkpoints_interval_seconds = 1\nrefresh_groups_interval_seconds = 1\n\
+                                refresh_topics_interval_seconds = 2\nsync_group_offsets_enabled = true\n\
+                                sync_group_offsets_interval_seconds = 1\nrestart_backoff_initial_seconds = 0.2\n\
+                                restart_backoff_max_seconds = 2\n";
+
+/// `props` with `key` set to `value` (replacing it if present).
+pub fn with_prop(props: &[(String, String)], key: &str, value: &str) -> Vec<(String, String)> {
+    let mut props: Vec<(String, String)> = props.iter().filter(|(k, _)| k != key).cloned().collect();
+    props.push((key.to_string(), value.to_string()));
+    props
+}

@@ -34,6 +34,7 @@ pub mod connect;
 pub mod ferry;
 pub mod flows;
 pub mod group;
+pub mod kdc;
 pub mod mm2;
 pub mod mm2_client;
 pub mod observe;

@@ -80,6 +80,25 @@ pub fn records(prefix: &str, range: std::ops::Range<usize>, partitions: i32) -> 
     range.map(|i| Rec::new(i as i32 % partitions, format!("{prefix}{i}").as_bytes(), 1_000 + i as i64)).collect()
 }
 
+/// Records `prefix-<i>` for `range` over two partitions, with keys, headers and timestamps (of 2023):
+/// everything a byte-for-byte comparison looks at.
+pub fn keyed_records(prefix: &str, range: std::ops::Range<usize>) -> Vec<Rec> {
+    range
+        .map(|i| {
+            Rec::new((i % 2) as i32, format!("{prefix}-{i}").as_bytes(), 1_700_000_000_000 + i as i64)
+                .key(format!("k{i}").as_bytes())
+                .header("h", Some(format!("{i}").as_bytes()))
+        })
+        .collect()
+}
+
+/// Records in the order a consumer of a topic sees them per partition (partition, then offset), for
+/// byte-for-byte comparison of a topic with its copy.
+pub fn by_position(mut recs: Vec<Rec>) -> Vec<Rec> {
+    recs.sort_by_key(|r| (r.partition, r.offset));
+    recs
+}
+
 /// How often each value arrived on `topic`.
 pub fn arrivals(bootstrap: &str, topic: &str) -> HashMap<Vec<u8>, usize> {
     let mut counts = HashMap::new();

@@ -231,7 +231,8 @@ impl<'a> Computer<'a> {
             .build()
             .map_err(|e| format!("start admin runtime: {e}"))?;
         let txn = transactional_id(&identity, plan);
-        let mut cfg = kafka::client_config(&plan.target, &plan.id, "checkpoints-producer");
+        let mut cfg =
+            kafka::client_config(&plan.target, &plan.id, "checkpoints-producer").map_err(|e| e.to_string())?;
         cfg.set("acks", "all").set("linger.ms", "5").set("transactional.id", &txn);
         let producer: BaseProducer<ErrorCapture> = cfg
             .create_with_context(ErrorCapture::default())

@@ -908,7 +908,7 @@ fn source_consumer(
     identity: &Identity,
 ) -> Result<BaseConsumer<CopierContext>, KafkaOpError> {
     let group = (copier_group(identity, plan), plan.source.alias.clone());
-    let mut cfg = kafka::client_config(&plan.source, &plan.id, "replication-consumer");
+    let mut cfg = kafka::client_config(&plan.source, &plan.id, "replication-consumer")?;
     // Positions live in MM2's progress topic, never in the group: the group only splits the work.
     cfg.set("group.id", copier_group(identity, plan))
         // Dynamic membership, deliberately: a static member that rejoins after a restart gets its old

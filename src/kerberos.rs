@@ -1,0 +1,433 @@
+//! Kerberos (GSSAPI) logins: ferry logs each principal in itself, into a ticket cache of its own.
+//!
+//! librdkafka's GSSAPI (Cyrus SASL over MIT Kerberos) takes its ticket from the process's default
+//! credential cache, and its own refresh (`sasl.kerberos.kinit.cmd`) writes whichever principal a client
+//! names into that one cache. With two clusters the last `kinit` that worked decides who every client
+//! is, and a flow whose keytab no longer works authenticates with another flow's ticket (it copied
+//! thousands of records instead of failing). So:
+//! - the process's default cache is a *collection* private to this process (`KRB5CCNAME=DIR:<dir>`,
+//!   set by [`init_process`] before any thread starts);
+//! - each principal has a cache of its own in it, written by `kinit -k -t KEYTAB -c DIR::<dir>/tkt-…`;
+//!   the Kerberos library picks, for each broker, the cache whose principal is in the broker's realm;
+//! - a client of a GSSAPI cluster is created only after its principal logged in from *its* keytab
+//!   ([`ensure`], called by `kafka::client_config`): a failed login fails that client with a named
+//!   reason, so a wrong keytab fails its own flows and never borrows another cluster's ticket;
+//! - librdkafka's own kinit is off (`sasl.kerberos.min.time.before.relogin = 0`, see [`configure`]);
+//!   a thread of ferry's renews every login still in use every `sasl.kerberos.min.time.before.relogin`
+//!   (60 s by default), so tickets shorter than a flow's life never run out while it copies.
+//!
+//! What is not isolated: the library chooses a cache by realm, so one node holds one principal per
+//! realm. `config::validate` refuses two principals of one realm (naming both files); two clusters in
+//! different realms may use different principals.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+
+/// `sasl.mechanism` of Kerberos.
+pub const MECHANISM: &str = "GSSAPI";
+/// How often a login is renewed unless `sasl.kerberos.min.time.before.relogin` says otherwise
+/// (librdkafka's default for the same property).
+pub const DEFAULT_RENEW: Duration = Duration::from_secs(60);
+/// A failed login is not retried sooner than this: every client of a cluster asks for its login.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// How long `kinit` may take (an unreachable KDC makes it wait for its own timeouts).
+const KINIT_TIMEOUT: Duration = Duration::from_secs(30);
+const RENEW_KEY: &str = "sasl.kerberos.min.time.before.relogin";
+
+/// One principal logged in from one keytab.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Login {
+    pub principal: String,
+    pub keytab: PathBuf,
+    pub renew: Duration,
+}
+
+impl Login {
+    /// The login a cluster's client properties ask for: `None` unless `sasl.mechanism` is GSSAPI;
+    /// `Err((property, reason))` when they cannot be logged in by ferry.
+    pub fn of(client: &BTreeMap<String, String>) -> Result<Option<Login>, (String, String)> {
+        if !client.get("sasl.mechanism").is_some_and(|m| m.eq_ignore_ascii_case(MECHANISM)) {
+            return Ok(None);
+        }
+        if client.contains_key("sasl.kerberos.kinit.cmd") {
+            return Err((
+                "sasl.kerberos.kinit.cmd".into(),
+                "ferry logs Kerberos principals in itself (one ticket cache per principal, see README \
+                 \"Kerberos\"); remove this property"
+                    .into(),
+            ));
+        }
+        let principal = client.get("sasl.kerberos.principal").ok_or_else(|| {
+            (
+                "sasl.kerberos.principal".to_string(),
+                "GSSAPI needs the client's principal, e.g. `ferry@EXAMPLE.COM`".into(),
+            )
+        })?;
+        if principal.rsplit_once('@').is_none_or(|(name, realm)| name.is_empty() || realm.is_empty()) {
+            return Err((
+                "sasl.kerberos.principal".into(),
+                format!("`{principal}` names no realm: write it as `name@REALM` (the realm picks its ticket cache)"),
+            ));
+        }
+        let keytab = client.get("sasl.kerberos.keytab").ok_or_else(|| {
+            (
+                "sasl.kerberos.keytab".to_string(),
+                "GSSAPI needs a keytab: ferry logs the principal in from it and renews the ticket itself".into(),
+            )
+        })?;
+        let renew = match client.get(RENEW_KEY) {
+            None => DEFAULT_RENEW,
+            Some(v) => match v.parse::<u64>() {
+                Ok(ms) if ms >= 1000 => Duration::from_millis(ms),
+                _ => {
+                    return Err((
+                        RENEW_KEY.into(),
+                        "how often ferry renews the ticket, in milliseconds: at least 1000".into(),
+                    ));
+                }
+            },
+        };
+        Ok(Some(Login { principal: principal.clone(), keytab: PathBuf::from(keytab), renew }))
+    }
+
+    pub fn realm(&self) -> &str {
+        self.principal.rsplit_once('@').map_or("", |(_, r)| r)
+    }
+
+    /// The name of its cache in the collection: readable in `klist -A`, unique per principal.
+    fn cache_file(&self) -> String {
+        let readable: String = self
+            .principal
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || ".-".contains(c) { c } else { '_' })
+            .collect();
+        let digest = openssl::sha::sha256(self.principal.as_bytes());
+        let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        format!("tkt-{readable}-{short}")
+    }
+}
+
+/// Sets what ferry needs on a client of a GSSAPI cluster (nothing for others): librdkafka's own kinit
+/// off, since ferry logs in and renews (see the module doc).
+pub fn configure(cfg: &mut ClientConfig, client: &BTreeMap<String, String>) {
+    if matches!(Login::of(client), Ok(Some(_))) {
+        cfg.set(RENEW_KEY, "0");
+    }
+}
+
+/// The collection of ticket caches of this process.
+static CACHE_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+/// Points the Kerberos library at this process's own collection of ticket caches. Call it first thing
+/// in `main`, before any thread exists (it sets an environment variable). `FERRY_KRB5_CCACHE_DIR`
+/// chooses the directory (e.g. a memory-backed volume); by default it is `ferry-krb5cc-<pid>` in the
+/// temp dir. The directory is made at the first login, readable by this user only.
+// The one environment variable ferry sets: MIT Kerberos reads its default cache from it, in every
+// thread librdkafka starts, and has no other process-wide switch.
+#[allow(unsafe_code)]
+pub fn init_process() {
+    let dir = std::env::var_os("FERRY_KRB5_CCACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("ferry-krb5cc-{}", std::process::id())));
+    // SAFETY: called from `main` before any other thread runs, as `set_var` requires.
+    unsafe { std::env::set_var("KRB5CCNAME", format!("DIR:{}", dir.display())) };
+    let _ = CACHE_DIR.set(dir);
+}
+
+/// Removes this process's ticket caches (at shutdown): tickets are credentials.
+pub fn remove_caches() {
+    if let Some(dir) = CACHE_DIR.get()
+        && std::env::var_os("FERRY_KRB5_CCACHE_DIR").is_none()
+    {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+fn cache_dir() -> PathBuf {
+    CACHE_DIR
+        .get()
+        .cloned()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("ferry-krb5cc-{}", std::process::id())))
+}
+
+/// What became of one login.
+#[derive(Default)]
+struct State {
+    /// The last successful `kinit`.
+    ok_at: Option<Instant>,
+    /// The last failure and when: later clients get it without another `kinit` for a while.
+    failed: Option<(Instant, String)>,
+    /// Who still needs it renewed: the connections of its clusters.
+    holders: Vec<Weak<Hold>>,
+}
+
+static LOGINS: LazyLock<Mutex<HashMap<Login, State>>> = LazyLock::new(Default::default);
+static RENEWER: OnceLock<()> = OnceLock::new();
+
+/// Keeps a login renewed while it lives (a cluster connection holds one).
+#[derive(Debug)]
+pub struct Hold;
+
+/// Keeps `login` renewed for as long as the returned value lives.
+pub fn hold(login: &Login) -> Arc<Hold> {
+    let h = Arc::new(Hold);
+    let mut logins = LOGINS.lock().unwrap_or_else(|p| p.into_inner());
+    let state = logins.entry(login.clone()).or_default();
+    state.holders.retain(|w| w.strong_count() > 0);
+    state.holders.push(Arc::downgrade(&h));
+    h
+}
+
+/// Makes sure `login` holds a valid ticket: logs it in unless it did so less than its renewal interval
+/// ago. `Err` is the named reason, for the client that needed it.
+pub fn ensure(login: &Login) -> Result<(), String> {
+    {
+        let logins = LOGINS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = logins.get(login) {
+            if s.ok_at.is_some_and(|at| at.elapsed() < login.renew) && s.failed.is_none() {
+                return Ok(());
+            }
+            if let Some((at, reason)) = &s.failed
+                && at.elapsed() < RETRY_AFTER
+            {
+                return Err(reason.clone());
+            }
+        }
+    }
+    let result = kinit(login);
+    record(login, &result);
+    RENEWER.get_or_init(start_renewer);
+    result
+}
+
+fn record(login: &Login, result: &Result<(), String>) {
+    let mut logins = LOGINS.lock().unwrap_or_else(|p| p.into_inner());
+    let state = logins.entry(login.clone()).or_default();
+    match result {
+        Ok(()) => {
+            state.ok_at = Some(Instant::now());
+            state.failed = None;
+        }
+        Err(reason) => state.failed = Some((Instant::now(), reason.clone())),
+    }
+    crate::metrics::METRICS
+        .kerberos_logins
+        .with_label_values(&[login.principal.as_str(), if result.is_ok() { "ok" } else { "failed" }])
+        .inc();
+}
+
+/// Renews, every few seconds, each login that is held and due; forgets logins nobody holds.
+fn start_renewer() {
+    let spawned = std::thread::Builder::new().name("kerberos-renew".into()).spawn(|| {
+        loop {
+            std::thread::sleep(Duration::from_secs(2));
+            let due: Vec<Login> = {
+                let mut logins = LOGINS.lock().unwrap_or_else(|p| p.into_inner());
+                logins.retain(|_, s| {
+                    s.holders.retain(|w| w.strong_count() > 0);
+                    !s.holders.is_empty() || s.ok_at.is_none_or(|at| at.elapsed() < Duration::from_secs(600))
+                });
+                // A login that never worked is retried by the clients that need it (their flows restart
+                // with backoff), not here: renewal is for tickets that exist.
+                logins
+                    .iter()
+                    .filter(|(_, s)| !s.holders.is_empty() && s.ok_at.is_some())
+                    .filter(|(l, s)| {
+                        let renew_due = s.ok_at.is_none_or(|at| at.elapsed() >= l.renew);
+                        let retry_due = s.failed.as_ref().is_none_or(|(at, _)| at.elapsed() >= RETRY_AFTER);
+                        renew_due && retry_due
+                    })
+                    .map(|(l, _)| l.clone())
+                    .collect()
+            };
+            for login in due {
+                let result = kinit(&login);
+                let was_failing = LOGINS
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&login)
+                    .is_some_and(|s| s.failed.is_some());
+                if let Err(reason) = &result
+                    && !was_failing
+                {
+                    tracing::warn!(principal = %login.principal, keytab = %login.keytab.display(), %reason,
+                        "Kerberos ticket renewal failed; the clients of this principal keep their current ticket until it expires");
+                }
+                record(&login, &result);
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the Kerberos renewal thread; tickets will not be renewed");
+    }
+}
+
+/// `kinit` from the keytab into the principal's own cache.
+fn kinit(login: &Login) -> Result<(), String> {
+    let dir = cache_dir();
+    let failed = |why: String| {
+        format!("Kerberos login as `{}` from keytab `{}` failed: {why}", login.principal, login.keytab.display())
+    };
+    create_private_dir(&dir)
+        .map_err(|e| failed(format!("cannot create the ticket cache dir {}: {e}", dir.display())))?;
+    let cache = format!("DIR::{}", dir.join(login.cache_file()).display());
+    let mut child = Command::new("kinit")
+        .arg("-k")
+        .arg("-t")
+        .arg(&login.keytab)
+        .args(["-c", &cache, &login.principal])
+        .env("KRB5CCNAME", format!("DIR:{}", dir.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            failed(format!("cannot run kinit ({e}): ferry needs MIT Kerberos' kinit on PATH (Debian: krb5-user)"))
+        })?;
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if start.elapsed() > KINIT_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(failed(format!("kinit did not finish within {KINIT_TIMEOUT:?} (is the KDC reachable?)")));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(failed(format!("waiting for kinit: {e}"))),
+        }
+    };
+    if status.success() {
+        return Ok(());
+    }
+    let mut stderr = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        use std::io::Read;
+        let _ = err.read_to_string(&mut stderr);
+    }
+    let said = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
+    let said = if said.is_empty() { format!("kinit exited with {status}") } else { said };
+    Err(failed(match hint(&said) {
+        Some(h) => format!("{said} ({h})"),
+        None => said,
+    }))
+}
+
+/// What an operator does about kinit's usual complaints.
+fn hint(said: &str) -> Option<&'static str> {
+    let s = said.to_ascii_lowercase();
+    [
+        ("password incorrect", "the keytab's key is not the principal's current key: export a new keytab"),
+        ("preauthentication failed", "the keytab's key is not the principal's current key: export a new keytab"),
+        ("key table entry not found", "the keytab holds no key for this principal"),
+        ("no suitable keys", "the keytab holds no key for this principal"),
+        ("not found in kerberos database", "the KDC does not know this principal"),
+        ("key table file", "the keytab cannot be read"),
+        ("cannot contact any kdc", "no KDC of the realm answers: check krb5.conf and the network"),
+        ("cannot find kdc", "krb5.conf names no KDC for the principal's realm"),
+        ("clock skew", "this machine's clock differs too much from the KDC's"),
+        ("expired", "the principal or its password has expired at the KDC"),
+    ]
+    .iter()
+    .find(|(needle, _)| s.contains(needle))
+    .map(|(_, h)| *h)
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if !dir.exists() {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    }
+    let mode = std::fs::metadata(dir)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Two clusters of one node that log in to one realm as different principals: the Kerberos library
+/// would pick one ticket for both (see the module doc). Each pair found is `(earlier, later)` by the
+/// order given, each as (name, principal).
+pub fn conflicting_principals<'a>(
+    clusters: impl IntoIterator<Item = (&'a str, Login)>,
+) -> Vec<((String, String), (String, String))> {
+    let mut by_realm: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let mut conflicts = Vec::new();
+    for (name, login) in clusters {
+        let realm = login.realm().to_ascii_uppercase();
+        match by_realm.get(&realm) {
+            Some((first, principal)) if *principal != login.principal => {
+                conflicts.push(((first.clone(), principal.clone()), (name.to_string(), login.principal.clone())));
+            }
+            Some(_) => {}
+            None => {
+                by_realm.insert(realm, (name.to_string(), login.principal.clone()));
+            }
+        }
+    }
+    conflicts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    const GSSAPI: (&str, &str) = ("sasl.mechanism", "GSSAPI");
+    const PRINCIPAL: (&str, &str) = ("sasl.kerberos.principal", "ferry@EXAMPLE.COM");
+    const KEYTAB: (&str, &str) = ("sasl.kerberos.keytab", "/etc/ferry/ferry.keytab");
+
+    #[test]
+    fn a_gssapi_cluster_needs_a_principal_with_its_realm_and_a_keytab() {
+        assert_eq!(Login::of(&props(&[("sasl.mechanism", "SCRAM-SHA-512")])), Ok(None));
+        let login = Login::of(&props(&[GSSAPI, PRINCIPAL, KEYTAB])).unwrap().unwrap();
+        assert_eq!((login.realm(), login.renew), ("EXAMPLE.COM", DEFAULT_RENEW));
+        assert!(login.cache_file().starts_with("tkt-ferry_EXAMPLE.COM-"), "{}", login.cache_file());
+
+        let key = |p: &[(&str, &str)]| Login::of(&props(p)).unwrap_err().0;
+        assert_eq!(key(&[GSSAPI, KEYTAB]), "sasl.kerberos.principal");
+        assert_eq!(key(&[GSSAPI, ("sasl.kerberos.principal", "ferry"), KEYTAB]), "sasl.kerberos.principal");
+        assert_eq!(key(&[GSSAPI, PRINCIPAL]), "sasl.kerberos.keytab");
+        assert_eq!(key(&[GSSAPI, PRINCIPAL, KEYTAB, ("sasl.kerberos.kinit.cmd", "kinit")]), "sasl.kerberos.kinit.cmd");
+        assert_eq!(key(&[GSSAPI, PRINCIPAL, KEYTAB, (RENEW_KEY, "0")]), RENEW_KEY);
+        let fast = Login::of(&props(&[GSSAPI, PRINCIPAL, KEYTAB, (RENEW_KEY, "20000")])).unwrap().unwrap();
+        assert_eq!(fast.renew, Duration::from_secs(20));
+    }
+
+    #[test]
+    fn librdkafka_never_runs_its_own_kinit_for_a_gssapi_cluster() {
+        let mut cfg = ClientConfig::new();
+        configure(&mut cfg, &props(&[GSSAPI, PRINCIPAL, KEYTAB, (RENEW_KEY, "20000")]));
+        assert_eq!(cfg.get(RENEW_KEY), Some("0"));
+        let mut plain = ClientConfig::new();
+        configure(&mut plain, &props(&[("sasl.mechanism", "PLAIN")]));
+        assert_eq!(plain.get(RENEW_KEY), None);
+    }
+
+    #[test]
+    fn one_principal_per_realm() {
+        let login = |p: &str| Login { principal: p.into(), keytab: "/k".into(), renew: DEFAULT_RENEW };
+        let found = conflicting_principals([
+            ("east", login("ferry@CORP")),
+            ("west", login("ferry@CORP")),
+            ("lab", login("ferry@LAB")),
+            ("audit", login("auditor@CORP")),
+        ]);
+        assert_eq!(found, vec![(("east".into(), "ferry@CORP".into()), ("audit".into(), "auditor@CORP".into()))]);
+    }
+
+    #[test]
+    fn kinit_complaints_get_a_hint() {
+        assert!(hint("kinit: Password incorrect while getting initial credentials").unwrap().contains("export a new"));
+        assert!(hint("kinit: Cannot contact any KDC for realm 'X' while getting initial credentials").is_some());
+        assert_eq!(hint("something else"), None);
+    }
+}
