@@ -23,7 +23,7 @@ use rdkafka::message::Message as _;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use crate::clients::{Connection, Lane, Outgoing};
+use crate::clients::{Connection, Outgoing};
 use crate::config::{ClusterSpec, FlowId};
 use crate::kafka::{self, TopicSpec};
 
@@ -90,7 +90,10 @@ pub fn connection_key(cluster: &ClusterSpec) -> String {
 /// Stops its thread when dropped.
 pub struct ControlWatch {
     cluster: ClusterSpec,
-    producer: Option<Arc<Lane>>,
+    /// Pause records go through the connection's shared producer for internal topics, made when the
+    /// first is written (making it may have to log in to Kerberos first: not on the node's thread, and
+    /// a failure is that write's, tried again by the next).
+    conn: Arc<Connection>,
     stop: Option<mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -121,15 +124,7 @@ impl ControlWatch {
                 |e| tracing::error!(cluster = %cluster.alias, error = %e, "cannot start the control topic's reader"),
             )
             .ok();
-        // Pause records go through the connection's shared producer for internal topics.
-        let producer = conn
-            .internal()
-            .map_err(
-                |e| tracing::error!(cluster = %cluster.alias, error = %e, "cannot create the control topic's producer"),
-            )
-            .ok()
-            .map(Arc::new);
-        Self { cluster: cluster.clone(), producer, stop: Some(stop), thread }
+        Self { cluster: cluster.clone(), conn: conn.clone(), stop: Some(stop), thread }
     }
 
     /// Records a pause or resume of `flow`; done when the cluster acknowledged it.
@@ -139,12 +134,15 @@ impl ControlWatch {
         flow: &FlowId,
         record: &PauseRecord,
     ) -> impl std::future::Future<Output = Result<(), String>> + 'static + use<> {
-        let producer = self.producer.clone();
+        let conn = self.conn.clone();
         let alias = self.cluster.alias.clone();
         let key = pause_key(deployment, flow);
         let value = serde_json::to_vec(record).unwrap_or_default();
         async move {
-            let lane = producer.ok_or_else(|| format!("no producer for `{alias}`"))?;
+            let lane = tokio::task::spawn_blocking(move || conn.internal())
+                .await
+                .map_err(|e| format!("create the producer for `{alias}`: {e}"))?
+                .map_err(|e| format!("record it in {CONTROL_TOPIC}: {e}"))?;
             let (done, outcome) = tokio::sync::oneshot::channel();
             let record = Outgoing {
                 topic: CONTROL_TOPIC,

@@ -39,19 +39,31 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 const KINIT_TIMEOUT: Duration = Duration::from_secs(30);
 const RENEW_KEY: &str = "sasl.kerberos.min.time.before.relogin";
 
-/// One principal logged in from one keytab.
+/// One principal logged in from one keytab (as its content was when the cluster was loaded: a rewritten
+/// keytab is another login, logged in from the new content at once).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Login {
     pub principal: String,
     pub keytab: PathBuf,
     pub renew: Duration,
+    pub keytab_digest: Option<[u8; 32]>,
+}
+
+/// Whether a client with these properties authenticates with GSSAPI: librdkafka's default mechanism
+/// for a `SASL_*` protocol is GSSAPI, and `sasl.mechanisms` is an alias of `sasl.mechanism`.
+fn uses_gssapi(client: &BTreeMap<String, String>) -> bool {
+    let get = |k: &str| client.iter().find(|(key, _)| key.eq_ignore_ascii_case(k)).map(|(_, v)| v.trim());
+    match get("sasl.mechanism").or_else(|| get("sasl.mechanisms")) {
+        Some(m) => m.eq_ignore_ascii_case(MECHANISM),
+        None => get("security.protocol").is_some_and(|p| p.to_ascii_uppercase().starts_with("SASL_")),
+    }
 }
 
 impl Login {
-    /// The login a cluster's client properties ask for: `None` unless `sasl.mechanism` is GSSAPI;
+    /// The login a cluster's client properties ask for: `None` unless they authenticate with GSSAPI;
     /// `Err((property, reason))` when they cannot be logged in by ferry.
     pub fn of(client: &BTreeMap<String, String>) -> Result<Option<Login>, (String, String)> {
-        if !client.get("sasl.mechanism").is_some_and(|m| m.eq_ignore_ascii_case(MECHANISM)) {
+        if !uses_gssapi(client) {
             return Ok(None);
         }
         if client.contains_key("sasl.kerberos.kinit.cmd") {
@@ -92,7 +104,15 @@ impl Login {
                 }
             },
         };
-        Ok(Some(Login { principal: principal.clone(), keytab: PathBuf::from(keytab), renew }))
+        Ok(Some(Login { principal: principal.clone(), keytab: PathBuf::from(keytab), renew, keytab_digest: None }))
+    }
+
+    /// [`Login::of`] a loaded cluster, with its keytab's digest.
+    pub fn of_cluster(cluster: &crate::config::ClusterSpec) -> Result<Option<Login>, (String, String)> {
+        Ok(Login::of(&cluster.client)?.map(|mut l| {
+            l.keytab_digest = cluster.client_files.iter().find(|f| f.key == "sasl.kerberos.keytab").map(|f| f.digest);
+            l
+        }))
     }
 
     pub fn realm(&self) -> &str {
@@ -126,14 +146,19 @@ static CACHE_DIR: OnceLock<PathBuf> = OnceLock::new();
 /// Points the Kerberos library at this process's own collection of ticket caches. Call it first thing
 /// in `main`, before any thread exists (it sets an environment variable). `FERRY_KRB5_CCACHE_DIR`
 /// chooses the directory (e.g. a memory-backed volume); by default it is `ferry-krb5cc-<pid>` in the
-/// temp dir. The directory is made at the first login, readable by this user only.
+/// temp dir, with a random suffix. The directory is made at the first login, readable by this user
+/// only; a directory named by `FERRY_KRB5_CCACHE_DIR` is emptied of earlier tickets then.
 // The one environment variable ferry sets: MIT Kerberos reads its default cache from it, in every
 // thread librdkafka starts, and has no other process-wide switch.
 #[allow(unsafe_code)]
 pub fn init_process() {
-    let dir = std::env::var_os("FERRY_KRB5_CCACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("ferry-krb5cc-{}", std::process::id())));
+    let dir = std::env::var_os("FERRY_KRB5_CCACHE_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        // A name nobody could have made beforehand: the directory is created fresh (see `prepare_dir`).
+        let mut random = [0u8; 8];
+        let _ = openssl::rand::rand_bytes(&mut random);
+        let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+        std::env::temp_dir().join(format!("ferry-krb5cc-{}-{suffix}", std::process::id()))
+    });
     // SAFETY: called from `main` before any other thread runs, as `set_var` requires.
     unsafe { std::env::set_var("KRB5CCNAME", format!("DIR:{}", dir.display())) };
     let _ = CACHE_DIR.set(dir);
@@ -162,11 +187,15 @@ struct State {
     ok_at: Option<Instant>,
     /// The last failure and when: later clients get it without another `kinit` for a while.
     failed: Option<(Instant, String)>,
+    /// A `kinit` of it is running: others wait for its result instead of running their own.
+    in_flight: bool,
     /// Who still needs it renewed: the connections of its clusters.
     holders: Vec<Weak<Hold>>,
 }
 
 static LOGINS: LazyLock<Mutex<HashMap<Login, State>>> = LazyLock::new(Default::default);
+/// Signalled whenever a `kinit` finishes.
+static FINISHED: std::sync::Condvar = std::sync::Condvar::new();
 static RENEWER: OnceLock<()> = OnceLock::new();
 
 /// Keeps a login renewed while it lives (a cluster connection holds one).
@@ -184,30 +213,63 @@ pub fn hold(login: &Login) -> Arc<Hold> {
 }
 
 /// Makes sure `login` holds a valid ticket: logs it in unless it did so less than its renewal interval
-/// ago. `Err` is the named reason, for the client that needed it.
+/// ago. `Err` is the named reason, for the client that needed it. One `kinit` per login at a time: a
+/// caller that finds one running waits for its result.
 pub fn ensure(login: &Login) -> Result<(), String> {
+    RENEWER.get_or_init(start_renewer);
     {
-        let logins = LOGINS.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = logins.get(login) {
+        let mut logins = LOGINS.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let s = logins.entry(login.clone()).or_default();
+            if s.in_flight {
+                logins = FINISHED.wait(logins).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
             if s.ok_at.is_some_and(|at| at.elapsed() < login.renew) && s.failed.is_none() {
                 return Ok(());
             }
             if let Some((at, reason)) = &s.failed
                 && at.elapsed() < RETRY_AFTER
             {
-                return Err(reason.clone());
+                let reason = reason.clone();
+                drop(logins);
+                return if transient(&reason) && ticket_valid(login) { Ok(()) } else { Err(reason) };
             }
+            s.in_flight = true;
+            break;
         }
     }
     let result = kinit(login);
     record(login, &result);
-    RENEWER.get_or_init(start_renewer);
-    result
+    match result {
+        // The KDC did not answer, but the ticket from the last login is still good: use it.
+        Err(reason) if transient(&reason) && ticket_valid(login) => Ok(()),
+        other => other,
+    }
+}
+
+/// A failure that says nothing about the keytab: the KDC did not answer.
+fn transient(reason: &str) -> bool {
+    let r = reason.to_ascii_lowercase();
+    r.contains("cannot contact any kdc") || r.contains("did not finish within")
+}
+
+/// Whether the principal's cache holds a ticket that has not expired (`klist -s`).
+fn ticket_valid(login: &Login) -> bool {
+    let cache = format!("DIR::{}", cache_dir().join(login.cache_file()).display());
+    Command::new("klist")
+        .args(["-s", "-c", &cache])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn record(login: &Login, result: &Result<(), String>) {
     let mut logins = LOGINS.lock().unwrap_or_else(|p| p.into_inner());
     let state = logins.entry(login.clone()).or_default();
+    state.in_flight = false;
     match result {
         Ok(()) => {
             state.ok_at = Some(Instant::now());
@@ -215,10 +277,47 @@ fn record(login: &Login, result: &Result<(), String>) {
         }
         Err(reason) => state.failed = Some((Instant::now(), reason.clone())),
     }
+    if result.is_ok() {
+        // A new principal of a realm replaces any other's ticket there (a reload changed the principal):
+        // the library would pick either.
+        let others: Vec<String> = logins
+            .keys()
+            .filter(|l| l.principal != login.principal && l.realm().eq_ignore_ascii_case(login.realm()))
+            .map(|l| l.cache_file())
+            .collect();
+        for file in others {
+            let _ = std::fs::remove_file(cache_dir().join(file));
+        }
+    }
+    set_primary(&logins);
+    drop(logins);
+    FINISHED.notify_all();
+    let result_label = if result.is_ok() { "ok" } else { "failed" };
+    let keytab = login.keytab.display().to_string();
     crate::metrics::METRICS
         .kerberos_logins
-        .with_label_values(&[login.principal.as_str(), if result.is_ok() { "ok" } else { "failed" }])
+        .with_label_values(&[login.principal.as_str(), keytab.as_str(), result_label])
         .inc();
+}
+
+/// The collection's primary cache (what the library uses for a broker whose realm it cannot tell): the
+/// one principal's when the node logs in only one, none otherwise (it could be another realm's).
+fn set_primary(logins: &HashMap<Login, State>) {
+    let mut principals: Vec<&Login> = logins.iter().filter(|(_, s)| s.ok_at.is_some()).map(|(l, _)| l).collect();
+    principals.sort_by(|a, b| a.principal.cmp(&b.principal));
+    principals.dedup_by(|a, b| a.principal == b.principal);
+    let primary = cache_dir().join("primary");
+    match principals.as_slice() {
+        [only] => {
+            let tmp = cache_dir().join(".primary.tmp");
+            if std::fs::write(&tmp, format!("{}\n", only.cache_file())).is_ok() {
+                let _ = std::fs::rename(&tmp, &primary);
+            }
+        }
+        _ => {
+            let _ = std::fs::remove_file(&primary);
+        }
+    }
 }
 
 /// Renews, every few seconds, each login that is held and due; forgets logins nobody holds.
@@ -228,15 +327,25 @@ fn start_renewer() {
             std::thread::sleep(Duration::from_secs(2));
             let due: Vec<Login> = {
                 let mut logins = LOGINS.lock().unwrap_or_else(|p| p.into_inner());
+                let before: Vec<Login> = logins.keys().cloned().collect();
                 logins.retain(|_, s| {
                     s.holders.retain(|w| w.strong_count() > 0);
-                    !s.holders.is_empty() || s.ok_at.is_none_or(|at| at.elapsed() < Duration::from_secs(600))
+                    s.in_flight
+                        || !s.holders.is_empty()
+                        || s.ok_at.is_none_or(|at| at.elapsed() < Duration::from_secs(600))
                 });
+                // A principal nobody logs in any more: its ticket goes (it must not serve anyone else).
+                for gone in before.iter().filter(|l| !logins.keys().any(|k| k.principal == l.principal)) {
+                    let _ = std::fs::remove_file(cache_dir().join(gone.cache_file()));
+                }
+                if logins.len() != before.len() {
+                    set_primary(&logins);
+                }
                 // A login that never worked is retried by the clients that need it (their flows restart
                 // with backoff), not here: renewal is for tickets that exist.
                 logins
                     .iter()
-                    .filter(|(_, s)| !s.holders.is_empty() && s.ok_at.is_some())
+                    .filter(|(_, s)| !s.holders.is_empty() && s.ok_at.is_some() && !s.in_flight)
                     .filter(|(l, s)| {
                         let renew_due = s.ok_at.is_none_or(|at| at.elapsed() >= l.renew);
                         let retry_due = s.failed.as_ref().is_none_or(|(at, _)| at.elapsed() >= RETRY_AFTER);
@@ -246,12 +355,17 @@ fn start_renewer() {
                     .collect()
             };
             for login in due {
+                let was_failing = {
+                    let mut logins = LOGINS.lock().unwrap_or_else(|p| p.into_inner());
+                    match logins.get_mut(&login) {
+                        Some(s) if !s.in_flight => {
+                            s.in_flight = true;
+                            s.failed.is_some()
+                        }
+                        _ => continue,
+                    }
+                };
                 let result = kinit(&login);
-                let was_failing = LOGINS
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&login)
-                    .is_some_and(|s| s.failed.is_some());
                 if let Err(reason) = &result
                     && !was_failing
                 {
@@ -273,8 +387,7 @@ fn kinit(login: &Login) -> Result<(), String> {
     let failed = |why: String| {
         format!("Kerberos login as `{}` from keytab `{}` failed: {why}", login.principal, login.keytab.display())
     };
-    create_private_dir(&dir)
-        .map_err(|e| failed(format!("cannot create the ticket cache dir {}: {e}", dir.display())))?;
+    prepare_dir(&dir).map_err(|e| failed(format!("cannot prepare the ticket cache dir {}: {e}", dir.display())))?;
     let cache = format!("DIR::{}", dir.join(login.cache_file()).display());
     let mut child = Command::new("kinit")
         .arg("-k")
@@ -338,15 +451,35 @@ fn hint(said: &str) -> Option<&'static str> {
     .map(|(_, h)| *h)
 }
 
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+/// Makes the cache directory, once per process: created fresh (it must not exist: nobody else may have
+/// prepared it), or, when the operator named it, a real directory (not a link) emptied of earlier
+/// tickets, readable by this user only.
+fn prepare_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    if !dir.exists() {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    static PREPARED: Mutex<bool> = Mutex::new(false);
+    let mut prepared = PREPARED.lock().unwrap_or_else(|p| p.into_inner());
+    if *prepared {
+        return Ok(());
     }
-    let mode = std::fs::metadata(dir)?.permissions().mode();
-    if mode & 0o077 != 0 {
+    if std::env::var_os("FERRY_KRB5_CCACHE_DIR").is_none() {
+        std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    } else {
+        if !dir.exists() {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        }
+        let meta = std::fs::symlink_metadata(dir)?;
+        if !meta.is_dir() {
+            return Err(std::io::Error::other("not a directory (a link is not accepted)"));
+        }
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        for entry in std::fs::read_dir(dir)?.flatten() {
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with("tkt") || name == "primary" {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
+    *prepared = true;
     Ok(())
 }
 
@@ -359,7 +492,7 @@ pub fn conflicting_principals<'a>(
     let mut by_realm: BTreeMap<String, (String, String)> = BTreeMap::new();
     let mut conflicts = Vec::new();
     for (name, login) in clusters {
-        let realm = login.realm().to_ascii_uppercase();
+        let realm = login.realm().to_string();
         match by_realm.get(&realm) {
             Some((first, principal)) if *principal != login.principal => {
                 conflicts.push(((first.clone(), principal.clone()), (name.to_string(), login.principal.clone())));
@@ -403,6 +536,16 @@ mod tests {
     }
 
     #[test]
+    fn gssapi_is_also_what_a_sasl_protocol_without_a_mechanism_means() {
+        let key = |p: &[(&str, &str)]| Login::of(&props(p)).unwrap_err().0;
+        // librdkafka's default mechanism, and the alias of `sasl.mechanism`: both need ferry's login.
+        assert_eq!(key(&[("security.protocol", "SASL_SSL"), KEYTAB]), "sasl.kerberos.principal");
+        assert_eq!(key(&[("sasl.mechanisms", "GSSAPI"), PRINCIPAL]), "sasl.kerberos.keytab");
+        assert_eq!(Login::of(&props(&[("security.protocol", "SSL")])), Ok(None));
+        assert_eq!(Login::of(&props(&[("security.protocol", "SASL_SSL"), ("sasl.mechanisms", "PLAIN")])), Ok(None));
+    }
+
+    #[test]
     fn librdkafka_never_runs_its_own_kinit_for_a_gssapi_cluster() {
         let mut cfg = ClientConfig::new();
         configure(&mut cfg, &props(&[GSSAPI, PRINCIPAL, KEYTAB, (RENEW_KEY, "20000")]));
@@ -414,7 +557,8 @@ mod tests {
 
     #[test]
     fn one_principal_per_realm() {
-        let login = |p: &str| Login { principal: p.into(), keytab: "/k".into(), renew: DEFAULT_RENEW };
+        let login =
+            |p: &str| Login { principal: p.into(), keytab: "/k".into(), renew: DEFAULT_RENEW, keytab_digest: None };
         let found = conflicting_principals([
             ("east", login("ferry@CORP")),
             ("west", login("ferry@CORP")),

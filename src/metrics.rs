@@ -196,8 +196,8 @@ impl Metrics {
             kerberos_logins: counter(
                 &registry,
                 "ferry_kerberos_logins_total",
-                "Kerberos logins (kinit from the keytab: the first, then each renewal) by principal and result.",
-                &["principal", "result"],
+                "Kerberos logins (kinit from the keytab: the first, then each renewal) by principal, keytab and result.",
+                &["principal", "keytab", "result"],
             ),
             partitions_assigned: gauge(
                 &registry,

@@ -7,7 +7,7 @@
 //!   and kinit's complaint, and that flow copies nothing, although another cluster definition of the
 //!   same principal holds a valid ticket in the same process (what librdkafka's own kinit got wrong:
 //!   the stale flow authenticated with the other flow's ticket). A fresh keytab written over the file
-//!   and a reload recover it.
+//!   recovers it (here with a reload; the flow's own retries log in from the file too).
 //!
 //! One KDC, one GSSAPI cluster (principal `ferry`) and the shared plaintext pair serve both tests,
 //! which take turns.
@@ -161,7 +161,7 @@ fn a_kerberos_cluster_copies_checkpoints_and_syncs_groups_across_ticket_renewals
 /// Two cluster definitions of the same principal: one with the current keytab, one with a keytab whose
 /// key was superseded. The stale one's flow is degraded with a reason naming the principal, the keytab and
 /// kinit's complaint, and copies nothing, while the other flow copies; a fresh keytab over the stale file
-/// and a reload bring it back.
+/// (and a reload) brings it back.
 #[test]
 fn a_superseded_keytab_fails_its_own_flow_and_never_borrows_another_ticket() {
     let bed = bed();

@@ -185,7 +185,7 @@ impl fmt::Debug for Connection {
 
 impl Connection {
     fn new(cluster: ClusterSpec) -> Self {
-        let kerberos = crate::kerberos::Login::of(&cluster.client).ok().flatten().map(|l| crate::kerberos::hold(&l));
+        let kerberos = crate::kerberos::Login::of_cluster(&cluster).ok().flatten().map(|l| crate::kerberos::hold(&l));
         Self {
             _kerberos: kerberos,
             cluster,

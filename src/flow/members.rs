@@ -107,12 +107,18 @@ pub fn spawn(
     std::thread::Builder::new()
         .name(format!("members {}", plan.id))
         .spawn(move || {
-            // The node's shared admin clients: no client of its own for a call every 10 s.
-            let (Ok(source), Ok(target)) = (conns.source.admin(), conns.target.admin()) else { return };
             let copier = copier_group(&identity, &plan);
             let lease = lease_group(&identity, &plan);
             loop {
                 let next = Instant::now() + INTERVAL;
+                // The node's shared admin clients: no client of its own for a call every 10 s. Asked for
+                // each round: making one can fail (a Kerberos login) and works at a later round.
+                let (Ok(source), Ok(target)) = (conns.source.admin(), conns.target.admin()) else {
+                    if stop.wait_until(next) {
+                        return;
+                    }
+                    continue;
+                };
                 let members = describe(&source, &copier).map(|m| copier_members(&m));
                 let leader = describe(&target, &lease).map(|m| lease_holder(&m));
                 supervisor.do_send(GroupMembers { members, leader: leader.flatten() });

@@ -62,7 +62,7 @@ pub fn client_config(
 /// For a Kerberos cluster: librdkafka's own kinit off, and the cluster's principal logged in.
 pub fn kerberos_login(cluster: &ClusterSpec, cfg: &mut ClientConfig) -> Result<(), KafkaOpError> {
     crate::kerberos::configure(cfg, &cluster.client);
-    match crate::kerberos::Login::of(&cluster.client) {
+    match crate::kerberos::Login::of_cluster(cluster) {
         Ok(None) => Ok(()),
         Ok(Some(login)) => crate::kerberos::ensure(&login).map_err(|reason| KafkaOpError::Other {
             cluster: cluster.alias.clone(),
