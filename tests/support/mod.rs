@@ -37,6 +37,7 @@ pub mod group;
 pub mod mm2;
 pub mod mm2_client;
 pub mod observe;
+pub mod oidc;
 pub mod ports;
 pub mod process;
 pub mod prometheus;
