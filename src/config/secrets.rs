@@ -21,10 +21,14 @@ const MIN_SCRUB_LEN: usize = 4;
 /// True for librdkafka properties whose value must never be shown. Every `sasl.*` setting but the
 /// mechanism counts (a JAAS line or an OAuth config embeds credentials), as does anything that names a
 /// password, secret, token, credential or private key. The mechanism (`SCRAM-SHA-512`) is not secret,
-/// and librdkafka's authentication errors name it.
+/// and librdkafka's authentication errors name it; nor are OIDC's method and token endpoint URL
+/// (`sasl.oauthbearer.method`, `sasl.oauthbearer.token.endpoint.url`): an error naming the endpoint
+/// tells the operator which provider refused (one read from a secret file stays secret).
 pub fn is_secret_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
-    if k == "sasl.mechanism" || k == "sasl.mechanisms" {
+    if ["sasl.mechanism", "sasl.mechanisms", "sasl.oauthbearer.method", "sasl.oauthbearer.token.endpoint.url"]
+        .contains(&k.as_str())
+    {
         return false;
     }
     k.starts_with("sasl.")
@@ -122,7 +126,16 @@ mod tests {
         ] {
             assert!(is_secret_key(k), "{k}");
         }
-        for k in ["security.protocol", "ssl.ca.location", "client.id", "linger.ms", "sasl.mechanism"] {
+        assert!(is_secret_key("sasl.oauthbearer.client.id") && is_secret_key("sasl.oauthbearer.scope"));
+        for k in [
+            "security.protocol",
+            "ssl.ca.location",
+            "client.id",
+            "linger.ms",
+            "sasl.mechanism",
+            "sasl.oauthbearer.method",
+            "sasl.oauthbearer.token.endpoint.url",
+        ] {
             assert!(!is_secret_key(k), "{k}");
         }
     }

@@ -70,6 +70,30 @@ pub fn health(addr: SocketAddr) -> serde_json::Value {
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("/health is not JSON ({e}): {body}"))
 }
 
+/// `GET /flows` of the node at `addr`, parsed.
+pub fn flows(addr: SocketAddr) -> serde_json::Value {
+    let body = http_get(addr, "/flows");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("/flows is not JSON ({e}): {body}"))
+}
+
+/// Every reason a flow's entry in `/flows` shows: actors' last errors, partition problems, topic and
+/// group errors.
+pub fn flow_reasons(flow: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(actors) = flow["actors"].as_object() {
+        out.extend(actors.values().filter_map(|a| a["last_error"].as_str().map(str::to_string)));
+    }
+    if let Some(problems) = flow["partition_problems"].as_array() {
+        out.extend(problems.iter().filter_map(|p| p["reason"].as_str().map(str::to_string)));
+    }
+    for items in ["topic_errors", "group_errors"] {
+        if let Some(errors) = flow[items].as_object() {
+            out.extend(errors.values().filter_map(|e| e["reason"].as_str().map(str::to_string)));
+        }
+    }
+    out
+}
+
 /// One actor's entry in `/health`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ActorHealth {
