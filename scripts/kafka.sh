@@ -29,6 +29,11 @@
 #   prepare-secure DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE [USER=PASSWORD...|REALM]
 #                         like prepare, but clients get a secured listener on PORT. MODE is sasl_ssl
 #                         (SASL_SSL with SCRAM-SHA-512/256, PLAIN and OAUTHBEARER with unsecured JWTs),
+#                         sasl_oidc (SASL_SSL with OAUTHBEARER only, tokens validated against an
+#                         identity provider's JWKS: FERRY_OIDC_JWKS_URL, FERRY_OIDC_ISSUER,
+#                         FERRY_OIDC_AUDIENCE (default kafka), FERRY_OIDC_PRINCIPAL_CLAIM (default
+#                         azp), FERRY_KAFKA_REAUTH_MS (connections.max.reauth.ms, default 10000); the
+#                         broker JVM then needs the KAFKA_OPTS written to DIR/kafka_opts),
 #                         mtls (SSL, client certificate required) or gssapi (SASL_PLAINTEXT with
 #                         Kerberos in REALM; needs DIR/kafka.keytab, see gssapi_properties),
 #                         either with "+acl" appended for the StandardAuthorizer. Needs DIR/tls made
@@ -266,10 +271,10 @@ EOF
 secure_properties() { # DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE [USER=PASSWORD...|REALM]
   local mode=${5%+acl} protocol
   case $mode in
-    sasl_ssl) protocol=SASL_SSL ;;
+    sasl_ssl | sasl_oidc) protocol=SASL_SSL ;;
     mtls) protocol=SSL ;;
     gssapi) protocol=SASL_PLAINTEXT ;;
-    *) die "unknown security mode '$5' (sasl_ssl, mtls or gssapi, optionally with +acl)" ;;
+    *) die "unknown security mode '$5' (sasl_ssl, sasl_oidc, mtls or gssapi, optionally with +acl)" ;;
   esac
   if [[ $mode == gssapi ]]; then
     gssapi_properties "$@"
@@ -336,6 +341,27 @@ listener.name.client.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.secu
 listener.name.client.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.client.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required$plain;
 listener.name.client.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+EOF
+  elif [[ $mode == sasl_oidc ]]; then
+    # OAUTHBEARER only, with tokens signed by an identity provider and validated against its JWKS
+    # (Kafka's OAuthBearerValidatorCallbackHandler): signature, exp/nbf, issuer and audience. The
+    # principal is the token's client (Keycloak's `azp` claim = the OAuth client id; `sub` is a UUID).
+    # Kafka 4 fetches no URL that the JVM's org.apache.kafka.sasl.oauthbearer.allowed.urls does not
+    # list: the broker needs KAFKA_OPTS="-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=<jwks url>"
+    # (written to DIR/kafka_opts). The broker re-authenticates each connection after
+    # connections.max.reauth.ms (and never later than the token's expiry), so clients must keep
+    # fresh tokens.
+    [[ -n ${FERRY_OIDC_JWKS_URL:-} && -n ${FERRY_OIDC_ISSUER:-} ]] \
+      || die "sasl_oidc needs FERRY_OIDC_JWKS_URL and FERRY_OIDC_ISSUER (and FERRY_OIDC_AUDIENCE)"
+    cat <<EOF
+sasl.enabled.mechanisms=OAUTHBEARER
+listener.name.client.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+listener.name.client.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
+sasl.oauthbearer.jwks.endpoint.url=$FERRY_OIDC_JWKS_URL
+sasl.oauthbearer.expected.issuer=$FERRY_OIDC_ISSUER
+sasl.oauthbearer.expected.audience=${FERRY_OIDC_AUDIENCE:-kafka}
+sasl.oauthbearer.sub.claim.name=${FERRY_OIDC_PRINCIPAL_CLAIM:-azp}
+connections.max.reauth.ms=${FERRY_KAFKA_REAUTH_MS:-10000}
 EOF
   else
     cat <<EOF
@@ -592,6 +618,9 @@ case $cmd in
     mkdir -p "$1"
     write_properties "$@" >"$1/server.properties.tmp"
     mv "$1/server.properties.tmp" "$1/server.properties"
+    if [[ ${5%+acl} == sasl_oidc ]]; then
+      echo "-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=$FERRY_OIDC_JWKS_URL" >"$1/kafka_opts"
+    fi
     if [[ ${5%+acl} == gssapi ]]; then
       format_dir "$1/data" # the sixth argument is the realm: Kerberos users need no SCRAM credentials
     else

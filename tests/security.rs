@@ -113,15 +113,6 @@ fn checkpoints(target: &Cluster, source_alias: &str, group: &str) -> Vec<ferry::
         .collect()
 }
 
-/// `GET /flows` parsed.
-fn flows_json(addr: SocketAddr) -> serde_json::Value {
-    observe::flows(addr)
-}
-
-fn reasons(flow: &serde_json::Value) -> Vec<String> {
-    observe::flow_reasons(flow)
-}
-
 /// Copies plaintext `east` → SASL_SSL `west` (password from a secret file, as alice) and mTLS → mTLS,
 /// with a consumer group on each source: records arrive byte for byte, offset syncs and checkpoints are
 /// written, and the groups' translated offsets are committed on the targets.
@@ -201,7 +192,7 @@ fn secured_clusters_copy_checkpoint_and_sync_group_offsets() {
             group_offsets(&target.bootstrap, group, &partitions) == vec![Some(ends[0]), Some(ends[1])]
         });
     }
-    let flows = flows_json(ferry.listen_addr());
+    let flows = observe::flows(ferry.listen_addr());
     for id in ["east->west", "ma->mb"] {
         assert_eq!(flows["flows"][id]["state"], "running", "{id}: {}", flows["flows"][id]);
     }
@@ -257,7 +248,7 @@ fn scram_sha_256_plain_and_oauthbearer_each_copy_from_a_secured_broker() {
         let want = sorted(consume_all(&sasl.bootstrap, topic, READ));
         assert_eq!(sorted(consume_all(&bed.west.bootstrap, &remote, READ)), want, "{remote} differs from {topic}");
     }
-    let flows = flows_json(ferry.listen_addr());
+    let flows = observe::flows(ferry.listen_addr());
     for (alias, _) in &topics {
         let id = format!("{alias}->west");
         assert_eq!(flows["flows"][&id]["state"], "running", "{id}: {}", flows["flows"][&id]);
@@ -328,9 +319,9 @@ fn bad_credentials_degrade_their_flow_only_and_a_fixed_secret_file_recovers_it()
         let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             wait_for(DEGRADED, &format!("{id} degraded with a reason naming {words:?}"), || {
                 assert_alive(&mut ferry);
-                last = flows_json(addr)["flows"][id].clone();
+                last = observe::flows(addr)["flows"][id].clone();
                 let not_running = matches!(last["state"].as_str(), Some("degraded" | "restarting" | "failed"));
-                not_running && reasons(&last).iter().any(|r| words.iter().any(|w| r.contains(w)))
+                not_running && observe::flow_reasons(&last).iter().any(|r| words.iter().any(|w| r.contains(w)))
             })
         }));
         if let Err(e) = found {
@@ -338,7 +329,7 @@ fn bad_credentials_degrade_their_flow_only_and_a_fixed_secret_file_recovers_it()
             std::panic::resume_unwind(e);
         }
         let why: Vec<String> =
-            reasons(&last).into_iter().filter(|r| words.iter().any(|w| r.contains(w))).take(1).collect();
+            observe::flow_reasons(&last).into_iter().filter(|r| words.iter().any(|w| r.contains(w))).take(1).collect();
         eprintln!("[{id}] {} after {:?}: {why:?}", last["state"], t0.elapsed());
     }
     let health: serde_json::Value =
@@ -364,7 +355,7 @@ fn bad_credentials_degrade_their_flow_only_and_a_fixed_secret_file_recovers_it()
         total(&sasl.bootstrap, &remote) >= 10
     });
     wait_showing(DEGRADED, "east->sasl running after the fix", || {
-        let flow = flows_json(addr)["flows"]["east->sasl"].clone();
+        let flow = observe::flows(addr)["flows"]["east->sasl"].clone();
         (flow["state"] == "running", flow)
     });
     let log = ferry.log();
@@ -441,15 +432,16 @@ fn a_client_certificate_rotated_mid_copy_loses_and_duplicates_nothing() {
     arriving(&mut ferry, "copying after the broker trusts both CAs");
 
     // Half a rotation: the new key is written, the certificate not yet.
-    let generation_of =
-        |id: &str| flows_json(addr)["flows"][id]["generation"].as_u64().unwrap_or_else(|| panic!("{id}'s generation"));
+    let generation_of = |id: &str| {
+        observe::flows(addr)["flows"][id]["generation"].as_u64().unwrap_or_else(|| panic!("{id}'s generation"))
+    };
     let generation = || generation_of("rot->west");
     let first = generation();
     let plain_generation = generation_of("east->west");
     let (new_cert, new_key) = ca2.client("ferry");
     std::fs::copy(&new_key, &key).expect("write the new key");
     let refused = wait_showing(DEGRADED, "the half-written rotation refused", || {
-        let r = flows_json(addr)["last_reload"].clone();
+        let r = observe::flows(addr)["last_reload"].clone();
         (r["result"] == "rejected", r)
     });
     let error = refused["error"].as_str().unwrap_or_default();
@@ -465,7 +457,7 @@ fn a_client_certificate_rotated_mid_copy_loses_and_duplicates_nothing() {
     // The certificate follows: the reload restarts exactly that flow, on new clients.
     std::fs::copy(&new_cert, &cert).expect("write the new certificate");
     let applied = wait_showing(DEGRADED, "the rotation applied", || {
-        let r = flows_json(addr)["last_reload"].clone();
+        let r = observe::flows(addr)["last_reload"].clone();
         (r["result"] == "applied" && r["restarted"] == serde_json::json!(["rot->west"]), r)
     });
     eprintln!("rotation applied: {applied}");
@@ -494,7 +486,7 @@ fn a_client_certificate_rotated_mid_copy_loses_and_duplicates_nothing() {
     assert_eq!(counts.len(), produced, "only the produced records arrived");
     assert!(copied_twice.is_empty(), "a graceful restart copies nothing twice: {copied_twice:?}");
     wait_showing(DEGRADED, "rot->west running with the new certificate", || {
-        let flow = flows_json(addr)["flows"]["rot->west"].clone();
+        let flow = observe::flows(addr)["flows"]["rot->west"].clone();
         (flow["state"] == "running", flow)
     });
     assert_eq!(generation(), first + 1, "revoking the old CA restarted nothing");

@@ -24,16 +24,20 @@ const MIN_SCRUB_LEN: usize = 4;
 /// and librdkafka's authentication errors name it; nor are Kerberos' names (the broker's service name,
 /// the client's principal, where its keytab lives, how often it logs in), which every Kerberos error
 /// names and an operator needs to read: the keytab's *content* is the secret, and is never read into
-/// the configuration.
+/// the configuration; nor are OIDC's method and token endpoint URL (`sasl.oauthbearer.method`,
+/// `sasl.oauthbearer.token.endpoint.url`): an error naming the endpoint tells the operator which
+/// provider refused (one read from a secret file stays secret).
 pub fn is_secret_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
-    const PUBLIC: [&str; 6] = [
+    const PUBLIC: [&str; 8] = [
         "sasl.mechanism",
         "sasl.mechanisms",
         "sasl.kerberos.service.name",
         "sasl.kerberos.principal",
         "sasl.kerberos.keytab",
         "sasl.kerberos.min.time.before.relogin",
+        "sasl.oauthbearer.method",
+        "sasl.oauthbearer.token.endpoint.url",
     ];
     if PUBLIC.contains(&k.as_str()) {
         return false;
@@ -133,7 +137,16 @@ mod tests {
         ] {
             assert!(is_secret_key(k), "{k}");
         }
-        for k in ["security.protocol", "ssl.ca.location", "client.id", "linger.ms", "sasl.mechanism"] {
+        assert!(is_secret_key("sasl.oauthbearer.client.id") && is_secret_key("sasl.oauthbearer.scope"));
+        for k in [
+            "security.protocol",
+            "ssl.ca.location",
+            "client.id",
+            "linger.ms",
+            "sasl.mechanism",
+            "sasl.oauthbearer.method",
+            "sasl.oauthbearer.token.endpoint.url",
+        ] {
             assert!(!is_secret_key(k), "{k}");
         }
     }

@@ -33,6 +33,20 @@ pub fn property_refusal(result: RDKafkaConfRes, key: &str, desc: &str, value: &s
 /// Base client configuration for `cluster`, with `role` in the client id. For a Kerberos cluster, its
 /// principal is logged in first (see `kerberos`): a client is never built on another principal's ticket,
 /// and a login that fails is this client's error.
+///
+/// OIDC (`sasl.oauthbearer.method = oidc`) needs nothing here, and none of ferry's client contexts sets
+/// `ClientContext::ENABLE_REFRESH_OAUTH_TOKEN` (or implements `generate_oauth_token`), on purpose.
+/// rdkafka's `BaseConsumer`/`BaseProducer` enable the `OAUTHBEARER_TOKEN_REFRESH` event on their
+/// configs and drop that event unless the context opts in, which looks as if it would swallow
+/// librdkafka's built-in OIDC refresh. It does not (librdkafka 2.12, read in its source and
+/// measured by tests/oidc.rs): with no application refresh callback set — rdkafka sets none —
+/// librdkafka installs its own client-credentials callback, routes its refresh ops to a SASL queue
+/// forwarded to its background thread (`rd_kafka_conf_finalize_oauthbearer_oidc`,
+/// `rd_kafka_sasl_background_callbacks_enable`) and marks them `RD_KAFKA_OP_F_FORCE_CB`, so they
+/// are never turned into events for the application's poll. Tokens are fetched at client creation
+/// and refreshed at 80 % of their lifetime whether or not the client is polled (admin and metadata
+/// clients are not). A context that opted in would never see an OIDC refresh event either; it only
+/// matters for the application-driven (`method = default`) OAUTHBEARER, which ferry does not use.
 pub fn client_config(
     cluster: &ClusterSpec,
     flow: &impl fmt::Display,

@@ -85,10 +85,21 @@ fn connection_error(cluster: &ClusterSpec, deadline: Duration) -> Option<String>
         // Error events reach the context only through poll.
         let _ = consumer.poll(Duration::from_millis(50));
         if let Some(reason) = consumer.context().0.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-            return Some(secrets::scrub_with(&reason, &cluster.secret_values()));
+            return Some(secrets::scrub_with(&with_token_endpoint(reason, cluster), &cluster.secret_values()));
         }
     }
     Some(format!("no answer within {deadline:?}"))
+}
+
+/// librdkafka's OIDC failures (`Failed to acquire SASL OAUTHBEARER token: <the provider's answer or
+/// curl's error>`) do not say where the token was asked for: name the cluster's token endpoint.
+fn with_token_endpoint(reason: String, cluster: &ClusterSpec) -> String {
+    match cluster.client.get("sasl.oauthbearer.token.endpoint.url") {
+        Some(url) if reason.contains("OAUTHBEARER token") && !reason.contains(url.as_str()) => {
+            format!("{reason} (token endpoint {url})")
+        }
+        _ => reason,
+    }
 }
 
 pub(super) static CAUSES: std::sync::LazyLock<Mutex<Causes>> = std::sync::LazyLock::new(Default::default);

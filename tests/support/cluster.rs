@@ -35,6 +35,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::client::{block_on, register_security, unregister_security};
+use super::oidc::Idp;
 use super::process::{kill_and_reap, spawn_watchdog, terminate};
 use super::tls::{Tls, path_str, prop};
 use super::tools::run_tool;
@@ -64,6 +65,12 @@ pub enum Security {
     /// [`ADMIN`]'s properties lead to the node's PLAINTEXT internal listener instead (as ANONYMOUS,
     /// a super user): the test process's helpers never need a Kerberos ticket.
     Gssapi { users: Vec<String>, kdc: std::sync::Arc<super::kdc::Kdc> },
+    /// A SASL_SSL listener with OAUTHBEARER only: clients fetch signed tokens from the identity
+    /// provider `idp` (client credentials: each user is an OAuth client of it, [`ADMIN`] included) and
+    /// the broker validates them against its JWKS (signature, expiry, issuer, audience
+    /// [`super::oidc::AUDIENCE`]) and re-authenticates every connection after `reauth`
+    /// (`connections.max.reauth.ms`). The principal is `User:<client id>`.
+    Oidc { idp: Idp, users: Vec<String>, acls: bool, reauth: Duration },
 }
 
 impl Security {
@@ -79,24 +86,47 @@ impl Security {
         Security::Gssapi { users: users.iter().map(|u| u.to_string()).collect(), kdc: kdc.clone() }
     }
 
+    /// OIDC through `idp`, whose clients must include [`ADMIN`] and every one of `users`; the
+    /// broker forces re-authentication every 10 s.
+    pub fn oidc(idp: &Idp, users: &[&str]) -> Security {
+        for u in users.iter().copied().chain([ADMIN]) {
+            assert!(idp.secrets.contains_key(u), "Security::oidc: {u:?} is no client of the provider");
+        }
+        Security::Oidc {
+            idp: idp.clone(),
+            users: users.iter().map(|u| u.to_string()).collect(),
+            acls: false,
+            reauth: Duration::from_secs(10),
+        }
+    }
+
     /// The same with the StandardAuthorizer on.
     pub fn with_acls(self) -> Security {
         match self {
             Security::SaslSsl { users, .. } => Security::SaslSsl { users, acls: true },
             Security::Mtls { users, .. } => Security::Mtls { users, acls: true },
             Security::Gssapi { .. } => panic!("GSSAPI test clusters have no authorizer"),
+            Security::Oidc { idp, users, reauth, .. } => Security::Oidc { idp, users, acls: true, reauth },
         }
     }
 
     fn users(&self) -> Vec<String> {
-        let (Security::SaslSsl { users, .. } | Security::Mtls { users, .. } | Security::Gssapi { users, .. }) = self;
+        let (Security::SaslSsl { users, .. }
+        | Security::Mtls { users, .. }
+        | Security::Gssapi { users, .. }
+        | Security::Oidc { users, .. }) = self;
         let mut all = vec![ADMIN.to_string()];
         all.extend(users.iter().filter(|u| *u != ADMIN).cloned());
         all
     }
 
     fn acls(&self) -> bool {
-        matches!(self, Security::SaslSsl { acls: true, .. } | Security::Mtls { acls: true, .. })
+        matches!(
+            self,
+            Security::SaslSsl { acls: true, .. }
+                | Security::Mtls { acls: true, .. }
+                | Security::Oidc { acls: true, .. }
+        )
     }
 
     /// The MODE argument of `kafka.sh prepare-secure`.
@@ -105,6 +135,7 @@ impl Security {
             Security::SaslSsl { .. } => "sasl_ssl",
             Security::Mtls { .. } => "mtls",
             Security::Gssapi { .. } => "gssapi",
+            Security::Oidc { .. } => "sasl_oidc",
         };
         if self.acls() { format!("{kind}+acl") } else { kind.to_string() }
     }
@@ -182,12 +213,12 @@ impl Cluster {
         let users = security.users();
         let cert_clients: Vec<&str> = match security {
             Security::Mtls { .. } => users.iter().map(String::as_str).collect(),
-            Security::SaslSsl { .. } | Security::Gssapi { .. } => Vec::new(),
+            Security::SaslSsl { .. } | Security::Gssapi { .. } | Security::Oidc { .. } => Vec::new(),
         };
         let tls = Tls::generate(&dir.path().join("tls"), &cert_clients);
         let passwords: BTreeMap<String, String> = match security {
             Security::SaslSsl { .. } => users.iter().map(|u| (u.clone(), random_password(u))).collect(),
-            Security::Mtls { .. } | Security::Gssapi { .. } => BTreeMap::new(),
+            Security::Mtls { .. } | Security::Gssapi { .. } | Security::Oidc { .. } => BTreeMap::new(),
         };
         if let Security::Gssapi { kdc, .. } = &security {
             kdc.add_principal("kafka/localhost");
@@ -210,7 +241,18 @@ impl Cluster {
         }
         let mut args = vec!["prepare-secure", &dir_s, &port_s, &cport_s, &iport_s, &mode];
         args.extend(scram.iter().map(String::as_str));
-        kafka_sh(&args);
+        // sasl_oidc: where the broker finds the provider's keys, whose tokens it takes
+        let env: Vec<(&str, String)> = match &security {
+            Security::Oidc { idp, reauth, .. } => vec![
+                ("FERRY_OIDC_JWKS_URL", idp.jwks_url.clone()),
+                ("FERRY_OIDC_ISSUER", idp.issuer.clone()),
+                ("FERRY_OIDC_AUDIENCE", super::oidc::AUDIENCE.to_string()),
+                ("FERRY_KAFKA_REAUTH_MS", reauth.as_millis().to_string()),
+            ],
+            _ => Vec::new(),
+        };
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        kafka_sh_env(&args, &env);
         // Kerberos clients ask for a ticket to kafka/<host they connect to>: the broker is kafka/localhost.
         let host = if matches!(security, Security::Gssapi { .. }) { "localhost" } else { "127.0.0.1" };
         let mut cluster = Cluster {
@@ -279,6 +321,12 @@ impl Cluster {
                     prop("sasl.kerberos.keytab", &path_str(&self.keytab(user))),
                 ]
             }
+            Security::Oidc { ref idp, .. } => {
+                let mut props =
+                    vec![prop("security.protocol", "SASL_SSL"), prop("ssl.ca.location", &path_str(&s.tls.ca()))];
+                props.extend(idp.client_props(user));
+                props
+            }
         }
     }
 
@@ -323,6 +371,10 @@ impl Cluster {
                     prop("ssl.keystore.location", &path_str(&s.client_tls().client_keystore(user))),
                 ])
             }
+            // Kafka's tools would log in with OAuthBearerLoginCallbackHandler, whose JVM must also
+            // allow the token URL (-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls): not wired up, as
+            // no OIDC test runs a Java client yet.
+            Security::Oidc { .. } => panic!("[{}] java_client_props: not available for OIDC clusters", self.name),
         }
         props
     }
@@ -527,7 +579,7 @@ impl Cluster {
         let log_path = self.log_path();
         let log_start = std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0) as usize;
         let log = OpenOptions::new().create(true).append(true).open(&log_path).expect("open broker log");
-        let mut cmd = kafka_command(&broker_cmd());
+        let mut cmd = kafka_command(&self.broker_cmd());
         if let Some(Security::Gssapi { kdc, .. }) = self.security() {
             // The JVM's Kerberos configuration; the launcher reads this variable (kafka.sh prints a
             // shared command line, so per-cluster JVM options cannot go there).
@@ -582,6 +634,17 @@ impl Cluster {
         }
     }
 
+    /// The broker's java command: [`broker_cmd`], with the KAFKA_OPTS `kafka.sh prepare-secure` wrote
+    /// for an OIDC broker (the JVM property that allows its JWKS URL).
+    fn broker_cmd(&self) -> Vec<String> {
+        match std::fs::read_to_string(self.dir.path().join("kafka_opts")) {
+            Ok(opts) => {
+                kafka_sh_env(&["broker-cmd"], &[("KAFKA_OPTS", opts.trim())]).lines().map(str::to_string).collect()
+            }
+            Err(_) => broker_cmd(),
+        }
+    }
+
     fn reap_watchdog(&mut self) {
         if let Some(mut w) = self.watchdog.take() {
             kill_and_reap(&mut w);
@@ -611,7 +674,7 @@ fn cluster_dir(name: &str) -> tempfile::TempDir {
 }
 
 /// `<user>-<16 random hex digits>` (std's randomly keyed hasher as the random source).
-fn random_password(user: &str) -> String {
+pub(super) fn random_password(user: &str) -> String {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write(user.as_bytes());
     format!("{user}-{:016x}", h.finish())
@@ -724,7 +787,12 @@ pub(super) fn kafka_sh(args: &[&str]) -> String {
 pub(super) fn kafka_sh_env(args: &[&str], env: &[(&str, &str)]) -> String {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let script = repo_root().join("scripts/kafka.sh");
+    run_script("kafka.sh", args, env)
+}
+
+/// Runs `scripts/<name> ARGS` with `env` and returns its stdout; panics with its stderr on failure.
+pub(super) fn run_script(name: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let script = repo_root().join("scripts").join(name);
     let out = Command::new("bash")
         .arg(&script)
         .args(args)
@@ -740,5 +808,5 @@ pub(super) fn kafka_sh_env(args: &[&str], env: &[(&str, &str)]) -> String {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout).expect("utf-8 output from kafka.sh")
+    String::from_utf8(out.stdout).unwrap_or_else(|_| panic!("{name} printed non-UTF-8"))
 }

@@ -38,6 +38,7 @@ pub mod kdc;
 pub mod mm2;
 pub mod mm2_client;
 pub mod observe;
+pub mod oidc;
 pub mod ports;
 pub mod process;
 pub mod prometheus;

@@ -357,7 +357,8 @@ pub struct Tail {
 }
 
 impl Tail {
-    /// Tails `topic` on `bootstrap` from its current end (waits up to a minute for it to exist).
+    /// Tails `topic` on `bootstrap` from its current end (waits up to a minute for it to exist), as the
+    /// cluster's registered user (its super user if it is secured, see [`super::client::register_security`]).
     pub fn start(bootstrap: &str, topic: &str) -> Tail {
         use rdkafka::consumer::{BaseConsumer, Consumer};
         let partitions = {
@@ -368,7 +369,7 @@ impl Tail {
             });
             n.unwrap_or(0)
         };
-        let consumer: BaseConsumer = super::client_config(bootstrap, &[])
+        let consumer: BaseConsumer = super::client_config(bootstrap, &super::client::security_props(bootstrap))
             .set("group.id", "ferry-test-tail")
             .set("enable.auto.commit", "false")
             .create()
