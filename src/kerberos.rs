@@ -151,7 +151,8 @@ static CACHE_DIR: OnceLock<PathBuf> = OnceLock::new();
 // The one environment variable ferry sets: MIT Kerberos reads its default cache from it, in every
 // thread librdkafka starts, and has no other process-wide switch.
 #[allow(unsafe_code)]
-pub fn init_process() {
+#[must_use = "the caches are removed when the guard drops: hold it until the process ends"]
+pub fn init_process() -> CachesGuard {
     let dir = std::env::var_os("FERRY_KRB5_CCACHE_DIR").map(PathBuf::from).unwrap_or_else(|| {
         // A name nobody could have made beforehand: the directory is created fresh (see `prepare_dir`).
         let mut random = [0u8; 8];
@@ -162,10 +163,21 @@ pub fn init_process() {
     // SAFETY: called from `main` before any other thread runs, as `set_var` requires.
     unsafe { std::env::set_var("KRB5CCNAME", format!("DIR:{}", dir.display())) };
     let _ = CACHE_DIR.set(dir);
+    CachesGuard
 }
 
-/// Removes this process's ticket caches (at shutdown): tickets are credentials.
-pub fn remove_caches() {
+/// Removes this process's ticket caches when dropped, whichever command ran (`ferry check` logs in
+/// too): tickets are credentials, and must not outlive the process on disk.
+pub struct CachesGuard;
+
+impl Drop for CachesGuard {
+    fn drop(&mut self) {
+        remove_caches();
+    }
+}
+
+/// Removes this process's ticket caches (at exit): tickets are credentials.
+fn remove_caches() {
     if let Some(dir) = CACHE_DIR.get()
         && std::env::var_os("FERRY_KRB5_CCACHE_DIR").is_none()
     {

@@ -379,7 +379,7 @@ const EXIT_INCOMPLETE: u8 = 3;
 
 fn main() -> ExitCode {
     // Before any thread: the Kerberos library's default ticket cache is this process's own collection.
-    ferry::kerberos::init_process();
+    let _tickets = ferry::kerberos::init_process();
     let cli = Cli::parse();
     // Test builds only: read FAILPOINTS (see src/failpoints.rs).
     #[cfg(feature = "failpoints")]
@@ -796,7 +796,6 @@ fn run(node: settings::NodeSettings, node_id: String, set: config::FlowSet) -> a
             tracing::warn!(error = %e, "node did not answer the shutdown request");
         }
         server_handle.stop(true).await;
-        ferry::kerberos::remove_caches();
         tracing::info!("stopped");
         anyhow::Ok(())
     })

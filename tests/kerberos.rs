@@ -155,7 +155,19 @@ fn a_kerberos_cluster_copies_checkpoints_and_syncs_groups_across_ticket_renewals
     }
     let flows = observe::flows(ferry.listen_addr());
     assert_eq!(flows["flows"]["krb->west"]["state"], "running", "{}", flows["flows"]["krb->west"]);
+    // The tickets live in the node's own cache directory while it runs, and go with it.
+    let pid = ferry.pid().expect("ferry's pid");
+    let caches = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(std::env::temp_dir())
+            .expect("temp dir")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("ferry-krb5cc-{pid}-")))
+            .map(|e| e.path())
+            .collect()
+    };
+    assert_eq!(caches().len(), 1, "one ticket cache directory while ferry runs: {:?}", caches());
     assert!(ferry.terminate(Duration::from_secs(30)).success());
+    assert!(caches().is_empty(), "ticket caches left behind: {:?}", caches());
 }
 
 /// Two cluster definitions of the same principal: one with the current keytab, one with a keytab whose
