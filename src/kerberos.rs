@@ -127,8 +127,7 @@ impl Login {
             .map(|c| if c.is_ascii_alphanumeric() || ".-".contains(c) { c } else { '_' })
             .collect();
         let digest = openssl::sha::sha256(self.principal.as_bytes());
-        let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
-        format!("tkt-{readable}-{short}")
+        format!("tkt-{readable}-{}", hex(&digest[..4]))
     }
 }
 
@@ -153,16 +152,8 @@ static CACHE_DIR: OnceLock<PathBuf> = OnceLock::new();
 #[allow(unsafe_code)]
 #[must_use = "the caches are removed when the guard drops: hold it until the process ends"]
 pub fn init_process() -> CachesGuard {
-    let dir = std::env::var_os("FERRY_KRB5_CCACHE_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        // A name nobody could have made beforehand: the directory is created fresh (see `prepare_dir`).
-        let mut random = [0u8; 8];
-        let _ = openssl::rand::rand_bytes(&mut random);
-        let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
-        std::env::temp_dir().join(format!("ferry-krb5cc-{}-{suffix}", std::process::id()))
-    });
     // SAFETY: called from `main` before any other thread runs, as `set_var` requires.
-    unsafe { std::env::set_var("KRB5CCNAME", format!("DIR:{}", dir.display())) };
-    let _ = CACHE_DIR.set(dir);
+    unsafe { std::env::set_var("KRB5CCNAME", format!("DIR:{}", cache_dir().display())) };
     CachesGuard
 }
 
@@ -185,11 +176,22 @@ fn remove_caches() {
     }
 }
 
+/// The directory of this process's caches, chosen once: `FERRY_KRB5_CCACHE_DIR`, else a name in the temp
+/// dir nobody could have made beforehand (it is created fresh, see `prepare_dir`).
 fn cache_dir() -> PathBuf {
     CACHE_DIR
-        .get()
-        .cloned()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("ferry-krb5cc-{}", std::process::id())))
+        .get_or_init(|| {
+            std::env::var_os("FERRY_KRB5_CCACHE_DIR").map(PathBuf::from).unwrap_or_else(|| {
+                let mut random = [0u8; 8];
+                let _ = openssl::rand::rand_bytes(&mut random);
+                std::env::temp_dir().join(format!("ferry-krb5cc-{}-{}", std::process::id(), hex(&random)))
+            })
+        })
+        .clone()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What became of one login.

@@ -57,12 +57,8 @@ fn with(props: &[(String, String)], key: &str, value: &str) -> Vec<(String, Stri
     support::flows::with_prop(props, key, value)
 }
 
-fn kerberos_env(kdc: &Kdc) -> Vec<(String, String)> {
-    kdc.client_env()
-}
-
 fn start_ferry(dir: &std::path::Path, kdc: &Kdc) -> Ferry {
-    let env = kerberos_env(kdc);
+    let env = kdc.client_env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     Ferry::start_env(dir, &[], &env)
 }

@@ -254,13 +254,13 @@ fn cluster(
             }
         }
     }
-    // The files the properties name, read once here: their digests make a rewritten certificate a
-    // changed cluster, and a rotation half written is refused before librdkafka would refuse it.
     // A Kerberos cluster is logged in by ferry: it needs the principal (with its realm) and the keytab.
     if let Err((k, reason)) = crate::kerberos::Login::of(&client) {
         errs.push(format!("{base}.client.\"{k}\""), reason);
         ok = false;
     }
+    // The files the properties name, read once here: their digests make a rewritten certificate a
+    // changed cluster, and a rotation half written is refused before librdkafka would refuse it.
     let client_files = match super::client_files::read(&client) {
         Ok(files) => files,
         Err(problems) => {

@@ -75,11 +75,6 @@ impl Kdc {
         kdc
     }
 
-    /// The temp dir that holds the realm's files (keytabs made by [`Kdc::keytab`] go here).
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
-    }
-
     /// The client configuration of the realm.
     pub fn krb5_conf(&self) -> PathBuf {
         self.dir.path().join("krb5.conf")
