@@ -21,6 +21,14 @@ pub struct Metrics {
     /// Source partitions this node let go without a clean handover (its assignment was lost, or the
     /// target did not acknowledge within the handover time): their late deliveries were disowned.
     pub unclean_handovers: IntCounterVec,
+    /// Exactly-once transactions of the copier, by result (`committed`, `aborted`).
+    pub transactions: IntCounterVec,
+    /// How long committing a copier transaction took (flush of its records, progress, commit).
+    pub transaction_commit: HistogramVec,
+    /// When the flow's copier last committed a transaction, seconds since the epoch.
+    pub transaction_last_commit: GaugeVec,
+    /// Earlier writers of partitions given to this node that its copier fenced (exactly-once).
+    pub producers_fenced: IntCounterVec,
     /// Remote topics ferry created on the target.
     pub topics_created: IntCounterVec,
     /// ACL bindings the topic ACL sync created on the target.
@@ -173,6 +181,30 @@ impl Metrics {
                 &registry,
                 "ferry_progress_commits_total",
                 "Copy-progress records persisted to the target.",
+                &["flow"],
+            ),
+            transactions: counter(
+                &registry,
+                "ferry_transactions_total",
+                "Exactly-once copier transactions, by result (committed, aborted).",
+                &["flow", "result"],
+            ),
+            transaction_commit: histogram(
+                &registry,
+                "ferry_transaction_commit_seconds",
+                "Time to commit an exactly-once copier transaction: its records acknowledged, its progress written, the commit returned.",
+                &["flow"],
+            ),
+            transaction_last_commit: float_gauge(
+                &registry,
+                "ferry_transaction_last_commit_timestamp_seconds",
+                "When the flow's exactly-once copier last committed a transaction (seconds since the epoch).",
+                &["flow"],
+            ),
+            producers_fenced: counter(
+                &registry,
+                "ferry_producers_fenced_total",
+                "Earlier exactly-once writers of partitions given to this node that its copier fenced before copying them.",
                 &["flow"],
             ),
             unclean_handovers: counter(
@@ -537,6 +569,26 @@ impl Metrics {
                 *t = (*t).max(m.get_gauge().get_value() as u64);
             }
         }
+        let mut transactions: HashMap<&str, crate::status::TransactionFigures> = HashMap::new();
+        let txn_families = self.transactions.collect();
+        for m in txn_families.iter().flat_map(|f| f.get_metric().iter()) {
+            let Some(flow) = flow_of(m) else { continue };
+            let result = m.get_label().iter().find(|l| l.name() == "result").map_or("", |l| l.value());
+            let t = transactions.entry(flow).or_default();
+            match result {
+                "committed" => t.committed = m.get_counter().get_value() as u64,
+                _ => t.aborted += m.get_counter().get_value() as u64,
+            }
+        }
+        let last_commit_families = self.transaction_last_commit.collect();
+        for m in last_commit_families.iter().flat_map(|f| f.get_metric().iter()) {
+            let Some(flow) = flow_of(m) else { continue };
+            let at = m.get_gauge().get_value();
+            if at > 0.0 {
+                transactions.entry(flow).or_default().last_commit_at =
+                    Some(crate::status::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(at)));
+            }
+        }
         let mut skipped: HashMap<&str, crate::status::Skipped> = HashMap::new();
         let skipped_families = self.records_skipped.collect();
         for m in skipped_families.iter().flat_map(|f| f.get_metric().iter()) {
@@ -567,10 +619,17 @@ impl Metrics {
                         .filter(|t| *t > 0)
                         .map(|t| crate::status::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t))),
                     records_skipped: skipped.remove(flow.as_str()).unwrap_or_default(),
+                    transactions: transactions.remove(flow.as_str()),
                 };
                 (flow.clone(), figures, (total, now))
             })
             .collect()
+    }
+
+    /// An exactly-once copier of `flow` committed a transaction now.
+    pub fn transaction_committed(&self, flow: &str) {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        self.transaction_last_commit.with_label_values(&[flow]).set(now);
     }
 
     /// Every labelled metric, for removing series by label.
@@ -580,6 +639,10 @@ impl Metrics {
             &self.bytes_copied,
             &self.progress_commits,
             &self.unclean_handovers,
+            &self.transactions,
+            &self.transaction_commit,
+            &self.transaction_last_commit,
+            &self.producers_fenced,
             &self.topics_created,
             &self.acl_bindings_synced,
             &self.partitions_assigned,

@@ -44,6 +44,9 @@ pub fn set_json(dir: &Path, set: &FlowSet) -> Value {
                 "emit_heartbeats_interval_seconds": s.emit_heartbeats_interval.as_secs_f64(),
                 "offset_lag_max": s.offset_lag_max,
                 "compression": s.compression,
+                "delivery": s.delivery.name(),
+                "transaction_interval_ms": s.transaction_interval.as_millis() as u64,
+                "transaction_max_bytes": s.transaction_max_bytes,
             })
         })
         .collect();

@@ -289,6 +289,17 @@ impl Connection {
         RecordLane::new(self.clone(), owner, tuning, sink)
     }
 
+    /// An exactly-once flow's lane: its own transactional producer (see [`RecordLane::transactional`]).
+    pub fn transactional_lane(
+        self: &Arc<Self>,
+        owner: &str,
+        tuning: RecordTuning,
+        sink: Arc<dyn RecordSink>,
+        transactional_id: &str,
+    ) -> Result<RecordLane, KafkaOpError> {
+        RecordLane::transactional(self.clone(), owner, tuning, sink, transactional_id)
+    }
+
     /// Records that `owner`'s lanes sent on this connection's record producers and that are not
     /// reported yet (also those of lanes that ended: a flow's next copier waits for them).
     pub fn records_in_flight(&self, owner: &str) -> usize {

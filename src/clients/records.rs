@@ -91,6 +91,10 @@ pub struct Pending {
     bytes: usize,
 }
 
+/// The upstream offset of a record that is not a copy (an exactly-once flow's progress record in the
+/// same transaction): its report goes to no sink, the transaction's commit is what confirms it.
+pub const UNTRACKED: i64 = i64::MIN;
+
 /// A record for [`RecordLane::send`]: built by [`RecordLane::record`], then given key, payload,
 /// headers, partition and timestamp by the sender.
 pub type Record<'a> = BaseRecord<'a, [u8], [u8], Box<Pending>>;
@@ -130,7 +134,9 @@ impl ProducerContext for Router {
         if let Err((KafkaError::MessageProduction(RDKafkaErrorCode::Fatal), _)) = result {
             self.fatal.store(true, Ordering::Release);
         }
-        pending.share.sink.delivered(result, pending.upstream);
+        if pending.upstream != UNTRACKED {
+            pending.share.sink.delivered(result, pending.upstream);
+        }
         pending.share.settled(pending.bytes);
     }
 }
@@ -143,6 +149,11 @@ pub struct RecordProducer {
 
 impl RecordProducer {
     fn new(cluster: &ClusterSpec, tuning: &RecordTuning) -> Result<Self, KafkaOpError> {
+        Self::with(cluster, tuning, None)
+    }
+
+    /// `transactional`: the transactional id of an exactly-once flow's own producer, never shared.
+    fn with(cluster: &ClusterSpec, tuning: &RecordTuning, transactional: Option<&str>) -> Result<Self, KafkaOpError> {
         let mut cfg = kafka::client_config(cluster, &"ferry", "record-producer")?;
         // The client id names the producer in the brokers' quotas and request logs: the cluster's own
         // `client.id`, if it sets one, scopes a quota to the flows of that cluster definition.
@@ -161,6 +172,14 @@ impl RecordProducer {
             // A record that cannot be delivered within five minutes fails its partition, which is
             // retried from its last acknowledged position, instead of hiding an outage forever.
             .set("message.timeout.ms", "300000");
+        if let Some(id) = transactional {
+            // A transaction that is neither committed nor aborted within this long (a frozen node) is
+            // aborted by the coordinator, which also fences the producer. librdkafka requires
+            // `message.timeout.ms` not to exceed it.
+            cfg.set("transactional.id", id)
+                .set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string())
+                .set("message.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string());
+        }
         stats::enable(&mut cfg);
         let router = Router {
             stats: StatsContext::new(&cluster.alias, "record-producer"),
@@ -194,6 +213,9 @@ impl RecordProducer {
         shares.push(Arc::downgrade(share));
     }
 }
+
+/// The coordinator aborts (and fences) an exactly-once producer's transaction open this long.
+pub const TRANSACTION_TIMEOUT_MS: u64 = 60_000;
 
 /// A connection's record producers, one per tuning in use; each goes with its last lane.
 #[derive(Default)]
@@ -233,6 +255,9 @@ pub struct RecordLane {
     tuning: RecordTuning,
     producer: Arc<RecordProducer>,
     share: Arc<Share>,
+    /// An exactly-once flow's own producer: a fatal error ends the copier (its transactions are
+    /// gone), it is never swapped for a shared one.
+    transactional: bool,
 }
 
 impl RecordLane {
@@ -253,7 +278,35 @@ impl RecordLane {
             max_bytes,
         });
         producer.register(&share);
-        Ok(Self { conn, tuning, producer, share })
+        Ok(Self { conn, tuning, producer, share, transactional: false })
+    }
+
+    /// An exactly-once flow's lane: a producer of its own with `transactional_id`, which nothing else
+    /// shares (a transaction is the whole producer's). Transactions are not initialised yet.
+    pub(super) fn transactional(
+        conn: Arc<super::Connection>,
+        owner: &str,
+        tuning: RecordTuning,
+        sink: Arc<dyn RecordSink>,
+        transactional_id: &str,
+    ) -> Result<Self, KafkaOpError> {
+        let producer = Arc::new(RecordProducer::with(&conn.cluster, &tuning, Some(transactional_id))?);
+        let max_bytes = super::budget::flow_share().min(LANE_MAX_BYTES);
+        let share = Arc::new(Share {
+            owner: owner.to_string(),
+            sink,
+            records: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
+            max_records: lane_max_records(max_bytes),
+            max_bytes,
+        });
+        producer.register(&share);
+        Ok(Self { conn, tuning, producer, share, transactional: true })
+    }
+
+    /// The producer, for an exactly-once lane's transactions (`init`, `begin`, `commit`, `abort`).
+    pub fn producer(&self) -> &ThreadedProducer<Router> {
+        &self.producer.producer
     }
 
     /// A record to `topic`, copied from `upstream`.
@@ -265,6 +318,9 @@ impl RecordLane {
     /// to be sent again), and with librdkafka's error otherwise; a refused record gets no report.
     #[allow(clippy::result_large_err)] // rdkafka's own `send` hands the record back the same way
     pub fn send<'a>(&mut self, mut record: Record<'a>) -> Result<(), (KafkaError, Record<'a>)> {
+        if self.producer.is_fatal() && self.transactional {
+            return Err((KafkaError::MessageProduction(RDKafkaErrorCode::Fatal), record));
+        }
         if self.producer.is_fatal() {
             // Records in flight on the old producer report to this lane as before.
             match self.conn.record_producer(&self.tuning) {

@@ -213,6 +213,12 @@ pub struct FlowSettings {
     pub metrics_per_partition: bool,
     /// How the copier group splits the flow's partitions among the nodes.
     pub group_protocol: GroupProtocol,
+    /// At-least-once (the default) or exactly-once (records and progress in one transaction).
+    pub delivery: Delivery,
+    /// Exactly-once: the longest a transaction stays open before it is committed.
+    pub transaction_interval: Duration,
+    /// Exactly-once: a transaction is committed once its records hold this many bytes.
+    pub transaction_max_bytes: usize,
     /// The topic on the target holding copy progress in Connect's format: where ferry reads MM2's at
     /// takeover and writes its own (for MM2 to resume from). Dedicated MM2's `mm2-offsets.<source>.internal`
     /// by default; a Connect-run MM2's `offset.storage.topic` when taking over from one.
@@ -332,6 +338,27 @@ pub enum SourceGapPolicy {
     Fail,
 }
 
+/// What a flow promises about copies (`delivery`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Delivery {
+    /// A source position counts once the target acknowledged its record; a crash copies again what
+    /// was acknowledged after the last persist.
+    #[default]
+    AtLeastOnce,
+    /// Records and the progress that covers them are committed in one transaction on the target: a
+    /// `read_committed` reader sees every source record once (see `flow::copier::transactions`).
+    ExactlyOnce,
+}
+
+impl Delivery {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AtLeastOnce => "at_least_once",
+            Self::ExactlyOnce => "exactly_once",
+        }
+    }
+}
+
 /// The copier group's rebalance protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GroupProtocol {
@@ -410,7 +437,7 @@ impl FlowSet {
             let _ = writeln!(
                 out,
                 "flow {}{} ({})\n  topics={:?} exclude={:?}\n  groups={:?} exclude={:?}\n  policy={:?} separator={:?} \
-                 refresh_topics={:?} emit_checkpoints={:?} emit_heartbeats={:?} offset_lag_max={} compression={}",
+                 refresh_topics={:?} emit_checkpoints={:?} emit_heartbeats={:?} offset_lag_max={} compression={}\n  delivery={}",
                 f.id,
                 if s.enabled { "" } else { " (disabled)" },
                 f.file.display(),
@@ -425,6 +452,15 @@ impl FlowSet {
                 s.emit_heartbeats_interval,
                 s.offset_lag_max,
                 s.compression,
+                match s.delivery {
+                    Delivery::AtLeastOnce => s.delivery.name().to_string(),
+                    Delivery::ExactlyOnce => format!(
+                        "{} transaction_interval_ms={} transaction_max_bytes={}",
+                        s.delivery.name(),
+                        s.transaction_interval.as_millis(),
+                        s.transaction_max_bytes
+                    ),
+                },
             );
             let switches: Vec<String> = [
                 ("emit_heartbeats", s.emit_heartbeats_enabled),

@@ -88,6 +88,12 @@ pub struct RawFlow {
     pub metrics_per_partition: Option<bool>,
     /// The copier group's rebalance protocol: "classic" or "consumer" (KIP-848).
     pub group_protocol: Option<String>,
+    /// "at_least_once" (default) or "exactly_once": records and progress in one target transaction.
+    pub delivery: Option<String>,
+    /// Exactly-once: a transaction is committed after this long at most.
+    pub transaction_interval_ms: Option<u64>,
+    /// Exactly-once: a transaction is committed once it holds this many bytes of records.
+    pub transaction_max_bytes: Option<u64>,
     /// Where MM2 kept its copy progress (Connect's `offset.storage.topic`), on the target.
     pub mm2_offsets_topic: Option<String>,
     /// The MM2 source connector's name: the first element of every progress record's key.

@@ -288,16 +288,25 @@ impl AckTable {
     /// one in memory is newer (acknowledged here, not yet persisted). Another node that copied it
     /// meanwhile started from this node's last persisted position and only moved forward, unless the
     /// source topic was re-created: a different topic id makes the persisted position win.
-    pub fn adopt(&self, topic: &str, partition: i32, stored: Option<StoredPosition>) {
+    ///
+    /// `committed_wins` (exactly-once): the stored position is what was committed with the records, and
+    /// one in memory may be ahead of it by records of an aborted transaction: the stored one wins.
+    pub fn adopt(&self, topic: &str, partition: i32, stored: Option<StoredPosition>, committed_wins: bool) {
         let slot = self.slot(topic, partition);
         let previous = slot.epoch().max(stored.as_ref().map_or(0, |s| s.epoch));
         let now_ms =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         slot.epoch.store(next_epoch(previous, now_ms), Ordering::Release);
-        let Some(stored) = stored else { return };
+        let Some(stored) = stored else {
+            if committed_wins {
+                // Nothing committed: whatever is in memory came from aborted transactions.
+                slot.next.store(UNKNOWN, Ordering::Release);
+            }
+            return;
+        };
         let other_topic = matches!((&stored.topic_id, slot.topic_id()), (Some(a), Some(b)) if *a != b);
         let next = match slot.next() {
-            Some(mine) if !other_topic => mine.max(stored.next),
+            Some(mine) if !other_topic && !committed_wins => mine.max(stored.next),
             _ => stored.next,
         };
         slot.next.store(next, Ordering::Release);
@@ -415,13 +424,13 @@ mod tests {
         assert_eq!(next_epoch(5_000, 1_000), 5_001, "above the stored owner's, whatever the clock");
         let t = AckTable::default();
         let stored = |epoch| Some(StoredPosition { next: 3, topic_id: None, epoch });
-        t.adopt("a", 0, stored(0));
+        t.adopt("a", 0, stored(0), false);
         let first = t.slot("a", 0).epoch();
         assert!(first > 0);
         let far_ahead = first + 1_000_000;
-        t.adopt("a", 0, stored(far_ahead));
+        t.adopt("a", 0, stored(far_ahead), false);
         assert_eq!(t.slot("a", 0).epoch(), far_ahead + 1, "a later owner's stored epoch is outranked");
-        t.adopt("a", 0, None);
+        t.adopt("a", 0, None, false);
         assert_eq!(t.slot("a", 0).epoch(), far_ahead + 2, "and so is this node's own last one");
     }
 

@@ -36,6 +36,13 @@ pub const EPOCH_HEADER: &str = "ferry.epoch";
 /// offset 0 as well.
 pub const NEXT_HEADER: &str = "ferry.next";
 
+/// Header of an exactly-once flow's progress record: the transactional id of the producer that wrote
+/// it, which may still hold the partition (see `copier::transactions`).
+pub const WRITER_HEADER: &str = "ferry.writer";
+/// Header of an exactly-once flow's progress record written when the partition was handed over
+/// cleanly: its writer let it go, and the next owner has nobody to fence.
+pub const RELEASED_HEADER: &str = "ferry.released";
+
 /// Read every stored position of this flow's source cluster. Records of other connectors or clusters,
 /// tombstones and undecodable values are skipped (the latter with a warning naming the record).
 pub fn load(plan: &FlowPlan, num_partitions: i32) -> Result<HashMap<SourcePartition, StoredPosition>, KafkaOpError> {
@@ -49,6 +56,34 @@ pub fn load_partitions(
     num_partitions: i32,
     wanted: &[SourcePartition],
 ) -> Result<HashMap<SourcePartition, StoredPosition>, KafkaOpError> {
+    let mut all = load_from(plan, homes(plan, num_partitions, wanted))?;
+    // A set, not `wanted.contains`: a node given 10,000 partitions would compare 10,000 x 10,000 names.
+    let wanted: HashSet<&SourcePartition> = wanted.iter().collect();
+    all.retain(|tp, _| wanted.contains(tp));
+    Ok(all)
+}
+
+/// Partitions' possible writers (exactly-once transactional ids), from their newest progress records.
+pub type Holders = HashMap<SourcePartition, String>;
+
+/// Exactly-once: the stored positions of `wanted`, and for each partition whose newest progress record
+/// names an exactly-once writer that did not release it, that writer's transactional id (the producer
+/// that may still write the partition: see `copier::transactions`).
+pub fn load_with_holders(
+    plan: &FlowPlan,
+    num_partitions: i32,
+    wanted: &[SourcePartition],
+) -> Result<(HashMap<SourcePartition, StoredPosition>, Holders), KafkaOpError> {
+    let mut holders = HashMap::new();
+    let homes = homes(plan, num_partitions, wanted);
+    let mut all = load_inner(plan, homes, Some(&mut holders))?;
+    let wanted: HashSet<&SourcePartition> = wanted.iter().collect();
+    all.retain(|tp, _| wanted.contains(tp));
+    holders.retain(|tp, _| wanted.contains(tp));
+    Ok((all, holders))
+}
+
+fn homes(plan: &FlowPlan, num_partitions: i32, wanted: &[SourcePartition]) -> Vec<i32> {
     let mut homes: Vec<i32> = wanted
         .iter()
         .map(|(t, p)| {
@@ -58,16 +93,20 @@ pub fn load_partitions(
         .collect();
     homes.sort_unstable();
     homes.dedup();
-    let mut all = load_from(plan, homes)?;
-    // A set, not `wanted.contains`: a node given 10,000 partitions would compare 10,000 x 10,000 names.
-    let wanted: HashSet<&SourcePartition> = wanted.iter().collect();
-    all.retain(|tp, _| wanted.contains(tp));
-    Ok(all)
+    homes
 }
 
 fn load_from(
     plan: &FlowPlan,
     partitions: impl IntoIterator<Item = i32>,
+) -> Result<HashMap<SourcePartition, StoredPosition>, KafkaOpError> {
+    load_inner(plan, partitions, None)
+}
+
+fn load_inner(
+    plan: &FlowPlan,
+    partitions: impl IntoIterator<Item = i32>,
+    mut holders: Option<&mut HashMap<SourcePartition, String>>,
 ) -> Result<HashMap<SourcePartition, StoredPosition>, KafkaOpError> {
     let topic = &plan.settings.mm2_offsets_topic;
     let connector = &plan.settings.mm2_source_connector;
@@ -85,6 +124,13 @@ fn load_from(
                 .and_then(|h| h.value)
                 .and_then(|v| std::str::from_utf8(v).ok())
         };
+        if let Some(holders) = holders.as_deref_mut() {
+            let tp = (key.topic.clone(), key.partition);
+            match header(WRITER_HEADER).filter(|_| header(RELEASED_HEADER).is_none()) {
+                Some(writer) => holders.insert(tp, writer.to_string()),
+                None => holders.remove(&tp),
+            };
+        }
         let next = match connect_offsets::decode_source_value(msg.payload()) {
             Ok(Some(last)) if last >= 0 => Ok(Some(last + 1)),
             Ok(Some(_)) => Ok(header(NEXT_HEADER).and_then(|n| n.parse::<i64>().ok()).filter(|n| *n == 0)),
@@ -222,22 +268,7 @@ impl ProgressWriter {
             if slot.persisted() == Some(next) {
                 continue;
             }
-            let key =
-                connect_offsets::encode_source_key(&self.connector, &self.source_alias, &slot.topic, slot.partition);
-            let value = connect_offsets::encode_source_value(next - 1);
-            let part = connect_offsets::partition_for_key(&key, self.num_partitions);
-            let id = slot.topic_id();
-            let epoch = slot.epoch().to_string();
-            let mut headers = OwnedHeaders::new_with_capacity(3);
-            if let Some(id) = id.as_deref() {
-                headers = headers.insert(Header { key: TOPIC_ID_HEADER, value: Some(id.as_bytes()) });
-            }
-            if next == 0 {
-                headers = headers.insert(Header { key: NEXT_HEADER, value: Some(b"0") });
-            }
-            if slot.epoch() > 0 {
-                headers = headers.insert(Header { key: EPOCH_HEADER, value: Some(epoch.as_bytes()) });
-            }
+            let (part, key, value, headers) = self.record_for(&slot, Some(next), None);
             let record = Outgoing {
                 topic: &self.topic,
                 partition: part,
@@ -257,6 +288,86 @@ impl ProgressWriter {
             }
         }
         queued
+    }
+
+    /// The progress record of `slot` at `next`: its offsets-topic partition, key, value and headers.
+    /// `writer`: an exactly-once writer's transactional id and whether it releases the partition.
+    fn record_for(
+        &self,
+        slot: &PartitionAck,
+        next: Option<i64>,
+        writer: Option<(&str, bool)>,
+    ) -> (i32, Vec<u8>, Vec<u8>, OwnedHeaders) {
+        let key = connect_offsets::encode_source_key(&self.connector, &self.source_alias, &slot.topic, slot.partition);
+        // No position yet (an exactly-once claim of a partition still being probed): MM2's "none".
+        let value = connect_offsets::encode_source_value(next.map_or(-1, |n| n - 1));
+        let part = connect_offsets::partition_for_key(&key, self.num_partitions);
+        let id = slot.topic_id();
+        let epoch = slot.epoch().to_string();
+        let mut headers = OwnedHeaders::new_with_capacity(5);
+        if let Some(id) = id.as_deref() {
+            headers = headers.insert(Header { key: TOPIC_ID_HEADER, value: Some(id.as_bytes()) });
+        }
+        if next == Some(0) {
+            headers = headers.insert(Header { key: NEXT_HEADER, value: Some(b"0") });
+        }
+        if slot.epoch() > 0 {
+            headers = headers.insert(Header { key: EPOCH_HEADER, value: Some(epoch.as_bytes()) });
+        }
+        if let Some((writer, released)) = writer {
+            headers = headers.insert(Header { key: WRITER_HEADER, value: Some(writer.as_bytes()) });
+            if released {
+                headers = headers.insert(Header { key: RELEASED_HEADER, value: Some(b"1") });
+            }
+        }
+        (part, key, value, headers)
+    }
+
+    /// Exactly-once: the progress records of `slots` (every partition whose position moved in the
+    /// transaction, and those claimed or released by it) into the open transaction of `lane`, as
+    /// `writer`. Nothing counts as persisted until [`ProgressWriter::committed`] after the commit.
+    pub fn write_in_transaction(
+        &mut self,
+        lane: &mut crate::clients::RecordLane,
+        slots: &[(Arc<PartitionAck>, bool)],
+        writer: &str,
+    ) -> Result<Vec<(Arc<PartitionAck>, i64)>, String> {
+        let mut written = Vec::with_capacity(slots.len());
+        for (slot, released) in slots {
+            let next = slot.next();
+            let (part, key, value, headers) = self.record_for(slot, next, Some((writer, *released)));
+            let mut record = lane
+                .record(&self.topic, crate::clients::records::UNTRACKED)
+                .partition(part)
+                .key(&key[..])
+                .payload(&value[..])
+                .headers(headers);
+            loop {
+                match lane.send(record) {
+                    Ok(()) => break,
+                    Err((
+                        rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                        back,
+                    )) => {
+                        record = back;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err((e, _)) => return Err(format!("write copy progress to {}: {e}", self.topic)),
+                }
+            }
+            if let Some(next) = next {
+                written.push((slot.clone(), next));
+            }
+        }
+        Ok(written)
+    }
+
+    /// The transaction that held `written` committed: those positions are persisted.
+    pub fn committed(&self, written: &[(Arc<PartitionAck>, i64)]) {
+        for (slot, next) in written {
+            slot.set_persisted(*next);
+            self.deliveries.commits.inc();
+        }
     }
 
     /// Log (rate-limited) when the progress topic refused or was away since the last call.

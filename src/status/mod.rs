@@ -144,6 +144,10 @@ pub struct FlowStatus {
     pub last_checkpoint_at: Option<String>,
     /// Source records the provenance rule did not copy (identity replication), since this node started.
     pub records_skipped: Skipped,
+    /// `at_least_once` or `exactly_once` (the flow's `delivery`).
+    pub delivery: &'static str,
+    /// Exactly-once flows: the copier's transactions on this node.
+    pub transactions: Option<TransactionFigures>,
     /// The nodes in the flow's copier group and their partition counts (described every 10 s).
     pub nodes: Option<Vec<Member>>,
     /// The node holding the flow's lease, as the lease group says.
@@ -159,6 +163,16 @@ pub struct FlowFigures {
     pub records_per_second: Option<f64>,
     pub last_checkpoint_at: Option<String>,
     pub records_skipped: Skipped,
+    pub transactions: Option<TransactionFigures>,
+}
+
+/// An exactly-once flow's transactions on this node, since it started (`ferry_transactions_total`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TransactionFigures {
+    pub committed: u64,
+    pub aborted: u64,
+    /// When the copier last committed one (RFC 3339).
+    pub last_commit_at: Option<String>,
 }
 
 /// Records not copied by the provenance rule: in all, and per reason (`ferry_records_skipped_total`).
@@ -190,6 +204,8 @@ impl FlowStatus {
             records_per_second: None,
             last_checkpoint_at: None,
             records_skipped: Skipped::default(),
+            delivery: "at_least_once",
+            transactions: None,
             nodes: None,
             leader_node: None,
         }
@@ -271,6 +287,8 @@ impl StatusBoard {
             f.records_per_second = figures.records_per_second;
             f.last_checkpoint_at = figures.last_checkpoint_at;
             f.records_skipped = figures.records_skipped;
+            f.delivery = if figures.transactions.is_some() { "exactly_once" } else { "at_least_once" };
+            f.transactions = figures.transactions;
         }
     }
 

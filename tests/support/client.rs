@@ -390,12 +390,18 @@ pub const CONSUME_ALL_GROUP: &str = "ferry-test-consume-all";
 /// returns the records sorted by (partition, offset). Panics if that takes longer than `timeout`.
 /// Under ACLs see [`CONSUME_ALL_GROUP`].
 pub fn consume_all(bootstrap: &str, topic: &str, timeout: Duration) -> Vec<Rec> {
+    consume_all_as(bootstrap, topic, timeout, "read_committed")
+}
+
+/// [`consume_all`] with `isolation` (`read_committed` or `read_uncommitted`: the latter also returns
+/// the records of aborted and open transactions).
+pub fn consume_all_as(bootstrap: &str, topic: &str, timeout: Duration, isolation: &str) -> Vec<Rec> {
     let consumer: BaseConsumer = config(bootstrap)
         .set("group.id", CONSUME_ALL_GROUP) // required by librdkafka's consumer; never used
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
-        .set("isolation.level", "read_committed")
+        .set("isolation.level", isolation)
         .create()
         .unwrap_or_else(|e| panic!("consumer for {bootstrap}: {e}"));
     let partitions = partition_leaders(&consumer, topic)

@@ -16,7 +16,7 @@ use crate::clients::RecordSink;
 use crate::flow::acks::{AckTable, DeliveryFailure, PartitionAck};
 use crate::flow::offset_syncs::SyncQueue;
 use crate::kafka::ClusterWatch;
-use crate::sync_rule::{PartitionRule, SyncReason};
+use crate::sync_rule::{MarkedSync, PartitionRule, SyncReason};
 
 /// One partition being copied in this copier lifetime.
 pub struct Live {
@@ -108,6 +108,10 @@ pub struct Shared {
     pub flow: String,
     pub heartbeat_from: String,
     pub heartbeat_to: String,
+    /// Exactly-once: a transaction is open, and the syncs of its records wait in `held` for its
+    /// commit (a sync must never point at a record that may still be aborted).
+    txn_open: AtomicBool,
+    held: Mutex<Vec<(MarkedSync, SyncReason)>>,
 }
 
 impl Shared {
@@ -123,7 +127,43 @@ impl Shared {
             remotes: RwLock::new(HashMap::new()),
             quiet: Mutex::new(Vec::new()),
             watch: Arc::new(ClusterWatch::default()),
+            txn_open: AtomicBool::new(false),
+            held: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Queue an offset sync, or hold it while a transaction is open.
+    fn push_sync(&self, sync: MarkedSync, reason: SyncReason) {
+        if self.txn_open.load(Ordering::Acquire) {
+            let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            // Checked again under the lock: a commit that closed the transaction meanwhile drained it.
+            if self.txn_open.load(Ordering::Acquire) {
+                held.push((sync, reason));
+                return;
+            }
+        }
+        self.syncs.push(sync, reason);
+    }
+
+    /// A transaction begins: the syncs of its records are held from now on.
+    pub fn transaction_opened(&self) {
+        self.txn_open.store(true, Ordering::Release);
+    }
+
+    /// The transaction committed: its syncs go to the emitter, in the order they were made.
+    pub fn transaction_committed(&self) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        self.txn_open.store(false, Ordering::Release);
+        for (sync, reason) in held.drain(..) {
+            self.syncs.push(sync, reason);
+        }
+    }
+
+    /// The transaction was aborted: its syncs point at records nobody will read; dropped.
+    pub fn transaction_aborted(&self) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        self.txn_open.store(false, Ordering::Release);
+        held.clear();
     }
 
     pub fn insert(&self, remote: &str, partition: i32, live: Arc<Live>) {
@@ -160,7 +200,7 @@ impl Shared {
             }
             let mut st = live.rule();
             if let Some(point) = st.rule.quiet(self.lifetime, now, force) {
-                self.syncs.push(point.named(&live.ack.topic, live.ack.partition), SyncReason::Quiet);
+                self.push_sync(point.named(&live.ack.topic, live.ack.partition), SyncReason::Quiet);
             }
             st.in_quiet_list = st.rule.has_unpublished();
             if st.in_quiet_list {
@@ -186,7 +226,7 @@ impl Shared {
         {
             let mut st = live.rule();
             match st.rule.on_ack(self.lifetime, self.lag_max, upstream, downstream, Instant::now()) {
-                Some((point, reason)) => self.syncs.push(point.named(&live.ack.topic, live.ack.partition), reason),
+                Some((point, reason)) => self.push_sync(point.named(&live.ack.topic, live.ack.partition), reason),
                 None if !st.in_quiet_list => {
                     st.in_quiet_list = true;
                     self.quiet.lock().unwrap_or_else(|p| p.into_inner()).push(live.clone());

@@ -18,8 +18,9 @@ mod delivery;
 mod partitions;
 mod probe;
 pub mod provenance;
+pub mod transactions;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -31,7 +32,8 @@ use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use self::delivery::{DeliveryContext, Shared};
 use self::partitions::Book;
 use self::probe::Probe;
-use super::acks::{AckTable, DeliveryFailure, SourcePartition};
+use self::transactions::Transactions;
+use super::acks::{AckTable, DeliveryFailure, SourcePartition, StoredPosition};
 use super::offset_syncs::SyncQueue;
 use super::pause::PauseSwitch;
 use super::progress::{self, ProgressWriter};
@@ -39,7 +41,7 @@ use super::supervisor::{ActorKind, ActorStatusChanged, AssignedPartitions, FlowS
 use super::worker::{Control, Signal, Worker, panic_message};
 use crate::clients::records::Record;
 use crate::clients::{FlowConnections, RecordLane, RecordTuning};
-use crate::config::{FlowPlan, GroupProtocol};
+use crate::config::{Delivery, FlowPlan, GroupProtocol};
 use crate::failpoints;
 use crate::flow::Identity;
 use crate::kafka::{self, ClusterWatch, KafkaOpError};
@@ -235,6 +237,8 @@ struct CopyLoop {
     consumer_errors: RateLimitedLog,
     /// Stamp and honour the provenance header (identity replication); `None` for flows without it.
     provenance: Option<provenance::Provenance>,
+    /// Exactly-once flows: the transactions of the lane's own producer (see [`transactions`]).
+    txn: Option<Transactions>,
 }
 
 impl CopyLoop {
@@ -264,11 +268,19 @@ impl CopyLoop {
         let progress = ProgressWriter::new(&plan, &conns.target, offsets_partitions, acks.clone()).map_err(err)?;
         let shared = Arc::new(Shared::new(acks.clone(), syncs, lifetime_id(), &plan));
         let source_watch = Arc::new(ClusterWatch::default());
+        let txn = (plan.settings.delivery == Delivery::ExactlyOnce).then(|| Transactions::new(&plan, identity));
+        let sink = Arc::new(DeliveryContext(shared.clone()));
+        let lane = match &txn {
+            Some(t) => conns.target.transactional_lane(&flow, record_tuning(&plan), sink, t.id()).map_err(err)?,
+            None => conns.target.record_lane(&flow, record_tuning(&plan), sink).map_err(err)?,
+        };
+        // Before the group assigns anything (and so before any progress is read): fences this node's
+        // previous copier and aborts what it left open.
+        if let Some(t) = &txn {
+            t.init(&plan, &lane)?;
+            tracing::info!(flow = %flow, transactional_id = t.id(), "exactly-once: the copier's transactions are initialised");
+        }
         let consumer = source_consumer(&plan, source_watch.clone(), identity).map_err(err)?;
-        let lane = conns
-            .target
-            .record_lane(&flow, record_tuning(&plan), Arc::new(DeliveryContext(shared.clone())))
-            .map_err(err)?;
         let probe = Probe::start(&plan, conns)?;
         let book = Book::new(&plan);
         Ok(Self {
@@ -296,6 +308,7 @@ impl CopyLoop {
             pending,
             consumer_errors: RateLimitedLog::new(Duration::from_secs(10)),
             provenance: provenance::Provenance::for_plan(&plan),
+            txn,
             plan,
         })
     }
@@ -319,7 +332,7 @@ impl CopyLoop {
             Ok(deadline) => *deadline,
             Err(_) => Instant::now() + Duration::from_secs(5),
         };
-        let persisted = self.shutdown(deadline);
+        let persisted = self.shutdown(deadline, outcome.as_ref().err().map(String::as_str));
         outcome?;
         persisted
     }
@@ -342,6 +355,13 @@ impl CopyLoop {
             self.rebalance()?;
             for (tp, verdict) in self.probe.reports() {
                 self.book.verdict(&self.plan, &self.shared, tp, verdict);
+            }
+            if self.txn.is_some()
+                && let Some(slot) = self.acks.take_failed().into_iter().next()
+            {
+                // A refused record is in the open transaction's hole: the transaction cannot commit.
+                let why = slot.failure().map_or_else(|| "refused".to_string(), |f| f.error);
+                return Err(format!("a record of {}-{} was not delivered: {why}", slot.topic, slot.partition));
             }
             for slot in self.acks.take_failed() {
                 if let Some(remote) = self.book.delivery_failed(&self.flow, &slot) {
@@ -376,6 +396,23 @@ impl CopyLoop {
             self.copy_batch()?;
             self.progress.poll();
             let now = Instant::now();
+            if let Some(txn) = &self.txn {
+                // Held (a pause, a sync backlog): what was copied is committed now, so a confirmed pause
+                // leaves nothing open and the syncs of the copied records can drain.
+                if txn.due(now) || (self.held && txn.is_open()) {
+                    self.commit()?;
+                }
+                if now.duration_since(last_quiet) >= QUIET_CHECK {
+                    self.shared.publish_quiet(now, false);
+                    last_quiet = now;
+                }
+                if now.duration_since(last_tick) >= PERSIST_INTERVAL {
+                    self.book.tick(&self.probe);
+                    self.report_problems();
+                    last_tick = now;
+                }
+                continue;
+            }
             if now.duration_since(last_quiet) >= QUIET_CHECK {
                 self.shared.publish_quiet(now, false);
                 last_quiet = now;
@@ -402,7 +439,8 @@ impl CopyLoop {
         }
         let wanted = self.operator_paused.wanted();
         let applied = if wanted {
-            let settled = self.lane.as_ref().is_none_or(|l| l.in_flight() == 0)
+            let committed = self.txn.as_ref().is_none_or(|t| !t.is_open());
+            let settled = committed && self.lane.as_ref().is_none_or(|l| l.in_flight() == 0)
                 || self.held_since.is_some_and(|t| t.elapsed() >= PAUSE_SETTLE_MAX);
             self.held && settled
         } else {
@@ -481,10 +519,14 @@ impl CopyLoop {
     /// The group gave this node `tps`: read where each was persisted (another node may have copied it
     /// meanwhile), assign them paused at those positions; the book probes and starts them.
     fn assign(&mut self, tps: Vec<SourcePartition>) -> Result<(), String> {
-        let stored = progress::load_partitions(&self.plan, self.offsets_partitions, &tps).map_err(|e| e.to_string())?;
+        let stored = match &self.txn {
+            Some(_) => self.take_over(&tps)?,
+            None => progress::load_partitions(&self.plan, self.offsets_partitions, &tps).map_err(|e| e.to_string())?,
+        };
         let mut tpl = rdkafka::TopicPartitionList::new();
+        let eos = self.txn.is_some();
         for (t, p) in &tps {
-            self.acks.adopt(t, *p, stored.get(&(t.clone(), *p)).cloned());
+            self.acks.adopt(t, *p, stored.get(&(t.clone(), *p)).cloned(), eos);
             // Assigned paused at an absolute offset (the stored position, else 0); the book seeks each
             // partition to its verified position when the probe has checked it. Never at a logical offset
             // (End, Beginning): librdkafka looks those up, and a seek while the lookup is in flight makes
@@ -497,9 +539,42 @@ impl CopyLoop {
         self.consumer.incremental_assign(&tpl).map_err(|e| format!("assign source partitions: {e}"))?;
         self.consumer.pause(&tpl).map_err(|e| format!("pause new source partitions: {e}"))?;
         tracing::info!(flow = %self.flow, assigned = tps.len(), partitions = stored.len(), "the copier group assigned partitions to this node; recovered copy progress");
+        if let Some(txn) = self.txn.as_mut() {
+            // The claim: committed before any record of these partitions is sent, so that whoever
+            // takes them next knows whom to fence.
+            txn.mark(tps.iter().map(|(t, p)| self.acks.slot(t, *p)), false);
+            self.commit()?;
+        }
         self.assigned.extend(tps);
         self.update_book();
         Ok(())
+    }
+
+    /// Exactly-once: fence every other writer that may still hold `tps` (named by the partitions'
+    /// newest progress records and not released), then read their committed progress.
+    fn take_over(&mut self, tps: &[SourcePartition]) -> Result<HashMap<SourcePartition, StoredPosition>, String> {
+        let me = self.txn.as_ref().map(|t| t.id().to_string()).unwrap_or_default();
+        let (stored, holders) =
+            progress::load_with_holders(&self.plan, self.offsets_partitions, tps).map_err(|e| e.to_string())?;
+        let others: BTreeSet<&String> = holders.values().filter(|w| **w != me).collect();
+        if others.is_empty() {
+            return Ok(stored);
+        }
+        for writer in others {
+            let took = transactions::fence(&self.plan, writer)?;
+            METRICS.producers_fenced.with_label_values(&[&self.flow]).inc();
+            tracing::info!(flow = %self.flow, fenced = %writer, millis = took.as_millis() as u64, "exactly-once: fenced the previous writer of partitions given to this node");
+        }
+        // Read again: what the fenced writer committed last is visible now, and nothing else of it will be.
+        let (stored, _) =
+            progress::load_with_holders(&self.plan, self.offsets_partitions, tps).map_err(|e| e.to_string())?;
+        Ok(stored)
+    }
+
+    /// Exactly-once: commit the open transaction (and the marked claims and releases).
+    fn commit(&mut self) -> Result<(), String> {
+        let (Some(txn), Some(lane)) = (self.txn.as_mut(), self.lane.as_mut()) else { return Ok(()) };
+        txn.commit(&self.plan, lane, &mut self.progress, &self.acks, &self.shared)
     }
 
     /// The group takes `tps` away: stop fetching them, let the target acknowledge what is in flight,
@@ -521,6 +596,9 @@ impl CopyLoop {
             self.assigned.remove(&(t.clone(), *p));
         }
         let _ = self.consumer.pause(&tpl);
+        if self.txn.is_some() {
+            return self.revoke_in_transaction(tps, tpl, lost);
+        }
         // Only the revoked partitions' records are waited for: another partition of the flow that the
         // target does not take must not make every handover unclean.
         let slots: Vec<_> = tps.iter().map(|(t, p)| self.acks.slot(t, *p)).collect();
@@ -554,6 +632,37 @@ impl CopyLoop {
         }
         self.consumer.incremental_unassign(&tpl).map_err(|e| format!("unassign source partitions: {e}"))?;
         tracing::info!(flow = %self.flow, partitions = tps.len(), lost, "the copier group took partitions from this node");
+        Ok(())
+    }
+
+    /// Exactly-once handover: the open transaction, with the revoked partitions' last records and their
+    /// release, is committed before they are let go. A lost assignment (this node was presumed dead and
+    /// another copies them already, having fenced this node's producer) ends the lifetime: what is open
+    /// is aborted, and the successor resumes every partition from committed progress.
+    fn revoke_in_transaction(
+        &mut self,
+        tps: Vec<SourcePartition>,
+        tpl: rdkafka::TopicPartitionList,
+        lost: bool,
+    ) -> Result<(), String> {
+        if lost {
+            let _ = self.consumer.incremental_unassign(&tpl);
+            METRICS.unclean_handovers.with_label_values(&[&self.flow]).inc_by(tps.len() as u64);
+            return Err(format!(
+                "the copier group took {} partitions from this node as lost (it was presumed dead); its open transaction is aborted",
+                tps.len()
+            ));
+        }
+        if let Some(txn) = self.txn.as_mut() {
+            txn.mark(tps.iter().map(|(t, p)| self.acks.slot(t, *p)), true);
+        }
+        self.commit()?;
+        self.update_book();
+        self.book.advance(&self.shared, &self.probe, Instant::now());
+        self.shared.publish_quiet(Instant::now(), true);
+        self.shared.syncs.wait_published(HANDOVER_TIMEOUT);
+        self.consumer.incremental_unassign(&tpl).map_err(|e| format!("unassign source partitions: {e}"))?;
+        tracing::info!(flow = %self.flow, partitions = tps.len(), "the copier group took partitions from this node; their transaction is committed and they are released");
         Ok(())
     }
 
@@ -630,11 +739,18 @@ impl CopyLoop {
                 }
             }
             let lane = self.lane.as_mut().expect("the lane exists until the loop ends");
+            if let Some(txn) = self.txn.as_mut() {
+                txn.ensure_open(&self.plan, lane, &self.shared)?;
+                txn.added(msg.payload_len() + msg.key().map_or(0, <[u8]>::len));
+            }
             part.ack.sent();
             match send(lane, &self.control, &mut self.pending, remote, &msg, stamp) {
                 Sent::Ok => {
                     if pause {
                         self.book.pause_after_send(msg.topic(), msg.partition());
+                    }
+                    if self.txn.as_ref().is_some_and(|t| t.due(Instant::now())) {
+                        return Ok(()); // the loop commits
                     }
                 }
                 Sent::Stop(deadline) => {
@@ -692,12 +808,15 @@ impl CopyLoop {
     /// Ordered shutdown (also after an error, so that what was acknowledged is not copied again): stop
     /// fetching, let the target acknowledge what is in flight, publish the final offset syncs, persist.
     /// Everything is bounded by `deadline`, whatever the clusters do.
-    fn shutdown(&mut self, deadline: Instant) -> Result<(), String> {
+    fn shutdown(&mut self, deadline: Instant, failed: Option<&str>) -> Result<(), String> {
         // Stop fetching. Closing the consumer afterwards leaves the copier group at once, so the other
         // nodes (or this flow's next generation) take the partitions without waiting for a session timeout.
         self.consumer.context().closing.store(true, std::sync::atomic::Ordering::Release);
         if let Ok(all) = self.consumer.assignment() {
             let _ = self.consumer.pause(&all);
+        }
+        if self.txn.is_some() {
+            return self.shutdown_in_transaction(failed);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         // Keep a share of the time for the final persist.
@@ -717,6 +836,31 @@ impl CopyLoop {
         self.shared.publish_quiet(Instant::now(), true);
         self.progress.persist(&self.acks);
         self.progress.flush(deadline)
+    }
+}
+
+impl CopyLoop {
+    /// Exactly-once stop: commit what is open with every partition released (the consumer leaves the
+    /// group next), or abort it after a failure; then publish the committed positions' syncs.
+    fn shutdown_in_transaction(&mut self, failed: Option<&str>) -> Result<(), String> {
+        let outcome = match failed {
+            None => {
+                if let Some(txn) = self.txn.as_mut() {
+                    txn.mark(self.assigned.iter().map(|(t, p)| self.acks.slot(t, *p)), true);
+                }
+                self.commit()
+            }
+            Some(why) => Err(why.to_string()),
+        };
+        if let Err(e) = &outcome
+            && let Some(txn) = self.txn.as_mut()
+        {
+            txn.abort(self.lane.as_ref(), &self.shared, e);
+        }
+        drop(self.lane.take());
+        self.shared.publish_quiet(Instant::now(), true);
+        // The error itself is the copier's (returned by `run`); a failed commit is this one's.
+        if failed.is_some() { Ok(()) } else { outcome }
     }
 }
 
@@ -930,6 +1074,10 @@ fn source_consumer(
         // 512 B) at 150 MiB instead of 210 MiB peak RSS; 16 MiB starves a flow alone (52-64k records/s).
         // Many flows share the node's budget instead (clients::budget): together they copy no faster.
         .set("queued.max.messages.kbytes", (crate::clients::budget::flow_share() / 1024).to_string());
+    if plan.settings.delivery == Delivery::ExactlyOnce {
+        // Aborted source transactions are never copied, whatever the cluster's client properties say.
+        cfg.set("isolation.level", "read_committed");
+    }
     match plan.settings.group_protocol {
         GroupProtocol::Classic => {
             cfg.set("partition.assignment.strategy", "cooperative-sticky");

@@ -1,0 +1,236 @@
+//! Exactly-once delivery (`delivery = "exactly_once"`): the copier's records and the progress that
+//! covers them are committed in one transaction on the target, so a `read_committed` reader sees every
+//! source record once whatever happens to the node.
+//!
+//! **The producer.** One transactional producer per node and flow, with the id
+//! `<deployment>.<flow>.copier.<node id>` ([`transactional_id`]). Its `init_transactions` at the start
+//! of every copier lifetime fences the previous lifetime of the same node (a `kill -9`, a crash, a
+//! restarted copier) and aborts whatever it left open, before anything is read.
+//!
+//! **A transaction** opens with the first record after a commit and holds records of every partition
+//! the node copies. It is committed after `transaction_interval_ms`, once it holds
+//! `transaction_max_bytes` of records, before a pause is confirmed, before partitions are handed over
+//! and when the copier stops. A commit waits for every record's acknowledgement, writes one progress
+//! record per partition that moved (MM2's Connect-offsets format, in the same transaction), commits,
+//! and only then counts the positions as persisted and lets the records' offset syncs go to the
+//! emitter. Anything that fails (a refused record, a commit that errors or times out, a fence) aborts
+//! the transaction and ends the copier lifetime: its successor resumes from the committed progress.
+//!
+//! **Handing partitions between nodes** without fencing the whole flow: a node that is given a
+//! partition reads who may still write it. Every exactly-once progress record names its writer
+//! (`ferry.writer`), and the record written when a node lets a partition go cleanly (its transaction
+//! with the partition's last records committed before the partition is released to the group) also
+//! says `ferry.released`. The new owner fences the writer named by an unreleased newest record
+//! (`init_transactions` with that id, which aborts its open transaction and makes every later commit of
+//! it fail), then reads the progress again, and claims the partition (a progress record naming itself,
+//! committed) before it copies a record of it. So at any time at most one producer may write a
+//! partition's records, and a live node that handed partitions over cleanly is never fenced.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus::{Histogram, IntCounter};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use super::delivery::Shared;
+use crate::clients::RecordLane;
+use crate::config::FlowPlan;
+use crate::flow::Identity;
+use crate::flow::acks::{AckTable, PartitionAck, SourcePartition};
+use crate::flow::progress::ProgressWriter;
+use crate::kafka;
+use crate::metrics::METRICS;
+
+/// How long a commit (records acknowledged, progress written, commit returned) may take.
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The copier's transactional id on the target: one per deployment, flow and node.
+pub fn transactional_id(identity: &Identity, plan: &FlowPlan) -> String {
+    format!("{}.{}.copier.{}", identity.deployment, plan.id, identity.node_id)
+}
+
+/// In the error of a copier whose transactions another producer fenced.
+pub const FENCED: &str = "fenced: another copier took this node's partitions over";
+
+/// A transaction error, named: not authorised (with the right), fenced, or the operation's error.
+fn named(plan: &FlowPlan, id: &str, what: &str, e: &KafkaError) -> String {
+    if let Some(code) = kafka::authorization_error(e) {
+        return kafka::not_authorized(&format!("transactional id {id}"), &plan.target.alias, "Write", code);
+    }
+    match e.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch | RDKafkaErrorCode::Fenced) => {
+            format!("{FENCED} ({id}): {e}")
+        }
+        _ => format!("cluster `{}`: {what} (transactional id {id}): {e}", plan.target.alias),
+    }
+}
+
+/// The copier's transactions: what is open, and the counts of what was committed.
+pub struct Transactions {
+    id: String,
+    flow: String,
+    interval: Duration,
+    max_bytes: usize,
+    /// When the open transaction began (`None`: none is open).
+    opened: Option<Instant>,
+    /// Bytes of records in the open transaction.
+    bytes: usize,
+    /// Partitions to claim (no record of theirs may be sent before a commit names this writer) or
+    /// release (handed over) in the next commit, with `true` for a release.
+    marks: Vec<(Arc<PartitionAck>, bool)>,
+    committed: IntCounter,
+    aborted: IntCounter,
+    commit_latency: Histogram,
+}
+
+impl Transactions {
+    pub fn new(plan: &FlowPlan, identity: &Identity) -> Self {
+        let flow = plan.id.to_string();
+        Self {
+            id: transactional_id(identity, plan),
+            interval: plan.settings.transaction_interval,
+            max_bytes: plan.settings.transaction_max_bytes,
+            opened: None,
+            bytes: 0,
+            marks: Vec::new(),
+            committed: METRICS.transactions.with_label_values(&[&flow, "committed"]),
+            aborted: METRICS.transactions.with_label_values(&[&flow, "aborted"]),
+            commit_latency: METRICS.transaction_commit.with_label_values(&[&flow]),
+            flow,
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Fence every earlier producer with this node's id and abort what it left open.
+    pub fn init(&self, plan: &FlowPlan, lane: &RecordLane) -> Result<(), String> {
+        lane.producer()
+            .init_transactions(kafka::ADMIN_TIMEOUT)
+            .map_err(|e| named(plan, &self.id, "initialise the copier's transactions", &e))
+    }
+
+    /// Open a transaction unless one is open: called before each record is sent.
+    pub fn ensure_open(&mut self, plan: &FlowPlan, lane: &RecordLane, shared: &Shared) -> Result<(), String> {
+        if self.opened.is_some() {
+            return Ok(());
+        }
+        shared.transaction_opened();
+        lane.producer().begin_transaction().map_err(|e| named(plan, &self.id, "begin a transaction", &e))?;
+        self.opened = Some(Instant::now());
+        self.bytes = 0;
+        Ok(())
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.opened.is_some()
+    }
+
+    /// A record of `bytes` went into the open transaction.
+    pub fn added(&mut self, bytes: usize) {
+        self.bytes += bytes;
+    }
+
+    /// The open transaction is due for a commit (its interval is over, or it is full).
+    pub fn due(&self, now: Instant) -> bool {
+        self.opened.is_some_and(|t| now.duration_since(t) >= self.interval) || self.bytes >= self.max_bytes
+    }
+
+    /// Name `slots` in the next commit: claimed by this writer, or released by it.
+    pub fn mark(&mut self, slots: impl IntoIterator<Item = Arc<PartitionAck>>, released: bool) {
+        self.marks.extend(slots.into_iter().map(|s| (s, released)));
+    }
+
+    /// Commit: wait for every record's acknowledgement, write the progress of every partition that
+    /// moved (and the claims and releases marked), commit, then count the positions as persisted and
+    /// publish the records' offset syncs. An error leaves the transaction for [`Self::abort`].
+    pub fn commit(
+        &mut self,
+        plan: &FlowPlan,
+        lane: &mut RecordLane,
+        progress: &mut ProgressWriter,
+        acks: &AckTable,
+        shared: &Shared,
+    ) -> Result<(), String> {
+        if self.opened.is_none() && self.marks.is_empty() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        self.ensure_open(plan, lane, shared)?;
+        if !lane.wait_idle(COMMIT_TIMEOUT) {
+            return Err(format!(
+                "{} records of the transaction not acknowledged by `{}` within {} s",
+                lane.in_flight(),
+                plan.target.alias,
+                COMMIT_TIMEOUT.as_secs()
+            ));
+        }
+        if let Some(slot) = acks.take_failed().into_iter().next() {
+            let why = slot.failure().map_or_else(|| "refused".to_string(), |f| f.error);
+            return Err(format!("a record of {}-{} was not delivered: {why}", slot.topic, slot.partition));
+        }
+        // Every partition that moved, once, marked ones with their mark.
+        let mut slots: Vec<(Arc<PartitionAck>, bool)> = Vec::new();
+        let mut seen: HashMap<SourcePartition, usize> = HashMap::new();
+        for slot in acks.take_dirty() {
+            slot.take_dirty();
+            seen.insert((slot.topic.to_string(), slot.partition), slots.len());
+            slots.push((slot, false));
+        }
+        for (slot, released) in std::mem::take(&mut self.marks) {
+            match seen.get(&(slot.topic.to_string(), slot.partition)) {
+                Some(i) => slots[*i].1 |= released,
+                None => {
+                    seen.insert((slot.topic.to_string(), slot.partition), slots.len());
+                    slots.push((slot, released));
+                }
+            }
+        }
+        let written = progress.write_in_transaction(lane, &slots, &self.id)?;
+        lane.producer()
+            .commit_transaction(COMMIT_TIMEOUT)
+            .map_err(|e| named(plan, &self.id, "commit a transaction", &e))?;
+        self.opened = None;
+        self.bytes = 0;
+        progress.committed(&written);
+        shared.transaction_committed();
+        self.committed.inc();
+        self.commit_latency.observe(started.elapsed().as_secs_f64());
+        METRICS.transaction_committed(&self.flow);
+        Ok(())
+    }
+
+    /// Abort the open transaction (best effort: a fenced or failed producer aborts nothing, and the
+    /// coordinator aborts what it left within `transaction.timeout.ms`, or the next owner's fence does).
+    pub fn abort(&mut self, lane: Option<&RecordLane>, shared: &Shared, why: &str) {
+        self.marks.clear();
+        shared.transaction_aborted();
+        if self.opened.take().is_none() {
+            return;
+        }
+        self.aborted.inc();
+        tracing::warn!(flow = %self.flow, transactional_id = %self.id, reason = why, "aborting the copier's transaction; copying resumes from the last committed progress");
+        if let Some(lane) = lane
+            && let Err(e) = lane.producer().abort_transaction(kafka::ADMIN_TIMEOUT)
+        {
+            tracing::warn!(flow = %self.flow, error = %e, "the transaction could not be aborted; the coordinator aborts it when it times out");
+        }
+    }
+}
+
+/// Fence the producer with `id` (another node's, which may still hold partitions this node was just
+/// given): `init_transactions` with its id bumps its epoch, so none of its later commits succeeds, and
+/// returns once its open transaction is aborted (or its pending commit completed).
+pub fn fence(plan: &FlowPlan, id: &str) -> Result<Duration, String> {
+    let started = Instant::now();
+    let mut cfg = kafka::client_config(&plan.target, &plan.id, "fence-producer").map_err(|e| e.to_string())?;
+    cfg.set("transactional.id", id).set("acks", "all");
+    let producer: BaseProducer =
+        cfg.create().map_err(|e| format!("cluster `{}`: create a producer to fence {id}: {e}", plan.target.alias))?;
+    producer.init_transactions(kafka::ADMIN_TIMEOUT).map_err(|e| named(plan, id, "fence an earlier writer", &e))?;
+    Ok(started.elapsed())
+}
