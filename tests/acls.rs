@@ -949,3 +949,71 @@ fn a_read_only_source_is_copied_and_checkpointed_without_a_single_write_to_it() 
     assert!(denials.is_empty(), "the source refused ferry's principal:\n{}", denials.join("\n"));
     ferry.terminate(Duration::from_secs(30));
 }
+
+/// An exactly-once flow whose principal may not use the copier's transactional id: the copier's error
+/// names the id and the right, nothing reaches the remote topic (not even uncommitted), and granting
+/// the prefixed id (`<deployment>.<flow>.copier.`, every node's) copies every record once.
+#[test]
+fn an_exactly_once_copier_without_its_transactional_id_is_named_and_copies_nothing() {
+    let bed = bed();
+    let _turn = take_turn("exactly-once rights");
+    let (src, dst) = (&bed.source, &bed.target);
+    let (deployment, flow) = ("acl-e", "south->north");
+    let copier_txn = format!("{deployment}.{flow}.copier.");
+    let topic = unique("acl-eos");
+    let remote = format!("south.{topic}");
+    create_topic(&src.bootstrap, &topic, 2, &[]);
+    produce(&src.bootstrap, &topic, &records(&topic, 30));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            src.allow_all(
+                "alice",
+                &[("topic", "heartbeats"), ("topic", &topic), ("topic", "mm2-offset-syncs.north.internal")],
+                "literal",
+                &["All"],
+            );
+            src.allow("alice", "group", &format!("{deployment}.{flow}"), "literal", &["Read"]);
+        });
+        s.spawn(|| {
+            dst.allow_all(
+                "alice",
+                &[
+                    ("topic", &remote),
+                    ("topic", "south.heartbeats"),
+                    ("topic", "heartbeats"),
+                    ("topic", "mm2-offsets.south.internal"),
+                    ("topic", "south.checkpoints.internal"),
+                    ("topic", "ferry.leases.internal"),
+                    ("topic", "ferry.control.internal"),
+                ],
+                "literal",
+                &["All"],
+            );
+            dst.allow("alice", "group", &format!("{deployment}.{flow}.leader"), "literal", &["Read"]);
+            dst.allow(
+                "alice",
+                "transactional-id",
+                &format!("{deployment}.{flow}.checkpoints"),
+                "literal",
+                &["Write", "Describe"],
+            );
+        });
+    });
+    let dir = flows_dir_as(bed, "alice", ("south", "north"), &[&topic], &[], "delivery = \"exactly_once\"\n");
+    let mut ferry = Ferry::start_env(dir.path(), &[], &[("FERRY_DEPLOYMENT", deployment), ("FERRY_NODE_ID", "n1")]);
+    ferry.wait_log("serving /health", Duration::from_secs(30));
+    let addr = ferry.listen_addr();
+    let copier = wait_actor_error(&mut ferry, flow, "copier", &[&format!("{copier_txn}n1"), "Write"]);
+    eprintln!("[exactly-once rights] copier: {copier}");
+    assert_ne!(flow_json(addr, flow)["state"], "running");
+    assert_eq!(flow_json(addr, flow)["delivery"], "exactly_once");
+    let uncommitted = support::consume_all_as(&dst.bootstrap, &remote, READ, "read_uncommitted");
+    assert!(uncommitted.is_empty(), "nothing written without the transactional id, not even uncommitted");
+    dst.allow("alice", "transactional-id", &copier_txn, "prefixed", &["Write", "Describe"]);
+    wait_for(ARRIVAL, &format!("{remote} complete after the transactional id's grant"), || {
+        assert_alive(&mut ferry);
+        total(&dst.bootstrap, &remote) >= 30 && consume_all(&dst.bootstrap, &remote, READ).len() == 30
+    });
+    ferry.terminate(Duration::from_secs(30));
+    assert_eq!(consume_all(&dst.bootstrap, &remote, READ).len(), 30, "every record once");
+}

@@ -173,7 +173,9 @@ fn a_group_failed_over_from_an_exactly_once_flow_rereads_nothing_and_skips_nothi
     let remote = format!("east.{topic}");
     let group = unique("eos-failover-group");
     create_topic(&east.bootstrap, &topic, 2, &[]);
-    let extra = format!("{EXACTLY_ONCE}groups = [\"{group}\"]\nemit_checkpoints_interval_seconds = 1\n");
+    let extra = format!(
+        "{EXACTLY_ONCE}groups = [\"{group}\"]\nemit_checkpoints_interval_seconds = 1\nrefresh_groups_interval_seconds = 1\n"
+    );
     let dir = pair_dir(east, west, &flow("east", "west", &[&topic], &extra));
     let mut ferry = Ferry::start(dir.path(), &[]);
     // Several transactions' worth, so that markers sit between the copies on the target.
@@ -190,8 +192,9 @@ fn a_group_failed_over_from_an_exactly_once_flow_rereads_nothing_and_skips_nothi
     let cps = wait_showing(ARRIVAL, "checkpoints at the group's offsets", || {
         let cps = newest_checkpoints(west, "east", &group);
         let done = at.iter().all(|(p, o)| cps.get(&(remote.clone(), *p)).is_some_and(|(up, _)| up == o));
-        (done, cps)
+        (done, (cps, offset_syncs(east, &topic)))
     });
+    let (cps, _) = cps;
     let target = consume_all(&west.bootstrap, &remote, READ);
     for (p, o) in &at {
         let (_, downstream) = cps[&(remote.clone(), *p)];

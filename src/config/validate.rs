@@ -830,6 +830,27 @@ mod tests {
     }
 
     #[test]
+    fn delivery_is_at_least_once_unless_exactly_once_is_asked_for() {
+        let parse_flow = |extra: &str| {
+            let flow = format!("[[flows]]\nsource = \"east\"\ntarget = \"west\"\n{extra}");
+            parse(&[("a.toml", &format!("{CLUSTERS}\n{flow}"))], &no_env)
+        };
+        let set = parse_flow("").expect("valid");
+        assert_eq!(set.flows.values().next().expect("flow").settings.delivery, Delivery::AtLeastOnce);
+        let set = parse_flow("delivery = \"exactly_once\"\ntransaction_interval_ms = 250\n").expect("valid");
+        let s = &set.flows.values().next().expect("flow").settings;
+        assert_eq!((s.delivery, s.transaction_interval), (Delivery::ExactlyOnce, Duration::from_millis(250)));
+        assert_eq!(s.transaction_max_bytes, DEFAULT_TRANSACTION_MAX_BYTES as usize);
+        assert!(set.describe().contains("delivery=exactly_once transaction_interval_ms=250"), "{}", set.describe());
+        let errs = parse_flow("delivery = \"twice\"\ntransaction_max_bytes = 5\n").expect_err("invalid").0;
+        let keys: Vec<&str> = errs.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(keys, ["flows[0].delivery", "flows[0].transaction_max_bytes"], "{errs:?}");
+        assert!(errs[1].reason.contains("only to delivery = \"exactly_once\""), "{errs:?}");
+        let errs = parse_flow("delivery = \"exactly_once\"\ntransaction_interval_ms = 1\n").expect_err("invalid").0;
+        assert!(errs[0].reason.contains("between 10 and 60000"), "{errs:?}");
+    }
+
+    #[test]
     fn one_node_holds_one_kerberos_principal_per_realm() {
         let dir = tempfile::tempdir().expect("dir");
         let keytab = dir.path().join("k.keytab");
