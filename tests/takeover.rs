@@ -793,3 +793,81 @@ fn ferry_takes_over_from_mm2_on_a_connect_worker_and_hands_back_to_it() {
     assert!(!worker.stop(Duration::from_secs(60)), "the Connect worker ignored SIGTERM");
     assert_exactly_once(produced, "after MM2 resumed");
 }
+
+/// MM2 with exactly-once source support (KIP-618) and an exactly-once ferry flow take over from each
+/// other: MM2 copies, ferry resumes from MM2's committed progress, MM2 resumes from ferry's. A
+/// `read_committed` reader of the remote topic sees every record once, in order, across both handovers
+/// (its own aliases `eeast`/`ewest`: MM2's herder, Connect group and internal topics are its own).
+#[test]
+fn mm2_and_ferry_both_exactly_once_take_over_from_each_other_copying_nothing_twice() {
+    let (east, west) = shared_pair();
+    let _logs = BrokerLogsOnPanic(east, west);
+    let (source, target) = ("eeast", "ewest");
+    let topic = unique("eos-orders");
+    let remote = format!("{source}.{topic}");
+    const N: [usize; 3] = [900, 600, 300];
+    create_topic(&east.bootstrap, &topic, PARTITIONS, &[]);
+    let batch = |range: std::ops::Range<usize>| -> Vec<Rec> {
+        range.map(|i| Rec::new((i % PARTITIONS as usize) as i32, format!("e-{i:05}").as_bytes(), -1)).collect()
+    };
+    let assert_exactly_once = |produced: usize, when: &str| {
+        let (source_recs, target_recs) = (read_all(&east.bootstrap, &topic), read_all(&west.bootstrap, &remote));
+        let uncommitted = support::consume_all_as(&west.bootstrap, &remote, READ, "read_uncommitted").len();
+        println!(
+            "{when}: {} records for read_committed, {uncommitted} read_uncommitted, {produced} produced",
+            target_recs.len()
+        );
+        assert_eq!(target_recs.len(), produced, "{when}: every record exactly once for a read_committed reader");
+        for p in 0..PARTITIONS {
+            assert_eq!(values(&target_recs, p), values(&source_recs, p), "{when}: partition {p} in order");
+        }
+    };
+    let properties = support::mm2::dedicated_properties_as(source, east, target, west, &topic, "none")
+        // A worker setting of the target cluster's herder: MM2 takes those with the target's prefix.
+        + &format!("{target}.exactly.once.source.support = enabled\n");
+    let run_mm2 = |produced: usize, when: &str| {
+        let mut mm2 = Mm2::start(&properties);
+        wait_for(Duration::from_secs(120), &format!("{when}: MM2 to copy every record"), || {
+            mm2.assert_running();
+            read_all(&west.bootstrap, &remote).len() >= produced
+        });
+        let (_, killed) = mm2.stop(Duration::from_secs(60));
+        assert!(!killed, "MM2 ignored SIGTERM; log tail:\n{}", support::tail(&mm2.log(), 60));
+        // Transactional copies leave commit markers: the remote topic's end offsets pass its records.
+        let ends: i64 = end_offsets(&west.bootstrap, &remote).iter().sum();
+        let log = mm2.log();
+        let eos_lines: Vec<&str> = log.lines().filter(|l| l.to_lowercase().contains("exactly")).take(5).collect();
+        println!("{when}: remote end offsets {ends} for {produced} records; MM2 on exactly-once: {eos_lines:#?}");
+        assert!(ends > produced as i64, "{when}: MM2 wrote in transactions (commit markers on the remote topic)");
+    };
+
+    // ---- MM2, exactly-once.
+    produce(&east.bootstrap, &topic, &batch(0..N[0]));
+    run_mm2(N[0], "MM2 first");
+    assert_exactly_once(N[0], "after MM2");
+
+    // ---- ferry, exactly-once, from MM2's committed progress.
+    produce(&east.bootstrap, &topic, &batch(N[0]..N[0] + N[1]));
+    let dir = tempfile::tempdir().expect("flows dir");
+    let flows = format!(
+        "[clusters.{source}]\nbootstrap_servers = \"{}\"\n[clusters.{target}]\nbootstrap_servers = \"{}\"\n\n\
+         [[flows]]\nsource = \"{source}\"\ntarget = \"{target}\"\ntopics = [\"{topic}\"]\n\
+         delivery = \"exactly_once\"\n",
+        east.bootstrap, west.bootstrap
+    );
+    std::fs::write(dir.path().join("flows.toml"), flows).expect("write flows");
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(Duration::from_secs(90), "ferry to copy the records produced meanwhile", || {
+        assert!(ferry.try_status().is_none(), "ferry exited:\n{}", strip_ansi(&ferry.log()));
+        read_all(&west.bootstrap, &remote).len() >= N[0] + N[1]
+    });
+    let status = ferry.terminate(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}");
+    assert_exactly_once(N[0] + N[1], "after ferry");
+
+    // ---- MM2 again, from ferry's committed progress.
+    let produced = N[0] + N[1] + N[2];
+    produce(&east.bootstrap, &topic, &batch(N[0] + N[1]..produced));
+    run_mm2(produced, "MM2 again");
+    assert_exactly_once(produced, "after MM2 again");
+}

@@ -545,8 +545,8 @@ fn flow(
     // Measured (bench/results.md, exactly-once): 100 ms keeps the copy rate within a few % of
     // at-least-once, and is what a `read_committed` reader waits at most on top of the copy.
     let transaction_interval_ms = rf.transaction_interval_ms.unwrap_or(DEFAULT_TRANSACTION_INTERVAL_MS);
-    if !(10..=60_000).contains(&transaction_interval_ms) {
-        errs.push(k("transaction_interval_ms"), format!("must be between 10 and 60000, got {transaction_interval_ms}"));
+    if !(10..=30_000).contains(&transaction_interval_ms) {
+        errs.push(k("transaction_interval_ms"), format!("must be between 10 and 30000 (well inside the transaction timeout of 60 s), got {transaction_interval_ms}"));
     }
     let transaction_max_bytes = rf.transaction_max_bytes.unwrap_or(DEFAULT_TRANSACTION_MAX_BYTES);
     if !(1..=1_073_741_824).contains(&transaction_max_bytes) {
@@ -693,7 +693,7 @@ fn flow(
         metrics_per_partition: rf.metrics_per_partition.unwrap_or(false),
         group_protocol,
         delivery,
-        transaction_interval: Duration::from_millis(transaction_interval_ms.clamp(10, 60_000)),
+        transaction_interval: Duration::from_millis(transaction_interval_ms.clamp(10, 30_000)),
         transaction_max_bytes: transaction_max_bytes.clamp(1, 1_073_741_824) as usize,
         mm2_offsets_topic,
         mm2_source_connector,
@@ -847,7 +847,7 @@ mod tests {
         assert_eq!(keys, ["flows[0].delivery", "flows[0].transaction_max_bytes"], "{errs:?}");
         assert!(errs[1].reason.contains("only to delivery = \"exactly_once\""), "{errs:?}");
         let errs = parse_flow("delivery = \"exactly_once\"\ntransaction_interval_ms = 1\n").expect_err("invalid").0;
-        assert!(errs[0].reason.contains("between 10 and 60000"), "{errs:?}");
+        assert!(errs[0].reason.contains("between 10 and 30000"), "{errs:?}");
     }
 
     #[test]

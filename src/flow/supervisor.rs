@@ -358,6 +358,18 @@ impl Actor for FlowSupervisor {
         let flow = self.flow();
         let actors: Vec<&str> = self.running(&ActorKind::ALL).iter().map(|k| k.name()).collect();
         METRICS.init_flow(&flow, &actors);
+        // An exactly-once flow's transaction series exist from its start (at zero): `/flows` shows its
+        // delivery mode from them even while its copier cannot start.
+        if self.plan.settings.delivery == crate::config::Delivery::ExactlyOnce {
+            for result in ["committed", "aborted"] {
+                METRICS.transactions.with_label_values(&[&flow, result]).inc_by(0);
+            }
+        } else {
+            for result in ["committed", "aborted"] {
+                let _ = METRICS.transactions.remove_label_values(&[&flow, result]);
+            }
+            let _ = METRICS.transaction_last_commit.remove_label_values(&[&flow]);
+        }
         // A restarted flow (reload) keeps its series: those of an actor switched off since must go, or the
         // leader alert would see a duty nobody leads.
         for kind in ActorKind::ALL.into_iter().filter(|k| !k.runs_in(&self.plan)) {
