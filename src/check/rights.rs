@@ -32,6 +32,8 @@ pub enum Subject {
     ProgressTopic,
     CheckpointsTopic,
     CheckpointsTransactionalId,
+    /// The exactly-once copier's transactional id (this node's; the README asks for the prefix).
+    CopierTransactionalId,
     LeaseTopic,
     ControlTopic,
     LeaseGroup,
@@ -166,6 +168,14 @@ pub const RIGHTS: &[Row] = &[
     },
     Row {
         side: Target,
+        subject: CopierTransactionalId,
+        rights: &[Write, Describe],
+        used_by: "exactly-once copier: its transactions, and fencing another node's id when it takes over that node's partitions",
+        readme_resource: "transactional id `{D}.{source}->{target}.copier.` (prefixed: every node's `{D}.{source}->{target}.copier.<node id>`), only with `delivery = \"exactly_once\"`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
         subject: LeaseTopic,
         rights: &[Create, Read],
         used_by: "lease",
@@ -287,6 +297,7 @@ fn in_use(plan: &FlowPlan, row: &Row) -> bool {
         CheckpointsTopic => s.emit_checkpoints_enabled,
         CheckpointedGroups | CheckpointsTransactionalId | ReverseOffsetSyncsTopic => s.runs_checkpoints(),
         AclSyncCluster => s.sync_topic_acls_enabled,
+        CopierTransactionalId => s.delivery == crate::config::Delivery::ExactlyOnce,
         CopiedTopics | CopierGroup | RemoteTopics | ProgressTopic | LeaseTopic | ControlTopic | LeaseGroup
         | SyncedGroups => true,
     }
@@ -320,6 +331,12 @@ pub fn needs(plan: &FlowPlan, identity: &Identity, selected: &Selected<'_>) -> V
             LeaseGroup => push(on_side, Resource::Group(crate::flow::lease::lease_group(identity, plan))),
             CheckpointsTransactionalId => {
                 push(on_side, Resource::TransactionalId(crate::flow::checkpoints::transactional_id(identity, plan)));
+            }
+            CopierTransactionalId => {
+                push(
+                    on_side,
+                    Resource::TransactionalId(crate::flow::copier::transactions::transactional_id(identity, plan)),
+                );
             }
             CheckpointedGroups => selected.groups.iter().for_each(|g| push(on_side, Resource::Group(g.clone()))),
             SyncedGroups if plan.settings.sync_group_offsets_enabled => {
