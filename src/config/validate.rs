@@ -721,6 +721,23 @@ fn flow(
         return None;
     }
     let (source, target) = (source?, target?);
+    if settings.delivery == Delivery::ExactlyOnce {
+        // Exactly-once reads the source's records and the target's progress committed only; a cluster
+        // definition that asks every client to read uncommitted data contradicts it.
+        for c in [&source, &target] {
+            if c.client.get("isolation.level").is_some_and(|v| v == "read_uncommitted") {
+                errs.push(
+                    k("delivery"),
+                    format!(
+                        "\"exactly_once\" reads committed data only, but cluster `{}` sets isolation.level = read_uncommitted ({})",
+                        c.alias,
+                        c.file.display()
+                    ),
+                );
+                return None;
+            }
+        }
+    }
     let policy = match replication_policy {
         PolicyKind::Default => ReplicationPolicy::default_policy(&separator),
         PolicyKind::Identity => ReplicationPolicy::identity(&separator, Some(&source.alias)),

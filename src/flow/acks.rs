@@ -294,6 +294,10 @@ impl AckTable {
     pub fn adopt(&self, topic: &str, partition: i32, stored: Option<StoredPosition>, committed_wins: bool) {
         let slot = self.slot(topic, partition);
         let previous = slot.epoch().max(stored.as_ref().map_or(0, |s| s.epoch));
+        if committed_wins {
+            // A skip noted by an aborted transaction's lifetime must not move the committed position.
+            slot.skip_to.store(UNKNOWN, Ordering::Release);
+        }
         let now_ms =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         slot.epoch.store(next_epoch(previous, now_ms), Ordering::Release);
@@ -326,6 +330,11 @@ impl AckTable {
     /// [`PartitionAck::take_dirty`] when handled).
     pub fn take_dirty(&self) -> Vec<Arc<PartitionAck>> {
         std::mem::take(&mut *lock(&self.dirty))
+    }
+
+    /// Some position moved since the dirty list was last taken.
+    pub fn any_dirty(&self) -> bool {
+        !lock(&self.dirty).is_empty()
     }
 
     /// Put `slot` back in the dirty list (its last persist failed).

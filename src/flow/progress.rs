@@ -124,13 +124,6 @@ fn load_inner(
                 .and_then(|h| h.value)
                 .and_then(|v| std::str::from_utf8(v).ok())
         };
-        if let Some(holders) = holders.as_deref_mut() {
-            let tp = (key.topic.clone(), key.partition);
-            match header(WRITER_HEADER).filter(|_| header(RELEASED_HEADER).is_none()) {
-                Some(writer) => holders.insert(tp, writer.to_string()),
-                None => holders.remove(&tp),
-            };
-        }
         let next = match connect_offsets::decode_source_value(msg.payload()) {
             Ok(Some(last)) if last >= 0 => Ok(Some(last + 1)),
             Ok(Some(_)) => Ok(header(NEXT_HEADER).and_then(|n| n.parse::<i64>().ok()).filter(|n| *n == 0)),
@@ -148,10 +141,17 @@ fn load_inner(
                     tracing::info!(flow = %plan.id, topic = %tp.0, partition = tp.1, offset = msg.offset(), epoch, "ignoring a copy-progress record of an earlier owner written after its successor's");
                     return;
                 }
+                if let Some(holders) = holders.as_deref_mut() {
+                    note_holder(holders, &tp, header(WRITER_HEADER), header(RELEASED_HEADER).is_some());
+                }
                 positions.insert(tp, StoredPosition { next, topic_id, epoch });
             }
             // A tombstone or a negative offset means "no position" (MM2 §4.3).
             Ok(None) => {
+                if let Some(holders) = holders.as_deref_mut() {
+                    let tp = (key.topic.clone(), key.partition);
+                    note_holder(holders, &tp, header(WRITER_HEADER), header(RELEASED_HEADER).is_some());
+                }
                 positions.remove(&(key.topic, key.partition));
             }
             Err(e) => tracing::warn!(
@@ -161,6 +161,14 @@ fn load_inner(
         }
     })?;
     Ok(positions)
+}
+
+/// The newest progress record of `tp` names `writer` (an exactly-once writer), which `released` it or not.
+fn note_holder(holders: &mut Holders, tp: &SourcePartition, writer: Option<&str>, released: bool) {
+    match writer.filter(|_| !released) {
+        Some(w) => holders.insert(tp.clone(), w.to_string()),
+        None => holders.remove(tp),
+    };
 }
 
 /// The offsets topic as Connect creates it: 25 partitions, compacted.

@@ -112,6 +112,9 @@ pub struct Shared {
     /// commit (a sync must never point at a record that may still be aborted).
     txn_open: AtomicBool,
     held: Mutex<Vec<(MarkedSync, SyncReason)>>,
+    /// Exactly-once: a transaction of this lifetime was aborted. Its acknowledged points may be aborted
+    /// records, so no sync of this lifetime is published any more (its successor publishes its own).
+    discarding: AtomicBool,
 }
 
 impl Shared {
@@ -129,11 +132,15 @@ impl Shared {
             watch: Arc::new(ClusterWatch::default()),
             txn_open: AtomicBool::new(false),
             held: Mutex::new(Vec::new()),
+            discarding: AtomicBool::new(false),
         }
     }
 
     /// Queue an offset sync, or hold it while a transaction is open.
     fn push_sync(&self, sync: MarkedSync, reason: SyncReason) {
+        if self.discarding.load(Ordering::Acquire) {
+            return;
+        }
         if self.txn_open.load(Ordering::Acquire) {
             let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
             // Checked again under the lock: a commit that closed the transaction meanwhile drained it.
@@ -162,6 +169,7 @@ impl Shared {
     /// The transaction was aborted: its syncs point at records nobody will read; dropped.
     pub fn transaction_aborted(&self) {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        self.discarding.store(true, Ordering::Release);
         self.txn_open.store(false, Ordering::Release);
         held.clear();
     }

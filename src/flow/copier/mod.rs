@@ -277,6 +277,11 @@ impl CopyLoop {
         // Before the group assigns anything (and so before any progress is read): fences this node's
         // previous copier and aborts what it left open.
         if let Some(t) = &txn {
+            // Positions an earlier lifetime left dirty may be aborted ones: the committed progress,
+            // read when the group assigns, is the truth, and nothing else is written.
+            for slot in acks.take_dirty() {
+                slot.take_dirty();
+            }
             t.init(&plan, &lane)?;
             tracing::info!(flow = %flow, transactional_id = t.id(), "exactly-once: the copier's transactions are initialised");
         }
@@ -399,8 +404,12 @@ impl CopyLoop {
             if let Some(txn) = &self.txn {
                 // Held (a pause, a sync backlog): what was copied is committed now, so a confirmed pause
                 // leaves nothing open and the syncs of the copied records can drain.
-                if txn.due(now) || (self.held && txn.is_open()) {
+                // Positions that moved with no transaction open (a start anchored at `latest`, skipped
+                // records) are committed on their own every persist interval.
+                let idle_moves = !txn.is_open() && now.duration_since(last_persist) >= PERSIST_INTERVAL;
+                if txn.due(now) || (self.held && txn.is_open()) || (idle_moves && self.acks.any_dirty()) {
                     self.commit()?;
+                    last_persist = now;
                 }
                 if now.duration_since(last_quiet) >= QUIET_CHECK {
                     self.shared.publish_quiet(now, false);
@@ -544,6 +553,7 @@ impl CopyLoop {
             // takes them next knows whom to fence.
             txn.mark(tps.iter().map(|(t, p)| self.acks.slot(t, *p)), false);
             self.commit()?;
+            self.check_claims(&tps)?;
         }
         self.assigned.extend(tps);
         self.update_book();
@@ -571,10 +581,31 @@ impl CopyLoop {
         Ok(stored)
     }
 
+    /// Exactly-once, after the claim of `tps` committed: a node that claimed one of them meanwhile (this
+    /// node was frozen between reading the progress and committing its claim, and the group gave the
+    /// partitions on) wrote a higher ownership epoch; then this node copies none of them and ends the
+    /// lifetime: its successor joins the group again.
+    fn check_claims(&mut self, tps: &[SourcePartition]) -> Result<(), String> {
+        let (stored, _) =
+            progress::load_with_holders(&self.plan, self.offsets_partitions, tps).map_err(|e| e.to_string())?;
+        for (t, p) in tps {
+            let mine = self.acks.slot(t, *p).epoch();
+            if let Some(s) = stored.get(&(t.clone(), *p))
+                && s.epoch > mine
+            {
+                return Err(format!(
+                    "{t}-{p} was claimed by another node (epoch {}) while this node claimed it (epoch {mine}); starting again",
+                    s.epoch
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Exactly-once: commit the open transaction (and the marked claims and releases).
     fn commit(&mut self) -> Result<(), String> {
         let (Some(txn), Some(lane)) = (self.txn.as_mut(), self.lane.as_mut()) else { return Ok(()) };
-        txn.commit(&self.plan, lane, &mut self.progress, &self.acks, &self.shared)
+        txn.commit(&self.plan, lane, &mut self.progress, &self.acks, &self.shared, &self.assigned)
     }
 
     /// The group takes `tps` away: stop fetching them, let the target acknowledge what is in flight,
@@ -858,7 +889,9 @@ impl CopyLoop {
             txn.abort(self.lane.as_ref(), &self.shared, e);
         }
         drop(self.lane.take());
-        self.shared.publish_quiet(Instant::now(), true);
+        if outcome.is_ok() {
+            self.shared.publish_quiet(Instant::now(), true);
+        }
         // The error itself is the copier's (returned by `run`); a failed commit is this one's.
         if failed.is_some() { Ok(()) } else { outcome }
     }

@@ -55,10 +55,21 @@ pub fn transactional_id(identity: &Identity, plan: &FlowPlan) -> String {
 /// In the error of a copier whose transactions another producer fenced.
 pub const FENCED: &str = "fenced: another copier took this node's partitions over";
 
-/// A transaction error, named: not authorised (with the right), fenced, or the operation's error.
+/// A transaction error, named: not authorised (the resource and the right), fenced, or the
+/// operation's error.
 fn named(plan: &FlowPlan, id: &str, what: &str, e: &KafkaError) -> String {
     if let Some(code) = kafka::authorization_error(e) {
-        return kafka::not_authorized(&format!("transactional id {id}"), &plan.target.alias, "Write", code);
+        let target = &plan.target.alias;
+        return match code {
+            "TOPIC_AUTHORIZATION_FAILED" => kafka::not_authorized(
+                &format!("a topic of the transaction (the remote topics or {})", plan.settings.mm2_offsets_topic),
+                target,
+                "Write",
+                code,
+            ),
+            "CLUSTER_AUTHORIZATION_FAILED" => kafka::not_authorized("the cluster", target, "IdempotentWrite", code),
+            _ => kafka::not_authorized(&format!("transactional id {id}"), target, "Write", code),
+        };
     }
     match e.rdkafka_error_code() {
         Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch | RDKafkaErrorCode::Fenced) => {
@@ -155,8 +166,9 @@ impl Transactions {
         progress: &mut ProgressWriter,
         acks: &AckTable,
         shared: &Shared,
+        owned: &std::collections::BTreeSet<SourcePartition>,
     ) -> Result<(), String> {
-        if self.opened.is_none() && self.marks.is_empty() {
+        if self.opened.is_none() && self.marks.is_empty() && !acks.any_dirty() {
             return Ok(());
         }
         let started = Instant::now();
@@ -178,6 +190,10 @@ impl Transactions {
         let mut seen: HashMap<SourcePartition, usize> = HashMap::new();
         for slot in acks.take_dirty() {
             slot.take_dirty();
+            // Only this lifetime's partitions: a slot another node owns now keeps what it committed.
+            if !owned.contains(&(slot.topic.to_string(), slot.partition)) {
+                continue;
+            }
             seen.insert((slot.topic.to_string(), slot.partition), slots.len());
             slots.push((slot, false));
         }
@@ -191,9 +207,12 @@ impl Transactions {
             }
         }
         let written = progress.write_in_transaction(lane, &slots, &self.id)?;
-        lane.producer()
-            .commit_transaction(COMMIT_TIMEOUT)
-            .map_err(|e| named(plan, &self.id, "commit a transaction", &e))?;
+        // A commit that timed out is retried once, as librdkafka asks (an abort would not be taken).
+        let committed = match lane.producer().commit_transaction(COMMIT_TIMEOUT) {
+            Err(KafkaError::Transaction(e)) if e.is_retriable() => lane.producer().commit_transaction(COMMIT_TIMEOUT),
+            other => other,
+        };
+        committed.map_err(|e| named(plan, &self.id, "commit a transaction", &e))?;
         self.opened = None;
         self.bytes = 0;
         progress.committed(&written);
