@@ -29,6 +29,11 @@
 #                     upstream offset 1,000,000, in the oldest part of the history): time from start to
 #                     the first checkpoint, to each group's, and the records a failover to the
 #                     checkpointed offsets would re-read [ferry,mm2]
+#   exactly-once      the headline's data (1,000,000 records of 512 B, 8 partitions) copied by ferry at least
+#                     once, by ferry with delivery = "exactly_once" (transaction_interval_ms 100,
+#                     transaction_max_bytes 16 MiB, the defaults) and by MM2 with exactly-once source
+#                     support; the eos engines watched read_committed (below); ratios ferry-eos/ferry
+#                     (goal >= 90 %) and ferry-eos/MM2-eos (goal > 1) [ferry,ferry-eos,mm2-eos]
 #   limit             the headline copy done by producer-perf into the target and consumer-perf from the
 #                     source, together: the box's copy limit (also an engine of every copy scenario)
 #   copy              a custom copy: --records, --size, --partitions [ferry]
@@ -37,12 +42,18 @@
 # time to the first record on the target, copy rate (first to last record), MB/s, peak RSS (VmHWM), CPU
 # (user+system of the process, all of it and while copying), MB per CPU-second, threads, and the load
 # other processes put on the machine meanwhile. Progress is watched the same way for every engine: one
-# admin client polls the target's log-end offsets every 0.1 s (0.5 s above 100 partitions).
+# admin client polls the target's log-end offsets every 0.1 s (0.5 s above 100 partitions). Transactional
+# engines (ferry-eos, mm2-eos) are the exception: their log-end offsets also count a transaction marker per
+# partition per transaction, so they reach the record count before the records do. Their watcher polls the
+# last stable offsets (read_committed) instead and, once those reach the record count, counts the records
+# with a read_committed consumer; the copy is complete at the first poll whose stable offsets cover the
+# last counted record of every partition, and the final count (every committed record) and the offsets
+# that are not records (markers) are recorded.
 #
 # Options
 #   --runs N            rounds (default 3); each round runs every engine once, back to back; the table shows
 #                       medians and the ratios are medians of the per-round ratios
-#   --engines LIST      a subset of ferry, mm2, limit
+#   --engines LIST      a subset of ferry, mm2, limit (and ferry-eos, mm2-eos: the exactly-once engines)
 #   --records N, --size BYTES, --partitions P      override the scenario's data
 #   --rate R, --duration S, --warmup S             latency: the steady load, seconds left out
 #   --flows 1,10,50,100, --window S                flows: ferry's flow counts (MM2's too unless
@@ -76,7 +87,10 @@
 # linger 50 ms, 1 MB batches). MM2: dedicated mode (org.apache.kafka.connect.mirror.MirrorMaker from the
 # same Kafka jars), heap -Xms256m -Xmx1g, tasks.max = 2, producer.override linger.ms = 20,
 # batch.size = 262144, compression.type = lz4, INFO logging; heartbeat herders only for the flows and their
-# reverse pairs. limit: kafka-producer-perf-test into a fresh topic on the target (acks=all, linger 20 ms,
+# reverse pairs. ferry-eos: ferry with delivery = "exactly_once" in the flow. mm2-eos: MM2 as above plus
+# <target>.exactly.once.source.support = enabled (the target herder's Connect worker: MM2 passes the worker
+# only target-prefixed and a few top-level keys), dedicated.mode.enable.internal.rest = true on a free port
+# and the source read read_committed: a transactional producer per task, a transaction per poll. limit: kafka-producer-perf-test into a fresh topic on the target (acks=all, linger 20 ms,
 # 256 KiB batches, lz4) and kafka-consumer-perf-test from the source topic, started together; the limit is
 # the slower of the two rates.
 #

@@ -10,6 +10,20 @@
 //       "exists MS PARTITIONS", "first MS COUNT" (first record seen), "count MS COUNT" (about every
 //       COUNT_EVERY_MS, default 1000) and "done MS COUNT" once the topic holds EXPECT records. The same watcher measures ferry, MM2 and
 //       the limit, so its cost (one small admin request per interval) is the same for all.
+//   watch-committed BOOTSTRAP TOPIC[,TOPIC...] EXPECT INTERVAL_MS TIMEOUT_S
+//       the watcher of a transactional copy (the exactly-once scenario's eos engines). Log-end offsets
+//       count every transaction marker (one per partition per transaction) as an offset, so they reach
+//       EXPECT before the records do and cannot say when the copy is complete. This one polls the
+//       topics' last stable offsets (ListOffsets, read_committed) once per interval and keeps each
+//       poll's offsets with its time; it prints "first MS SUM" (something committed), "count MS SUM"
+//       (about once a second; SUM counts markers too: progress only) and, once SUM >= EXPECT (necessary:
+//       SUM = committed records + markers), starts a read_committed consumer from the beginning that
+//       counts the records themselves. When it has counted EXPECT, "done MS COUNT" carries the time of
+//       the first poll whose stable offsets were above the last counted record of every partition: when
+//       the last record was committed, to the poll's resolution, however long the counting took. Then
+//       it reads on to the current stable offsets and prints a JSON line: committed (every committed
+//       record, > EXPECT means duplicates), end_offsets (log-end offsets, records + markers + aborted
+//       records), not_records (their difference), stable_offsets.
 //   latency BOOTSTRAP TOPIC COUNT_FROM_MS STATS_FROM_MS EXPECT TIMEOUT_S
 //       consumes every partition from the beginning (no group), prints "ready MS" once positioned, and
 //       for each record with CreateTime >= COUNT_FROM_MS counts it; those with CreateTime >= STATS_FROM_MS
@@ -47,6 +61,7 @@ import java.util.concurrent.ExecutionException;
 import org.apache.kafka.clients.admin.*;
 import org.apache.kafka.clients.consumer.*;
 import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.IsolationLevel;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
@@ -169,6 +184,131 @@ public class BenchTool {
                 if (sleep > 0) Thread.sleep(sleep);
             }
             out("timeout " + now() + " " + count);
+            return 2;
+        }
+    }
+
+    static Map<TopicPartition, Long> offsets(Admin admin, Map<TopicPartition, OffsetSpec> spec, ListOffsetsOptions o)
+            throws Exception {
+        Map<TopicPartition, Long> m = new HashMap<>();
+        for (var e : admin.listOffsets(spec, o).all().get().entrySet()) m.put(e.getKey(), e.getValue().offset());
+        return m;
+    }
+
+    static long sum(Map<TopicPartition, Long> m) {
+        long s = 0;
+        for (long v : m.values()) s += v;
+        return s;
+    }
+
+    static int watchCommitted(String[] a) throws Exception {
+        String[] topics = a[1].split(",");
+        long expect = Long.parseLong(a[2]);
+        long interval = Long.parseLong(a[3]);
+        long deadline = now() + Long.parseLong(a[4]) * 1000;
+        ListOffsetsOptions stable = new ListOffsetsOptions(IsolationLevel.READ_COMMITTED);
+        try (Admin admin = admin(a[0])) {
+            Map<TopicPartition, OffsetSpec> spec = new HashMap<>();
+            for (String topic : topics) {
+                List<TopicPartition> tps = awaitTopic(admin, topic, deadline);
+                if (tps == null) {
+                    out("timeout " + now() + " 0");
+                    return 2;
+                }
+                for (TopicPartition tp : tps) spec.put(tp, OffsetSpec.latest());
+            }
+            out("exists " + now() + " " + spec.size());
+            List<Long> polledAt = new ArrayList<>();
+            List<Map<TopicPartition, Long>> polled = new ArrayList<>();
+            KafkaConsumer<byte[], byte[]> consumer = null;
+            Map<TopicPartition, Long> lastRecord = new HashMap<>();
+            long counted = 0, lastPoll = 0, lastPrint = 0;
+            boolean first = false;
+            try {
+                while (now() < deadline) {
+                    if (now() - lastPoll >= interval) {
+                        lastPoll = now();
+                        Map<TopicPartition, Long> lso;
+                        try {
+                            lso = offsets(admin, spec, stable);
+                        } catch (ExecutionException e) {
+                            Thread.sleep(interval); // leader moving: try again
+                            continue;
+                        }
+                        long t = now();
+                        polledAt.add(t);
+                        polled.add(lso);
+                        long s = sum(lso);
+                        if (!first && s > 0) {
+                            first = true;
+                            out("first " + t + " " + s);
+                        }
+                        if (t - lastPrint >= 1000) {
+                            out("count " + t + " " + s);
+                            lastPrint = t;
+                        }
+                        if (consumer == null && s >= expect) {
+                            Properties p = base(a[0]);
+                            p.put("key.deserializer", ByteArrayDeserializer.class.getName());
+                            p.put("value.deserializer", ByteArrayDeserializer.class.getName());
+                            p.put("enable.auto.commit", "false");
+                            p.put("isolation.level", "read_committed");
+                            p.put("max.poll.records", "10000");
+                            consumer = new KafkaConsumer<>(p);
+                            consumer.assign(spec.keySet());
+                            consumer.seekToBeginning(spec.keySet());
+                            out("counting " + t + " " + s);
+                        }
+                    }
+                    if (consumer == null) {
+                        long sleep = interval - (now() - lastPoll);
+                        if (sleep > 0) Thread.sleep(sleep);
+                        continue;
+                    }
+                    long wait = Math.max(1, interval - (now() - lastPoll));
+                    for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(wait))) {
+                        counted++;
+                        lastRecord.put(new TopicPartition(r.topic(), r.partition()), r.offset());
+                    }
+                    if (counted < expect) continue;
+                    // every record is committed: the first poll that saw them all committed
+                    long doneAt = -1;
+                    while (doneAt < 0) {
+                        for (int i = 0; i < polled.size() && doneAt < 0; i++) {
+                            boolean all = true;
+                            for (var e : lastRecord.entrySet()) {
+                                Long o = polled.get(i).get(e.getKey());
+                                if (o == null || o <= e.getValue()) {
+                                    all = false;
+                                    break;
+                                }
+                            }
+                            if (all) doneAt = polledAt.get(i);
+                        }
+                        if (doneAt < 0) { // counted beyond the newest poll: poll again
+                            polled.add(offsets(admin, spec, stable));
+                            polledAt.add(now());
+                        }
+                    }
+                    out("done " + doneAt + " " + counted);
+                    // read on to the stable offsets of now: every committed record (duplicates would show)
+                    Map<TopicPartition, Long> lso = offsets(admin, spec, stable);
+                    long drainUntil = now() + 60000;
+                    while (now() < drainUntil) {
+                        boolean behind = false;
+                        for (var e : lso.entrySet()) if (consumer.position(e.getKey()) < e.getValue()) behind = true;
+                        if (!behind) break;
+                        counted += consumer.poll(Duration.ofMillis(200)).count();
+                    }
+                    Map<TopicPartition, Long> end = offsets(admin, spec, new ListOffsetsOptions());
+                    out("{\"committed\":" + counted + ",\"end_offsets\":" + sum(end) + ",\"not_records\":"
+                        + (sum(end) - counted) + ",\"stable_offsets\":" + sum(lso) + ",\"partitions\":" + spec.size() + "}");
+                    return 0;
+                }
+            } finally {
+                if (consumer != null) consumer.close();
+            }
+            out("timeout " + now() + " " + counted);
             return 2;
         }
     }
@@ -438,12 +578,13 @@ public class BenchTool {
 
     public static void main(String[] args) throws Exception {
         if (args.length < 2) {
-            System.err.println("usage: BenchTool watch|latency|syncs|commit|checkpoints|heartbeats|create|produce-one ...");
+            System.err.println("usage: BenchTool watch|watch-committed|latency|syncs|commit|checkpoints|heartbeats|create|produce-one ...");
             System.exit(2);
         }
         String[] rest = Arrays.copyOfRange(args, 1, args.length);
         int rc = switch (args[0]) {
             case "watch" -> watch(rest);
+            case "watch-committed" -> watchCommitted(rest);
             case "latency" -> latency(rest);
             case "syncs" -> syncs(rest);
             case "commit" -> commit(rest);

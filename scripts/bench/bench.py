@@ -87,8 +87,25 @@ SCENARIOS: dict[str, dict] = {
     # the old interface: scripts/bench.sh [--mm2] [RECORDS] [BYTES] [PARTITIONS]
     "copy": dict(kind="copy", records=1_000_000, size=100, partitions=6, engines="ferry"),
 }
+# Exactly-once delivery (issue 19): the headline's data copied by ferry as it is (at least once), by ferry with
+# `delivery = "exactly_once"` (transaction_interval_ms 100, transaction_max_bytes 16 MiB, its defaults) and by
+# MM2 with exactly-once source support (KIP-618), back to back. The eos engines are watched by a
+# read_committed watcher (BenchTool watch-committed, see EOS_ENGINES).
+SCENARIOS["exactly-once"] = dict(SCENARIOS["headline"], engines="ferry,ferry-eos,mm2-eos")
 ALL = ["headline", "small", "lz4", "latency", "partitions-2000", "partitions-10000", "flows", "flows-busy",
-       "checkpoint"]
+       "checkpoint", "exactly-once"]
+# Engines that copy in transactions. Their target topics hold a transaction marker per partition per
+# transaction besides the records, so their log-end offsets exceed the record count long before the copy
+# is complete, by an amount nobody outside knows (ferry's transactions follow time and bytes, MM2's its
+# polls). Judging "every record is there" by end offsets would stop the clock early. Their watcher
+# (BenchTool watch-committed) polls the last stable offsets instead (progress, and a necessary
+# condition: stable offsets >= records), then counts the committed records themselves with a
+# read_committed consumer, and dates completion by the first stable-offset poll that covered the last
+# counted record of every partition: the same 0.1 s resolution as the end-offset watcher of the other
+# engines, and a count of the records rather than of offsets. The consumer runs only from the moment the
+# stable offsets reach the record count (the copy's tail), and its own lag does not move the date.
+EOS_ENGINES = ("ferry-eos", "mm2-eos")
+LABELS = {"ferry": "ferry", "ferry-eos": "ferry-eos", "mm2": "MM2", "mm2-eos": "MM2-eos", "limit": "limit"}
 
 # Producer settings. The source data is written once per scenario (not measured); the limit's producer
 # is tuned like MM2's below, since it stands for the copy's produce side.
@@ -425,7 +442,7 @@ def ferry_flow(src: str, dst: str, topics: list[str], **extra) -> dict:
 
 
 def mm2_props(pairs: list[tuple[str, str, str]], clusters: dict[str, str], extra: dict | None = None,
-              reverse_heartbeats=True, reverse_extra: dict | None = None) -> str:
+              reverse_heartbeats=True, reverse_extra: dict | None = None, eos_rest_port: int | None = None) -> str:
     """Dedicated-mode MM2 as the issue measured it: tasks.max = 2, a tuned producer (linger 20 ms, 256 KiB
     batches, lz4), replication factor 1 everywhere (single-broker clusters). `pairs`: (source, target,
     topics regex). Heartbeat herders only for the flows and their reverse pairs (what a ferry flow emits),
@@ -449,6 +466,20 @@ def mm2_props(pairs: list[tuple[str, str, str]], clusters: dict[str, str], extra
             lines += [f"{t}->{s}.{k} = {v}" for k, v in (reverse_extra or {}).items()]
         for k, v in (extra or {}).items():
             lines.append(f"{s}->{t}.{k} = {v}")
+    if eos_rest_port is not None:
+        # Exactly-once source support (KIP-618) is a property of the Connect worker, and MM2 gives the
+        # worker of herder s->t the properties prefixed with the *target* alias (MirrorMakerConfig.
+        # workerConfig: clusterProps(target) plus a few top-level prefixes, `exactly.once.source.support`
+        # not among them, so a bare top-level key would be ignored). The worker then makes every
+        # MirrorSourceTask an exactly-once task: a transactional producer per task (transactional.id
+        # <group>-<connector>-<task>), records and source offsets in one transaction per poll (the default
+        # transaction.boundary). Dedicated mode's internal REST server (KIP-710) lets a worker reach its
+        # group's leader, which fences zombie tasks before exactly-once tasks start; on a free port. The
+        # source is read read_committed, as the MM2 documentation asks for exactly-once.
+        lines += ["dedicated.mode.enable.internal.rest = true", f"listeners = http://127.0.0.1:{eos_rest_port}"]
+        for s, t, _ in pairs:
+            lines += [f"{t}.exactly.once.source.support = enabled",
+                      f"{s}->{t}.consumer.isolation.level = read_committed"]
     return "\n".join(lines) + "\n"
 
 
@@ -563,33 +594,38 @@ class Bench:
         work, alias = self.next_run(engine)
         fresh_cluster("bdst")
         remote = ",".join(f"east.{t}" for t in d.topics)
-        if d.precreate_remote and engine != "ferry":
+        eos = engine in EOS_ENGINES
+        if d.precreate_remote and not engine.startswith("ferry"):
             t = time.time()
             self.create(DST, d.per_topic, *remote.split(","))
             log(f"remote topics created beforehand in {time.time() - t:.1f} s")
         interval = "100" if partitions <= 100 else "500"
-        watcher = spawn(self.tools.tool("watch", DST, remote, str(records), interval, str(self.args.timeout)),
-                        stdout=subprocess.PIPE)
+        watcher = spawn(self.tools.tool("watch-committed" if eos else "watch", DST, remote, str(records), interval,
+                                        str(self.args.timeout)), stdout=subprocess.PIPE)
         lines = Lines(watcher, work / "watch.log")
         time.sleep(1.5)  # the watcher's JVM is up before the replicator starts
         window = CpuWindow(self.src_pids() + [watcher.pid])
         t0 = time.time()
-        if engine == "ferry":
+        if engine.startswith("ferry"):
             ferry = self.ferry()
-            proc = ferry.start(work, "east", [ferry_flow("east", alias, d.topics, **d.ferry_flow)],
+            extra = dict(d.ferry_flow, **({"delivery": "exactly_once"} if engine == "ferry-eos" else {}))
+            proc = ferry.start(work, "east", [ferry_flow("east", alias, d.topics, **extra)],
                                {"east": SRC, alias: DST})
         else:
             proc = MM2(self.tools).start(work, mm2_props([("east", alias, ", ".join(d.topics))],
-                                                         {"east": SRC, alias: DST}))
+                                                         {"east": SRC, alias: DST},
+                                                         eos_rest_port=free_port() if engine == "mm2-eos" else None))
         res = {"engine": engine, "alias": alias, "records": records, "size": size, "partitions": partitions,
                "topics": len(d.topics)}
-        batches = BatchSampler(ferry.port) if engine == "ferry" else None
+        batches = BatchSampler(ferry.port) if engine.startswith("ferry") else None
         peak_threads = 0
         deadline = t0 + self.args.timeout
         last_count, last_progress = 0, time.time()
+        cpu_samples = []  # (time, CPU seconds): the eos watcher reports completion after counting the records
         while True:
             st = proc_status(proc.pid)
             peak_threads = max(peak_threads, st.get("Threads", 0))
+            cpu_samples.append((time.time(), proc_cpu(proc.pid)))
             line = lines.get(0.2)
             if line is None:
                 res["error"] = "watcher ended without 'done'"
@@ -603,9 +639,18 @@ class Bench:
                     c = int(rest[0])
                     if c > last_count:
                         last_count, last_progress = c, time.time()
+                elif ev == "counting":
+                    res["counting_from_s"] = int(ms) / 1000 - t0
                 elif ev == "done":
                     res["done_s"] = int(ms) / 1000 - t0
                     res["cpu_s"] = proc_cpu(proc.pid)
+                    if eos:
+                        # the CPU when the last record was committed, not after the watcher counted them
+                        done_at = int(ms) / 1000
+                        res["done_reported_after_s"] = time.time() - done_at
+                        res["cpu_s"] = next((c for t, c in cpu_samples if t >= done_at and c is not None),
+                                            res["cpu_s"])
+                        res.update(ferry_transactions(ferry.port) if engine == "ferry-eos" else {})
                     st = proc_status(proc.pid)
                     res["peak_rss_mib"] = st.get("VmHWM", 0) / 2**20
                     res["threads"] = max(peak_threads, st.get("Threads", 0))
@@ -620,6 +665,21 @@ class Bench:
             if time.time() > deadline or time.time() - last_progress > max(180, self.args.timeout / 3):
                 res["error"] = f"no completion in time ({last_count} records on the target)"
                 break
+        if eos and "done_s" in res:
+            # the watcher's count of every committed record (read_committed) and the offsets that are not
+            # records (transaction markers, aborted records): the copy is complete and transactional
+            while True:
+                line = lines.get(90)
+                if not line:
+                    res["error"] = "the read_committed watcher gave no final count"
+                    break
+                if line.startswith("{"):
+                    c = json.loads(line)
+                    res.update(committed_records=c["committed"], target_end_offsets=c["end_offsets"],
+                               target_not_records=c["not_records"])
+                    if c["committed"] != records:
+                        res["error"] = f"{c['committed']:,} committed records on the target, not {records:,}"
+                    break
         if batches:
             res.update(batches.finish())
             res.update(ferry_startup(work / "ferry.log", t0))
@@ -633,8 +693,16 @@ class Bench:
             res["cpu_copy_s"] = (res["cpu_s"] - (res.get("cpu_at_first_s") or 0)) if res.get("cpu_s") else None
             res["mb_per_cpu_s"] = records * size / 1e6 / res["cpu_s"] if res.get("cpu_s") else None
             res["mb_per_cpu_copy_s"] = records * size / 1e6 / res["cpu_copy_s"] if res.get("cpu_copy_s") else None
-        if engine == "mm2":
+        if engine.startswith("mm2"):
             res["mm2_producer_tuned"] = grep_count(work / "mm2.log", r"linger\.ms = 20") > 0
+        if engine == "mm2-eos":
+            # MM2's own word that it ran transactional: the source tasks' producers have a transactional id
+            # (its ProducerConfig dump) and the worker ran exactly-once source tasks
+            res["mm2_transactional_producers"] = grep_count(
+                work / "mm2.log", r"transactional\.id = (?!null)\S*MirrorSourceConnector")
+            res["mm2_eos_task_lines"] = grep_count(work / "mm2.log",
+                                                   r"ExactlyOnceWorkerSourceTask\{id=MirrorSourceConnector-\d+\} "
+                                                   r"Source task finished initialization")
         res["work"] = str(work)
         log(f"{engine}: {summarise(res)}")
         return res
@@ -1266,6 +1334,29 @@ class BatchSampler:
         return out
 
 
+def ferry_transactions(port: int) -> dict:
+    """An exactly-once ferry's transactions so far, from /metrics: committed and aborted ones, and the time
+    its commits took (records acknowledged, progress written, commit returned) in all."""
+    import urllib.request
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name, value = line.rsplit(" ", 1)
+        key = {"ferry_transaction_commit_seconds_sum": "transaction_commit_s",
+               "ferry_transaction_commit_seconds_count": "transaction_commits"}.get(name.split("{", 1)[0])
+        if name.startswith("ferry_transactions_total"):
+            m = re.search(r'result="(\w+)"', name)
+            key = f"transactions_{m.group(1)}" if m else None
+        if key:
+            out[key] = out.get(key, 0) + float(value)
+    return out
+
+
 # ferry's start-up, from its log: (result key, the first (or last) line containing the text).
 STARTUP_MARKS = [
     ("startup_first_topic_created_s", "created remote topic", False),
@@ -1424,6 +1515,50 @@ def check(v, ok) -> str:
     return "**met**" if ok(v) else "**not met**"
 
 
+def eos_lines(rounds: list[dict]) -> list[str]:
+    """The exactly-once scenario's ratios, goals and checks (bench/results.md)."""
+    rate_f = ratio_med(rounds, "ferry-eos", "ferry", "rate")
+    rate_m = ratio_med(rounds, "ferry-eos", "mm2-eos", "rate")
+    cpu_f = ratio_med(rounds, "ferry-eos", "ferry", "cpu_s")
+    rss_m = ratio_med(rounds, "ferry-eos", "mm2-eos", "peak_rss_mib", invert=True)
+    cpu_m = ratio_med(rounds, "ferry-eos", "mm2-eos", "cpu_s", invert=True)
+    md = ["", f"Ratios: ferry-eos/ferry copy rate **{fmt(rate_f and rate_f * 100, '.0f', ' %')}** (CPU "
+              f"{fmt(cpu_f, '.2f', 'x')}), ferry-eos/MM2-eos copy rate **{fmt(rate_m, '.2f', 'x')}**, MM2-eos/ferry-eos "
+              f"peak RSS **{fmt(rss_m, '.1f', 'x')}**, CPU **{fmt(cpu_m, '.1f', 'x')}**.",
+          "", f"Goals (issue 19, not assertions): ferry-eos ≥ 90 % of ferry's rate: {check(rate_f, lambda v: v >= 0.9)}; "
+              f"ferry-eos faster than MM2-eos: {check(rate_m, lambda v: v > 1)}."]
+    checks = []
+    for e in EOS_ENGINES:
+        runs = [r[e] for r in rounds if e in r and "committed_records" in r[e]]
+        if not runs:
+            continue
+        x = runs[0]
+        c = (f"{LABELS[e]}: {x['committed_records']:,} records read read_committed of {x['records']:,}, "
+             f"{x['target_end_offsets']:,} log-end offsets ({x['target_not_records']:,} offsets that are not records: "
+             f"transaction markers and aborted records)")
+        if e == "ferry-eos" and "transactions_committed" in x:
+            c += (f", {x['transactions_committed']:,.0f} transactions committed "
+                  f"({x.get('transactions_aborted', 0):,.0f} aborted) taking "
+                  f"{fmt(x.get('transaction_commit_s'), '.1f', ' s')} of commits in all")
+        if e == "mm2-eos":
+            c += (f"; its log: {x.get('mm2_transactional_producers', 0)} source-task producer(s) with a "
+                  f"transactional.id, {x.get('mm2_eos_task_lines', 0)} MirrorSourceConnector task(s) started as "
+                  f"ExactlyOnceWorkerSourceTask")
+        checks.append(c)
+    if checks:
+        md += ["", "Exactly-once checks (round 1): " + "; ".join(checks) + "."]
+    md += ["", "Engines: ferry at least once (its default); ferry-eos the same flow with `delivery = \"exactly_once\"` "
+               "(transaction_interval_ms 100, transaction_max_bytes 16 MiB: the defaults); MM2-eos MM2 dedicated mode "
+               "as the other scenarios plus `<target>.exactly.once.source.support = enabled` (KIP-618, the target "
+               "herder's worker), `dedicated.mode.enable.internal.rest = true` (KIP-710) and the source read "
+               "read_committed: a transaction per task poll (transaction.boundary = poll, the default). The eos engines' "
+               "completion is judged on committed records, not on log-end offsets, which count a marker per "
+               "partition per transaction: their watcher polls the last stable offsets every 0.1 s and, once these "
+               "reach the record count, counts the records read_committed; the copy is complete at the first poll "
+               "whose stable offsets cover the last counted record of every partition (CPU taken at that moment)."]
+    return md
+
+
 def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str:
     rounds = result["rounds"]
     kind = sc["kind"]
@@ -1438,10 +1573,10 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
         md += ["| engine | wall incl. startup | to first record | copy rate | MB/s | peak RSS | CPU | CPU while copying "
                "| MB per CPU-s (all, copying) | threads | others' load |",
                "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for e in ("ferry", "mm2", "limit"):
+        for e in ("ferry", "ferry-eos", "mm2", "mm2-eos", "limit"):
             if not any(e in r for r in rounds):
                 continue
-            md.append(f"| {'MM2' if e == 'mm2' else e} | {fmt(med(rounds, e, 'done_s'), '.1f', ' s')} "
+            md.append(f"| {LABELS[e]} | {fmt(med(rounds, e, 'done_s'), '.1f', ' s')} "
                       f"| {fmt(med(rounds, e, 'first_s'), '.1f', ' s')} | {fmt_rate(med(rounds, e, 'rate'))} "
                       f"| {fmt(med(rounds, e, 'mb_s'), '.1f')} | {fmt(med(rounds, e, 'peak_rss_mib'), ',.0f', ' MiB')} "
                       f"| {fmt(med(rounds, e, 'cpu_s'), '.2f', ' s')} | {fmt(med(rounds, e, 'cpu_copy_s'), '.2f', ' s')} "
@@ -1454,9 +1589,12 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
         fl = ratio_med(rounds, "ferry", "limit", "rate")
         ml = ratio_med(rounds, "mm2", "limit", "rate")
         mbcpu = med(rounds, "ferry", "mb_per_cpu_s")
-        md += ["", f"Ratios: ferry/MM2 copy rate **{fmt(tp, '.2f', 'x')}**, MM2/ferry peak RSS **{fmt(rss, '.1f', 'x')}**, "
-                   f"MM2/ferry CPU **{fmt(cpu, '.1f', 'x')}**, ferry/limit **{fmt(fl and fl * 100, '.0f', ' %')}**, "
-                   f"MM2/limit {fmt(ml and ml * 100, '.0f', ' %')}."]
+        if name == "exactly-once":
+            md += eos_lines(rounds)
+        else:
+            md += ["", f"Ratios: ferry/MM2 copy rate **{fmt(tp, '.2f', 'x')}**, MM2/ferry peak RSS **{fmt(rss, '.1f', 'x')}**, "
+                       f"MM2/ferry CPU **{fmt(cpu, '.1f', 'x')}**, ferry/limit **{fmt(fl and fl * 100, '.0f', ' %')}**, "
+                       f"MM2/limit {fmt(ml and ml * 100, '.0f', ' %')}."]
         fb = [r["ferry"] for r in rounds if "ferry" in r and "batch_records_median" in r["ferry"]]
         if fb:
             md += ["", f"ferry's record producer batches (librdkafka statistics, per window while copying): "
@@ -1695,7 +1833,7 @@ def main() -> None:
     ap.add_argument("scenario", choices=[*SCENARIOS, "all", "profile"])
     ap.add_argument("profile_scenario", nargs="?", default="headline", help="profile only: the copy scenario")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--engines", help="comma list of ferry, mm2, limit (default: the scenario's)")
+    ap.add_argument("--engines", help="comma list of ferry, mm2, limit, ferry-eos, mm2-eos (default: the scenario's)")
     ap.add_argument("--records", type=int)
     ap.add_argument("--size", type=int)
     ap.add_argument("--partitions", type=int, help="partitions in all (copy scenarios)")
@@ -1734,7 +1872,7 @@ def main() -> None:
     names = ALL if args.scenario == "all" else [args.profile_scenario if args.scenario == "profile" else args.scenario]
     for n in names:
         engines_all |= set((args.engines or SCENARIOS[n]["engines"]).split(","))
-    if "ferry" in engines_all or args.scenario == "profile":
+    if any(e.startswith("ferry") for e in engines_all) or args.scenario == "profile":
         bench.ferry()
         log(f"ferry: {bench.ferry_bin} ({bench.ferry_rev})")
     try:
