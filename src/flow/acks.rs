@@ -65,6 +65,11 @@ pub struct PartitionAck {
     /// This node's ownership epoch of the partition (see [`next_epoch`]), stamped on its offset syncs
     /// and progress records; 0 until the copier group gives the partition to this node.
     epoch: AtomicU64,
+    /// Exactly-once: the position after the last record sent in the open transaction, and whether one
+    /// was. The transaction's progress says this, acknowledged or not: its records and its progress
+    /// commit together or not at all.
+    txn_next: AtomicI64,
+    in_txn: AtomicBool,
 }
 
 /// The epoch under which a node owns a partition it was just given: above the epoch of every earlier
@@ -94,7 +99,22 @@ impl PartitionAck {
             skip_to: AtomicI64::new(UNKNOWN),
             topic_id: Mutex::new(None),
             epoch: AtomicU64::new(0),
+            txn_next: AtomicI64::new(UNKNOWN),
+            in_txn: AtomicBool::new(false),
         }
+    }
+
+    /// Exactly-once: the record at `upstream` went into the open transaction. True for the
+    /// partition's first record in it.
+    pub fn sent_in_transaction(&self, upstream: i64) -> bool {
+        self.txn_next.store(upstream + 1, Ordering::Release);
+        !self.in_txn.swap(true, Ordering::AcqRel)
+    }
+
+    /// Exactly-once: the transaction ends; the position after its last record of this partition, if
+    /// it had one.
+    pub fn take_transaction(&self) -> Option<i64> {
+        self.in_txn.swap(false, Ordering::AcqRel).then(|| self.txn_next.load(Ordering::Acquire))
     }
 
     /// Next offset to copy, if known.

@@ -332,17 +332,17 @@ impl ProgressWriter {
     }
 
     /// Exactly-once: the progress records of `slots` (every partition whose position moved in the
-    /// transaction, and those claimed or released by it) into the open transaction of `lane`, as
-    /// `writer`. Nothing counts as persisted until [`ProgressWriter::committed`] after the commit.
+    /// transaction, and those claimed or released by it), each at its position, into the open
+    /// transaction of `lane`, as `writer`. Nothing counts as persisted until [`ProgressWriter::committed`] after the commit.
     pub fn write_in_transaction(
         &mut self,
         lane: &mut crate::clients::RecordLane,
-        slots: &[(Arc<PartitionAck>, bool)],
+        slots: &[(Arc<PartitionAck>, Option<i64>, bool)],
         writer: &str,
     ) -> Result<Vec<(Arc<PartitionAck>, i64)>, String> {
         let mut written = Vec::with_capacity(slots.len());
-        for (slot, released) in slots {
-            let next = slot.next();
+        for (slot, next, released) in slots {
+            let next = *next;
             let (part, key, value, headers) = self.record_for(slot, next, Some((writer, *released)));
             let mut record = lane
                 .record(&self.topic, crate::clients::records::UNTRACKED)

@@ -777,6 +777,9 @@ impl CopyLoop {
             part.ack.sent();
             match send(lane, &self.control, &mut self.pending, remote, &msg, stamp) {
                 Sent::Ok => {
+                    if let Some(txn) = self.txn.as_mut() {
+                        txn.sent(&part.ack, msg.offset());
+                    }
                     if pause {
                         self.book.pause_after_send(msg.topic(), msg.partition());
                     }

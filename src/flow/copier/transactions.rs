@@ -92,6 +92,8 @@ pub struct Transactions {
     /// Partitions to claim (no record of theirs may be sent before a commit names this writer) or
     /// release (handed over) in the next commit, with `true` for a release.
     marks: Vec<(Arc<PartitionAck>, bool)>,
+    /// Partitions with records in the open transaction.
+    touched: Vec<Arc<PartitionAck>>,
     committed: IntCounter,
     aborted: IntCounter,
     commit_latency: Histogram,
@@ -107,6 +109,7 @@ impl Transactions {
             opened: None,
             bytes: 0,
             marks: Vec::new(),
+            touched: Vec::new(),
             committed: METRICS.transactions.with_label_values(&[&flow, "committed"]),
             aborted: METRICS.transactions.with_label_values(&[&flow, "aborted"]),
             commit_latency: METRICS.transaction_commit.with_label_values(&[&flow]),
@@ -146,6 +149,13 @@ impl Transactions {
         self.bytes += bytes;
     }
 
+    /// The record of `slot` at `upstream` went into the open transaction (one atomic swap per record).
+    pub fn sent(&mut self, slot: &Arc<PartitionAck>, upstream: i64) {
+        if slot.sent_in_transaction(upstream) {
+            self.touched.push(slot.clone());
+        }
+    }
+
     /// The open transaction is due for a commit (its interval is over, or it is full).
     pub fn due(&self, now: Instant) -> bool {
         self.opened.is_some_and(|t| now.duration_since(t) >= self.interval) || self.bytes >= self.max_bytes
@@ -156,8 +166,10 @@ impl Transactions {
         self.marks.extend(slots.into_iter().map(|s| (s, released)));
     }
 
-    /// Commit: wait for every record's acknowledgement, write the progress of every partition that
-    /// moved (and the claims and releases marked), commit, then count the positions as persisted and
+    /// Commit: write the progress of every partition that moved (those with records in the transaction
+    /// at the position after their last one, acknowledged or not: the records and the progress commit
+    /// together or not at all), and of the claims and releases marked; commit (which sends what is
+    /// queued at once and waits for every acknowledgement); then count the positions as persisted and
     /// publish the records' offset syncs. An error leaves the transaction for [`Self::abort`].
     pub fn commit(
         &mut self,
@@ -173,36 +185,36 @@ impl Transactions {
         }
         let started = Instant::now();
         self.ensure_open(plan, lane, shared)?;
-        if !lane.wait_idle(COMMIT_TIMEOUT) {
-            return Err(format!(
-                "{} records of the transaction not acknowledged by `{}` within {} s",
-                lane.in_flight(),
-                plan.target.alias,
-                COMMIT_TIMEOUT.as_secs()
-            ));
-        }
         if let Some(slot) = acks.take_failed().into_iter().next() {
             let why = slot.failure().map_or_else(|| "refused".to_string(), |f| f.error);
             return Err(format!("a record of {}-{} was not delivered: {why}", slot.topic, slot.partition));
         }
         // Every partition that moved, once, marked ones with their mark.
-        let mut slots: Vec<(Arc<PartitionAck>, bool)> = Vec::new();
+        let mut slots: Vec<(Arc<PartitionAck>, Option<i64>, bool)> = Vec::new();
         let mut seen: HashMap<SourcePartition, usize> = HashMap::new();
+        for slot in std::mem::take(&mut self.touched) {
+            let next = slot.take_transaction();
+            seen.insert((slot.topic.to_string(), slot.partition), slots.len());
+            slots.push((slot, next, false));
+        }
         for slot in acks.take_dirty() {
             slot.take_dirty();
             // Only this lifetime's partitions: a slot another node owns now keeps what it committed.
-            if !owned.contains(&(slot.topic.to_string(), slot.partition)) {
+            let tp = (slot.topic.to_string(), slot.partition);
+            if !owned.contains(&tp) || seen.contains_key(&tp) {
                 continue;
             }
-            seen.insert((slot.topic.to_string(), slot.partition), slots.len());
-            slots.push((slot, false));
+            seen.insert(tp, slots.len());
+            let next = slot.next();
+            slots.push((slot, next, false));
         }
         for (slot, released) in std::mem::take(&mut self.marks) {
             match seen.get(&(slot.topic.to_string(), slot.partition)) {
-                Some(i) => slots[*i].1 |= released,
+                Some(i) => slots[*i].2 |= released,
                 None => {
                     seen.insert((slot.topic.to_string(), slot.partition), slots.len());
-                    slots.push((slot, released));
+                    let next = slot.next();
+                    slots.push((slot, next, released));
                 }
             }
         }
@@ -227,6 +239,9 @@ impl Transactions {
     /// coordinator aborts what it left within `transaction.timeout.ms`, or the next owner's fence does).
     pub fn abort(&mut self, lane: Option<&RecordLane>, shared: &Shared, why: &str) {
         self.marks.clear();
+        for slot in std::mem::take(&mut self.touched) {
+            slot.take_transaction();
+        }
         shared.transaction_aborted();
         if self.opened.take().is_none() {
             return;
