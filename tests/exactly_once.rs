@@ -19,20 +19,9 @@ use rdkafka::ClientConfig;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use support::observe::{self, metric_sum};
 use support::scenario::*;
-use support::{Ferry, Rec, commit_group_offsets, consume_all, create_topic, produce, shared_pair, unique, wait_for};
+use support::{Ferry, commit_group_offsets, consume_all, create_topic, produce, shared_pair, unique, wait_for};
 
 const EXACTLY_ONCE: &str = "delivery = \"exactly_once\"\n";
-
-/// What a byte-for-byte comparison of a copy looks at, per partition in offset order.
-type Copy = BTreeMap<i32, Vec<(Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Option<Vec<u8>>)>, i64)>>;
-
-fn per_partition(recs: Vec<Rec>) -> Copy {
-    let mut out = Copy::new();
-    for r in by_position(recs) {
-        out.entry(r.partition).or_default().push((r.key, r.value, r.headers, r.timestamp));
-    }
-    out
-}
 
 /// Keyed records with headers and timestamps, produced in paced batches on a thread until stopped.
 struct KeyedStream {
@@ -113,10 +102,6 @@ fn kill_9_at_random_moments_copies_every_record_exactly_once_for_read_committed_
         "{produced} records over {ROUNDS} kill -9 rounds: read_committed duplicates 0; read_uncommitted extra records per round {uncommitted_dups:?}, {} in all",
         all.len() - produced
     );
-}
-
-fn keyed_values(prefix: &str, range: std::ops::Range<usize>) -> Vec<Vec<u8>> {
-    range.map(|i| format!("{prefix}-{i}").into_bytes()).collect()
 }
 
 #[test]

@@ -50,24 +50,9 @@ fn keyed(prefix: &str, range: std::ops::Range<usize>) -> Vec<Rec> {
         .collect()
 }
 
-fn keyed_values(prefix: &str, range: std::ops::Range<usize>) -> Vec<Vec<u8>> {
-    range.map(|i| format!("{prefix}-{i}").into_bytes()).collect()
-}
-
 /// The index `i` of a value `prefix-<i>`.
 fn index(value: &[u8]) -> Option<usize> {
     std::str::from_utf8(value).ok()?.rsplit_once('-')?.1.parse().ok()
-}
-
-/// What a byte-for-byte comparison of a copy looks at, per partition in offset order.
-type Copy = BTreeMap<i32, Vec<(Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Option<Vec<u8>>)>, i64)>>;
-
-fn per_partition(recs: Vec<Rec>) -> Copy {
-    let mut out = Copy::new();
-    for r in by_position(recs) {
-        out.entry(r.partition).or_default().push((r.key, r.value, r.headers, r.timestamp));
-    }
-    out
 }
 
 /// Keyed records (see [`keyed`]) produced at a steady pace by one idempotent producer on a thread until

@@ -268,17 +268,7 @@ impl RecordLane {
         sink: Arc<dyn RecordSink>,
     ) -> Result<Self, KafkaOpError> {
         let producer = conn.record_producer(&tuning)?;
-        let max_bytes = super::budget::flow_share().min(LANE_MAX_BYTES);
-        let share = Arc::new(Share {
-            owner: owner.to_string(),
-            sink,
-            records: AtomicUsize::new(0),
-            bytes: AtomicUsize::new(0),
-            max_records: lane_max_records(max_bytes),
-            max_bytes,
-        });
-        producer.register(&share);
-        Ok(Self { conn, tuning, producer, share, transactional: false })
+        Ok(Self::on(conn, owner, tuning, sink, producer, false))
     }
 
     /// An exactly-once flow's lane: a producer of its own with `transactional_id`, which nothing else
@@ -291,6 +281,18 @@ impl RecordLane {
         transactional_id: &str,
     ) -> Result<Self, KafkaOpError> {
         let producer = Arc::new(RecordProducer::with(&conn.cluster, &tuning, Some(transactional_id))?);
+        Ok(Self::on(conn, owner, tuning, sink, producer, true))
+    }
+
+    /// A lane of `producer` with its share of the node's budget, registered for its reports.
+    fn on(
+        conn: Arc<super::Connection>,
+        owner: &str,
+        tuning: RecordTuning,
+        sink: Arc<dyn RecordSink>,
+        producer: Arc<RecordProducer>,
+        transactional: bool,
+    ) -> Self {
         let max_bytes = super::budget::flow_share().min(LANE_MAX_BYTES);
         let share = Arc::new(Share {
             owner: owner.to_string(),
@@ -301,7 +303,7 @@ impl RecordLane {
             max_bytes,
         });
         producer.register(&share);
-        Ok(Self { conn, tuning, producer, share, transactional: true })
+        Self { conn, tuning, producer, share, transactional }
     }
 
     /// The producer, for an exactly-once lane's transactions (`init`, `begin`, `commit`, `abort`).
@@ -318,10 +320,11 @@ impl RecordLane {
     /// to be sent again), and with librdkafka's error otherwise; a refused record gets no report.
     #[allow(clippy::result_large_err)] // rdkafka's own `send` hands the record back the same way
     pub fn send<'a>(&mut self, mut record: Record<'a>) -> Result<(), (KafkaError, Record<'a>)> {
-        if self.producer.is_fatal() && self.transactional {
-            return Err((KafkaError::MessageProduction(RDKafkaErrorCode::Fatal), record));
-        }
         if self.producer.is_fatal() {
+            // An exactly-once lane's transaction went with its producer: it is never swapped.
+            if self.transactional {
+                return Err((KafkaError::MessageProduction(RDKafkaErrorCode::Fatal), record));
+            }
             // Records in flight on the old producer report to this lane as before.
             match self.conn.record_producer(&self.tuning) {
                 Ok(p) => {

@@ -92,6 +92,24 @@ pub fn keyed_records(prefix: &str, range: std::ops::Range<usize>) -> Vec<Rec> {
         .collect()
 }
 
+/// The values `prefix-<i>` of [`keyed_records`] (and of other keyed streams) for `range`.
+pub fn keyed_values(prefix: &str, range: std::ops::Range<usize>) -> Vec<Vec<u8>> {
+    range.map(|i| format!("{prefix}-{i}").into_bytes()).collect()
+}
+
+/// What a byte-for-byte comparison of a copy looks at (key, value, headers, timestamp), per partition
+/// in offset order.
+pub type Copy = BTreeMap<i32, Vec<(Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Option<Vec<u8>>)>, i64)>>;
+
+/// `recs` as a [`Copy`].
+pub fn per_partition(recs: Vec<Rec>) -> Copy {
+    let mut out = Copy::new();
+    for r in by_position(recs) {
+        out.entry(r.partition).or_default().push((r.key, r.value, r.headers, r.timestamp));
+    }
+    out
+}
+
 /// Records in the order a consumer of a topic sees them per partition (partition, then offset), for
 /// byte-for-byte comparison of a topic with its copy.
 pub fn by_position(mut recs: Vec<Rec>) -> Vec<Rec> {

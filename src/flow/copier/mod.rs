@@ -361,12 +361,9 @@ impl CopyLoop {
             for (tp, verdict) in self.probe.reports() {
                 self.book.verdict(&self.plan, &self.shared, tp, verdict);
             }
-            if self.txn.is_some()
-                && let Some(slot) = self.acks.take_failed().into_iter().next()
-            {
+            if self.txn.is_some() {
                 // A refused record is in the open transaction's hole: the transaction cannot commit.
-                let why = slot.failure().map_or_else(|| "refused".to_string(), |f| f.error);
-                return Err(format!("a record of {}-{} was not delivered: {why}", slot.topic, slot.partition));
+                transactions::check_deliveries(&self.acks)?;
             }
             for slot in self.acks.take_failed() {
                 if let Some(remote) = self.book.delivery_failed(&self.flow, &slot) {
@@ -401,6 +398,10 @@ impl CopyLoop {
             self.copy_batch()?;
             self.progress.poll();
             let now = Instant::now();
+            if now.duration_since(last_quiet) >= QUIET_CHECK {
+                self.shared.publish_quiet(now, false);
+                last_quiet = now;
+            }
             if let Some(txn) = &self.txn {
                 // Held (a pause, a sync backlog): what was copied is committed now, so a confirmed pause
                 // leaves nothing open and the syncs of the copied records can drain.
@@ -411,22 +412,7 @@ impl CopyLoop {
                     self.commit()?;
                     last_persist = now;
                 }
-                if now.duration_since(last_quiet) >= QUIET_CHECK {
-                    self.shared.publish_quiet(now, false);
-                    last_quiet = now;
-                }
-                if now.duration_since(last_tick) >= PERSIST_INTERVAL {
-                    self.book.tick(&self.probe);
-                    self.report_problems();
-                    last_tick = now;
-                }
-                continue;
-            }
-            if now.duration_since(last_quiet) >= QUIET_CHECK {
-                self.shared.publish_quiet(now, false);
-                last_quiet = now;
-            }
-            if now.duration_since(last_persist) >= persist_every {
+            } else if now.duration_since(last_persist) >= persist_every {
                 let written = self.progress.persist(&self.acks);
                 persist_every = progress::next_round_after(written, PERSIST_INTERVAL);
                 last_persist = now;

@@ -185,10 +185,7 @@ impl Transactions {
         }
         let started = Instant::now();
         self.ensure_open(plan, lane, shared)?;
-        if let Some(slot) = acks.take_failed().into_iter().next() {
-            let why = slot.failure().map_or_else(|| "refused".to_string(), |f| f.error);
-            return Err(format!("a record of {}-{} was not delivered: {why}", slot.topic, slot.partition));
-        }
+        check_deliveries(acks)?;
         // Every partition that moved, once, marked ones with their mark.
         let mut slots: Vec<(Arc<PartitionAck>, Option<i64>, bool)> = Vec::new();
         let mut seen: HashMap<SourcePartition, usize> = HashMap::new();
@@ -253,6 +250,18 @@ impl Transactions {
         {
             tracing::warn!(flow = %self.flow, error = %e, "the transaction could not be aborted; the coordinator aborts it when it times out");
         }
+    }
+}
+
+/// An error naming the first partition whose record the target refused, if any: the open transaction
+/// has a hole there and cannot commit.
+pub fn check_deliveries(acks: &AckTable) -> Result<(), String> {
+    match acks.take_failed().into_iter().next() {
+        Some(slot) => {
+            let why = slot.failure().map_or_else(|| "refused".to_string(), |f| f.error);
+            Err(format!("a record of {}-{} was not delivered: {why}", slot.topic, slot.partition))
+        }
+        None => Ok(()),
     }
 }
 
