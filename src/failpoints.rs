@@ -6,7 +6,12 @@
 //! return an error naming itself.
 
 pub const COPIER_POLL: &str = "copier-poll";
+/// Before a record is handed to the producer (a `return` refuses it as the target would).
 pub const COPIER_DELIVER: &str = "copier-deliver";
+/// Right after a record was handed to the producer.
+pub const COPIER_SENT: &str = "copier-sent";
+/// In a copied record's delivery report, on the producer's thread, before anything is counted.
+pub const COPIER_REPORT: &str = "copier-report";
 pub const OFFSET_SYNCS_SEND: &str = "offset-syncs-send";
 pub const CHECKPOINTS_EMIT: &str = "checkpoints-emit";
 pub const HEARTBEATS_EMIT: &str = "heartbeats-emit";

@@ -22,6 +22,7 @@ pub mod kerberos;
 pub mod metrics;
 pub mod mm2;
 pub mod node;
+pub mod panics;
 pub mod policy;
 #[allow(unsafe_code)] // the one module that calls librdkafka directly; see its docs
 pub mod raw_admin;

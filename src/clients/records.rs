@@ -59,6 +59,9 @@ pub trait RecordSink: Send + Sync {
     /// The target acknowledged or refused the record copied from `upstream`. Runs on the producer's
     /// thread, for every flow's records: it must be quick and never block.
     fn delivered(&self, result: &DeliveryResult<'_>, upstream: i64);
+    /// [`RecordSink::delivered`] panicked for the record copied from `upstream` to `topic` `partition`:
+    /// what became of the record is unknown to the flow, which must not count it as copied.
+    fn report_panicked(&self, topic: &str, partition: i32, upstream: i64, panic: &str);
     /// The producer reported a client-level error (a broker away): the flow's health may show it. The
     /// error is logged once by the producer, not by each flow.
     fn client_error(&self, error: &KafkaError, reason: &str);
@@ -135,7 +138,25 @@ impl ProducerContext for Router {
             self.fatal.store(true, Ordering::Release);
         }
         if pending.upstream != UNTRACKED {
-            pending.share.sink.delivered(result, pending.upstream);
+            // A panic must not unwind out of the producer's thread: it would stop the reports of every
+            // flow on the producer for good. The flow is told instead, and the record is settled below
+            // as any other, so that nothing waits for it.
+            let sink = &pending.share.sink;
+            let report =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.delivered(result, pending.upstream)));
+            if let Err(panic) = report {
+                let msg = match result {
+                    Ok(m) => m,
+                    Err((_, m)) => m,
+                };
+                let why = crate::panics::panic_message(&panic);
+                sink.report_panicked(
+                    rdkafka::Message::topic(msg),
+                    rdkafka::Message::partition(msg),
+                    pending.upstream,
+                    &why,
+                );
+            }
         }
         pending.share.settled(pending.bytes);
     }

@@ -368,6 +368,15 @@ impl AckTable {
         self.slots.read().unwrap_or_else(|p| p.into_inner()).values().map(|s| s.in_flight().max(0)).sum()
     }
 
+    /// A new copier lifetime starts and the producers report nothing of the flow in flight any more
+    /// (the producers' own counts, which a panic cannot skip): every count left here is of a record
+    /// whose report was lost to a panic, or that never reached the producer. Zeroes them; returns how
+    /// many there were.
+    pub fn settle_in_flight(&self) -> i64 {
+        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        slots.values().map(|s| s.in_flight.swap(0, Ordering::AcqRel).max(0)).sum()
+    }
+
     /// Forget failures that late reports of an ended ownership left (see
     /// [`PartitionAck::settled_unowned`]): a new copier lifetime copies those partitions again from
     /// their frozen positions. Only while nothing is in flight.

@@ -123,13 +123,7 @@ impl<M: Send + Unpin + 'static> Actor for Worker<M> {
     }
 }
 
-pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_string())
-}
+pub use crate::panics::panic_message;
 
 /// Pass a message to the loop.
 #[derive(Debug)]

@@ -115,6 +115,9 @@ pub struct Shared {
     /// Exactly-once: a transaction of this lifetime was aborted. Its acknowledged points may be aborted
     /// records, so no sync of this lifetime is published any more (its successor publishes its own).
     discarding: AtomicBool,
+    /// A delivery report of this lifetime panicked (see [`RecordSink::report_panicked`]): the lifetime
+    /// ends, and its successor starts from positions that never counted that record.
+    panicked: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -133,7 +136,13 @@ impl Shared {
             txn_open: AtomicBool::new(false),
             held: Mutex::new(Vec::new()),
             discarding: AtomicBool::new(false),
+            panicked: Mutex::new(None),
         }
+    }
+
+    /// Why this lifetime must end: a delivery report of its records panicked.
+    pub fn panicked(&self) -> Option<String> {
+        self.panicked.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Queue an offset sync, or hold it while a transaction is open.
@@ -303,11 +312,37 @@ pub fn is_permanent(code: Option<RDKafkaErrorCode>) -> bool {
 pub struct DeliveryContext(pub Arc<Shared>);
 
 impl RecordSink for DeliveryContext {
+    fn report_panicked(&self, topic: &str, partition: i32, upstream: i64, panic: &str) {
+        let shared = &self.0;
+        let error =
+            format!("the delivery report of {topic}-{partition} (upstream offset {upstream}) panicked: {panic}");
+        tracing::error!(flow = %shared.flow, error, "the copier's delivery report failed; the copier restarts");
+        let remotes = shared.remotes.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(live) = remotes.get(topic).and_then(|t| t.parts.get(partition as usize)).and_then(|l| l.as_ref()) {
+            // Whether the record reached the target is unknown: the position freezes before it, so no
+            // later acknowledgement can move past it. Whether the report counted it out of flight is
+            // unknown too: the next lifetime settles the counts from the producer's own (see
+            // `AckTable::settle_in_flight`).
+            let failure = DeliveryFailure {
+                offset: upstream,
+                size: 0,
+                error: error.clone(),
+                permanent: false,
+                unknown_partition: false,
+            };
+            live.ack.fail(&shared.acks, failure, false);
+        }
+        shared.panicked.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(error);
+    }
+
     fn client_error(&self, error: &KafkaError, reason: &str) {
         self.0.watch.record(error, reason);
     }
 
     fn delivered(&self, result: &DeliveryResult<'_>, upstream: i64) {
+        if let Err(e) = crate::failpoints::check(crate::failpoints::COPIER_REPORT) {
+            tracing::warn!(error = %e, "ignored: copier-report is meant to panic");
+        }
         let shared = &self.0;
         let remotes = shared.remotes.read().unwrap_or_else(|p| p.into_inner());
         let msg = match result {

@@ -33,7 +33,7 @@ use self::delivery::{DeliveryContext, Shared};
 use self::partitions::Book;
 use self::probe::Probe;
 use self::transactions::Transactions;
-use super::acks::{AckTable, DeliveryFailure, SourcePartition, StoredPosition};
+use super::acks::{AckTable, DeliveryFailure, PartitionAck, SourcePartition, StoredPosition};
 use super::offset_syncs::SyncQueue;
 use super::pause::PauseSwitch;
 use super::progress::{self, ProgressWriter};
@@ -360,6 +360,9 @@ impl CopyLoop {
             self.rebalance()?;
             for (tp, verdict) in self.probe.reports() {
                 self.book.verdict(&self.plan, &self.shared, tp, verdict);
+            }
+            if let Some(why) = self.shared.panicked() {
+                return Err(why);
             }
             if self.txn.is_some() {
                 // A refused record is in the open transaction's hole: the transaction cannot commit.
@@ -760,9 +763,13 @@ impl CopyLoop {
                 txn.ensure_open(&self.plan, lane, &self.shared)?;
                 txn.added(msg.payload_len() + msg.key().map_or(0, <[u8]>::len));
             }
-            part.ack.sent();
+            // Counted before the producer takes it (its report may come at once), uncounted if a panic
+            // comes before it does.
+            let counted = InFlight::count(&part.ack);
             match send(lane, &self.control, &mut self.pending, remote, &msg, stamp) {
                 Sent::Ok => {
+                    counted.handed_over();
+                    failpoints::check(failpoints::COPIER_SENT)?;
                     if let Some(txn) = self.txn.as_mut() {
                         txn.sent(&part.ack, msg.offset());
                     }
@@ -774,11 +781,12 @@ impl CopyLoop {
                     }
                 }
                 Sent::Stop(deadline) => {
-                    part.ack.unsent();
+                    drop(counted);
                     self.stop = Some(deadline);
                     return Ok(());
                 }
                 Sent::Refused(code, error) => {
+                    counted.handed_over(); // the failure settles it
                     let size = msg.payload_len() + msg.key().map_or(0, <[u8]>::len);
                     let failure = DeliveryFailure {
                         offset: msg.offset(),
@@ -883,6 +891,31 @@ impl CopyLoop {
         }
         // The error itself is the copier's (returned by `run`); a failed commit is this one's.
         if failed.is_some() { Ok(()) } else { outcome }
+    }
+}
+
+/// A record counted in flight in its partition's slot until it is handed to the producer: dropped
+/// before that (a stop, a panic that unwinds through the send), it is uncounted, so that no count
+/// outlives the lifetime that took it.
+struct InFlight<'a>(Option<&'a PartitionAck>);
+
+impl<'a> InFlight<'a> {
+    fn count(ack: &'a PartitionAck) -> Self {
+        ack.sent();
+        Self(Some(ack))
+    }
+
+    /// The producer took the record (its report settles the count), or its refusal settles it.
+    fn handed_over(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(ack) = self.0 {
+            ack.unsent();
+        }
     }
 }
 
@@ -1146,9 +1179,9 @@ fn record_tuning(plan: &FlowPlan) -> RecordTuning {
     }
 }
 
-/// Wait until nothing the flow's previous copier lifetimes sent is in flight, in this generation (its
-/// ack table) or an earlier one (the target connection counts each flow's records on its shared
-/// producers), at most [`PREDECESSOR_SETTLE_MAX`], and never past a stop. Immediate unless a lifetime
+/// Wait until nothing the flow's previous copier lifetimes sent is in flight (the target connection
+/// counts each flow's records on its shared producers; an exactly-once lifetime's own producer went
+/// with it, every record reported), at most [`PREDECESSOR_SETTLE_MAX`], and never past a stop. Immediate unless a lifetime
 /// ended while the target was not acknowledging. Returns the newest assignment and a stop that arrived
 /// meanwhile, for the loop.
 fn wait_for_predecessor(
@@ -1162,8 +1195,16 @@ fn wait_for_predecessor(
     let mut logged = false;
     let mut pending = None;
     loop {
-        let left = (acks.in_flight().max(0) as usize).max(conns.target.records_in_flight(&flow));
+        // The producers' counts are the truth: they settle every record they took, whatever the flow's
+        // code did with its report. The ack table's may hold records that a panic kept from ever being
+        // reported (counted, then the lifetime died before the producer took them, or the report
+        // panicked): those are settled here, their positions never moved past them.
+        let left = conns.target.records_in_flight(&flow);
         if left == 0 {
+            let stale = acks.settle_in_flight();
+            if stale > 0 {
+                tracing::warn!(flow = %plan.id, records = stale, "the previous copier counted records in flight that the producer never reported (it panicked); they are copied again from their partitions' positions");
+            }
             return Ok((pending, None));
         }
         if started.elapsed() >= PREDECESSOR_SETTLE_MAX {
