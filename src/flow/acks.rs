@@ -225,6 +225,11 @@ impl PartitionAck {
     pub fn rewind(self: &Arc<Self>, table: &AckTable, next: i64) {
         self.next.store(next, Ordering::Release);
         self.skip_to.store(UNKNOWN, Ordering::Release);
+        // Exactly-once: an open transaction holding records from before the rewind commits the rewound
+        // position (its records stay copied; the position they led to belongs to what was rewound).
+        if self.in_txn.load(Ordering::Acquire) {
+            self.txn_next.store(next, Ordering::Release);
+        }
         self.mark_dirty(table);
     }
 
@@ -540,6 +545,26 @@ mod tests {
         s.skipped(&t, 9);
         s.fail(&t, failure(8), true);
         assert_eq!(s.next(), Some(8));
+    }
+
+    #[test]
+    fn a_rewind_inside_an_open_transaction_is_what_the_transaction_commits() {
+        // Records of the old topic went into the open transaction; then the source topic was re-created
+        // and the partition rewound to 0: the commit must say 0, not 5,000 under the new topic's id.
+        let t = AckTable::default();
+        let s = t.slot("a", 0);
+        for upstream in 0..5_000 {
+            s.sent();
+            s.sent_in_transaction(upstream);
+            s.acked(&t, upstream);
+        }
+        s.rewind(&t, 0);
+        assert_eq!(s.take_transaction(), Some(0), "the transaction commits the rewound position");
+        // Records of the new topic sent after the rewind move it on as usual.
+        s.sent_in_transaction(0);
+        s.sent_in_transaction(1);
+        assert_eq!(s.take_transaction(), Some(2));
+        assert_eq!(s.take_transaction(), None, "nothing of the partition in the next transaction");
     }
 
     #[test]
