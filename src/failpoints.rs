@@ -29,6 +29,19 @@ pub const COPIER_PROBE: &str = "copier-probe";
 /// Per consumer group: `checkpoints-group-offsets=return(GROUP)` fails reading GROUP's offsets only.
 pub const CHECKPOINTS_GROUP_OFFSETS: &str = "checkpoints-group-offsets";
 
+/// `copier-claim=1*return(MILLIS)`: the copier holds MILLIS between reading the progress of partitions
+/// the group gave it and committing its claim of them (a test freezes the node there).
+pub const COPIER_CLAIM: &str = "copier-claim";
+
+/// When the point `name` is configured as `return(MILLIS)`: logs that it holds, then sleeps MILLIS.
+pub fn hold(name: &'static str) {
+    if let Err(e) = check(name) {
+        let millis: u64 = e.rsplit(": ").next().and_then(|m| m.parse().ok()).unwrap_or(0);
+        tracing::warn!(failpoint = name, millis, "failpoint {name}: holding");
+        std::thread::sleep(std::time::Duration::from_millis(millis));
+    }
+}
+
 /// `Err` when the point `name` is configured to return; panics when it is configured to panic.
 #[inline]
 pub fn check(name: &'static str) -> Result<(), String> {

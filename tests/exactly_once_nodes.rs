@@ -207,7 +207,12 @@ impl Nodes {
     }
 
     fn start(&mut self, node: &str) {
-        let env = [("FERRY_NODE_ID", node), ("FERRY_DEPLOYMENT", self.deployment.as_str())];
+        self.start_env(node, &[]);
+    }
+
+    fn start_env(&mut self, node: &str, extra: &[(&str, &str)]) {
+        let mut env = vec![("FERRY_NODE_ID", node), ("FERRY_DEPLOYMENT", self.deployment.as_str())];
+        env.extend_from_slice(extra);
         let mut ferry = Ferry::start_env(self.dir.path(), &[], &env);
         ferry.wait_log("node started", STARTED);
         self.nodes.insert(node.to_string(), ferry);
@@ -431,5 +436,68 @@ fn a_rebalance_under_load_copies_every_record_exactly_once() {
         nodes.fenced("b"),
         nodes.fenced("c")
     );
+    nodes.terminate_all();
+}
+
+/// Node b is given the partitions while nothing of them is copied yet, reads their progress and is
+/// frozen (SIGSTOP) before its claim commits; c takes them over and copies the backlog; b resumes and
+/// tries to claim after c's records. The log, not b's stale read, must decide: b is the node fenced
+/// (never c) and its claim never counts. Then c dies (kill -9) and b takes every partition from the
+/// progress c left: every record arrives once for a `read_committed` reader.
+#[test]
+fn a_node_frozen_while_it_claims_gives_way_and_only_it_is_fenced() {
+    /// The claim is held this long at the failpoint: b is frozen inside the hold, and the hold is over
+    /// by the time b resumes (its claim then commits, or fails, at once).
+    const HOLD_MS: &str = "12000";
+    let started = Instant::now();
+    let (east, west) = shared_pair();
+    let topic = unique("eos-claim");
+    let remote = format!("east.{topic}");
+    create_topic(&east.bootstrap, &topic, PARTITIONS, &[]);
+    let backlog = 2_000;
+    support::produce(&east.bootstrap, &topic, &keyed("r", 0..backlog));
+    let mut nodes = Nodes::new(east, west, &topic);
+    let failpoint = format!("copier-claim=1*return({HOLD_MS})");
+    nodes.start_env("b", &[("FAILPOINTS", &failpoint)]);
+    nodes.nodes.get_mut("b").expect("b").wait_log("failpoint copier-claim: holding", ARRIVAL);
+    let pid = nodes.nodes["b"].pid().expect("pid");
+    support::process::signal(pid, "STOP");
+    let stopped = Instant::now();
+    nodes.start("c");
+    wait_for(ARRIVAL, "c copies the backlog while b is frozen", || {
+        assert_alive(nodes.nodes.get_mut("c").expect("c"));
+        consume_all(&west.bootstrap, &remote, Duration::from_secs(5)).len() >= backlog
+    });
+    let took_over = stopped.elapsed();
+    support::process::signal(pid, "CONT");
+    // b's claim commits (or fails) right after it resumes; then it shares the partitions with c again.
+    wait_for(ARRIVAL, "b and c share the partitions after b resumed", || {
+        nodes.alive();
+        nodes.split_among(&["b", "c"])
+    });
+    let fenced_by_c = nodes.fenced("c");
+    let c_restarts = observe::actor_restarts(nodes.nodes["c"].listen_addr(), FLOW, "copier");
+    let (b_log, c_log) = (observe::strip_ansi(&nodes.nodes["b"].log()), observe::strip_ansi(&nodes.nodes["c"].log()));
+    // c dies without writing again: b takes its partitions from what the log says of them.
+    nodes.nodes.get_mut("c").expect("c").kill9();
+    nodes.nodes.remove("c");
+    wait_for(ARRIVAL, "b copies every partition after c died", || {
+        nodes.alive();
+        nodes.split_among(&["b"])
+    });
+    support::produce(&east.bootstrap, &topic, &keyed("r", backlog..2 * backlog));
+    let produced = 2 * backlog;
+    let uncommitted_extra = assert_exactly_once(nodes.nodes.get_mut("b").expect("b"), east, west, &topic, produced);
+    println!(
+        "{produced} records; c took the partitions over {took_over:?} after b froze; c fenced {fenced_by_c} \
+         producers, then b fenced {} after c died; c's copier restarts {c_restarts}; read_uncommitted extra \
+         records {uncommitted_extra}; {:?} in all",
+        nodes.fenced("b"),
+        started.elapsed()
+    );
+    assert!(fenced_by_c >= 1.0, "c fenced b, whose claim was in flight");
+    assert!(b_log.contains("fenced: another copier took this node's partitions over"), "b was fenced and says so");
+    assert!(!c_log.contains("fenced: another copier"), "c, the rightful owner, was never fenced");
+    assert_eq!(c_restarts, 0.0, "c's copier never restarted");
     nodes.terminate_all();
 }

@@ -72,13 +72,12 @@ pub struct PartitionAck {
     in_txn: AtomicBool,
 }
 
-/// The epoch under which a node owns a partition it was just given: above the epoch of every earlier
-/// owner that this node can know of (`previous`: the highest of the epoch in the stored progress record
-/// and its own last one), and at least the wall clock in milliseconds, so that an owner that never got
-/// to persist anything is still outranked by the next one (whose takeover comes a session timeout
-/// later, far more than the clock skew between nodes).
-pub fn next_epoch(previous: u64, now_ms: u64) -> u64 {
-    now_ms.max(previous.saturating_add(1))
+/// The epoch under which a node owns a partition it was just given: one above the highest epoch it
+/// knows of (`previous`: the highest epoch in the partition's progress records, and this node's own
+/// last one). No clock: the progress log orders the owners (see `progress::Progress`), and a node that
+/// took the partition before persisting anything is outranked because takers claim before they copy.
+pub fn next_epoch(previous: u64) -> u64 {
+    previous.saturating_add(1)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -316,16 +315,23 @@ impl AckTable {
     ///
     /// `committed_wins` (exactly-once): the stored position is what was committed with the records, and
     /// one in memory may be ahead of it by records of an aborted transaction: the stored one wins.
-    pub fn adopt(&self, topic: &str, partition: i32, stored: Option<StoredPosition>, committed_wins: bool) {
+    ///
+    /// `seen_epoch`: the highest epoch in the partition's progress records.
+    pub fn adopt(
+        &self,
+        topic: &str,
+        partition: i32,
+        stored: Option<StoredPosition>,
+        seen_epoch: u64,
+        committed_wins: bool,
+    ) {
         let slot = self.slot(topic, partition);
-        let previous = slot.epoch().max(stored.as_ref().map_or(0, |s| s.epoch));
+        let previous = slot.epoch().max(seen_epoch).max(stored.as_ref().map_or(0, |s| s.epoch));
         if committed_wins {
             // A skip noted by an aborted transaction's lifetime must not move the committed position.
             slot.skip_to.store(UNKNOWN, Ordering::Release);
         }
-        let now_ms =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        slot.epoch.store(next_epoch(previous, now_ms), Ordering::Release);
+        slot.epoch.store(next_epoch(previous), Ordering::Release);
         let Some(stored) = stored else {
             if committed_wins {
                 // Nothing committed: whatever is in memory came from aborted transactions.
@@ -463,18 +469,16 @@ mod tests {
 
     #[test]
     fn each_adoption_outranks_every_earlier_owner() {
-        assert_eq!(next_epoch(0, 1_000), 1_000, "the clock when nothing is known");
-        assert_eq!(next_epoch(5_000, 1_000), 5_001, "above the stored owner's, whatever the clock");
         let t = AckTable::default();
         let stored = |epoch| Some(StoredPosition { next: 3, topic_id: None, epoch });
-        t.adopt("a", 0, stored(0), false);
-        let first = t.slot("a", 0).epoch();
-        assert!(first > 0);
-        let far_ahead = first + 1_000_000;
-        t.adopt("a", 0, stored(far_ahead), false);
-        assert_eq!(t.slot("a", 0).epoch(), far_ahead + 1, "a later owner's stored epoch is outranked");
-        t.adopt("a", 0, None, false);
-        assert_eq!(t.slot("a", 0).epoch(), far_ahead + 2, "and so is this node's own last one");
+        t.adopt("a", 0, stored(0), 0, false);
+        assert_eq!(t.slot("a", 0).epoch(), 1, "the first owner ever");
+        t.adopt("a", 0, stored(1_764_582_000_123), 1_764_582_000_123, false);
+        assert_eq!(t.slot("a", 0).epoch(), 1_764_582_000_124, "above a later owner's (an older ferry's clock)");
+        t.adopt("a", 0, None, 7, false);
+        assert_eq!(t.slot("a", 0).epoch(), 1_764_582_000_125, "and above this node's own last one");
+        t.adopt("b", 0, None, 41, false);
+        assert_eq!(t.slot("b", 0).epoch(), 42, "above the highest epoch the log shows, even without a position");
     }
 
     #[test]

@@ -43,44 +43,269 @@ pub const WRITER_HEADER: &str = "ferry.writer";
 /// cleanly: its writer let it go, and the next owner has nobody to fence.
 pub const RELEASED_HEADER: &str = "ferry.released";
 
-/// Read every stored position of this flow's source cluster. Records of other connectors or clusters,
-/// tombstones and undecodable values are skipped (the latter with a warning naming the record).
-pub fn load(plan: &FlowPlan, num_partitions: i32) -> Result<HashMap<SourcePartition, StoredPosition>, KafkaOpError> {
-    load_from(plan, 0..num_partitions)
+/// Header of an at-least-once flow's progress record: the node that wrote it (`<deployment>.<flow>.copier.<node>`),
+/// so that of two owners that took the same epoch the first in the log wins (see [`Progress::apply`]).
+/// Not `ferry.writer`: an at-least-once owner has no transactions to fence.
+pub const OWNER_HEADER: &str = "ferry.owner";
+
+/// Connector name of an exactly-once taker's intent records (see `copier::transactions`): the same
+/// Connect key shape as a position, under a connector nobody else uses, in the partition's own
+/// offsets-topic partition, so that it sits in the log among the partition's progress records.
+/// MM2 and Connect read only their own connector's keys.
+pub fn intent_connector(connector: &str) -> String {
+    format!("ferry-intent:{connector}")
 }
 
-/// The stored positions of `wanted` only (a node given these partitions by its copier group): reads just
-/// the offsets-topic partitions their keys live in. Partitions without a stored position are absent.
+/// One progress record of the flow, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgressRecord {
+    pub tp: SourcePartition,
+    /// Next offset to copy; `None`: no position (MM2's -1, a tombstone).
+    pub next: Option<i64>,
+    pub topic_id: Option<TopicId>,
+    /// The writer's ownership epoch (0: none, e.g. MM2's).
+    pub epoch: u64,
+    /// Who wrote it: an exactly-once writer's transactional id or an at-least-once owner.
+    pub writer: Option<String>,
+    /// `writer` is an exactly-once producer, which may go on writing until it is fenced.
+    pub transactional: bool,
+    /// Written at a clean handover: its writer let the partition go.
+    pub released: bool,
+    /// An exactly-once taker's intent (not a position): see [`intent_connector`].
+    pub intent: bool,
+}
+
+/// What a record of the offsets topic is to this flow.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded {
+    Ours(ProgressRecord),
+    /// Another connector's or another source cluster's record (a shared Connect offsets topic).
+    Other,
+    /// The flow's key with a value that cannot be read.
+    Bad(String),
+}
+
+/// Decodes one record of the offsets topic for the flow copying from `source` under `connector`.
+/// `header` gives a header's value as text.
+pub fn decode(
+    connector: &str,
+    source: &str,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    header: impl Fn(&str) -> Option<String>,
+) -> Decoded {
+    let Some(key) = key.and_then(connect_offsets::decode_source_key) else { return Decoded::Other };
+    let intent = key.connector != connector;
+    if (intent && key.connector != intent_connector(connector)) || key.cluster != source {
+        return Decoded::Other;
+    }
+    let next = match connect_offsets::decode_source_value(value) {
+        Ok(Some(last)) if last >= 0 => Some(last + 1),
+        Ok(Some(_)) => header(NEXT_HEADER).and_then(|n| n.parse::<i64>().ok()).filter(|n| *n == 0),
+        Ok(None) => None,
+        Err(e) => return Decoded::Bad(e.to_string()),
+    };
+    let transactional = header(WRITER_HEADER);
+    Decoded::Ours(ProgressRecord {
+        tp: (key.topic, key.partition),
+        next,
+        topic_id: header(TOPIC_ID_HEADER).map(TopicId::from),
+        epoch: header(EPOCH_HEADER).and_then(|e| e.parse::<u64>().ok()).unwrap_or(0),
+        transactional: transactional.is_some(),
+        writer: transactional.or_else(|| header(OWNER_HEADER)),
+        released: header(RELEASED_HEADER).is_some(),
+        intent,
+    })
+}
+
+/// One partition's progress as its records say it, folded in log order: the log decides ownership,
+/// never a clock.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The position of the newest record that counts.
+    pub position: Option<StoredPosition>,
+    /// The highest ownership epoch of a record that counted, kept when a later one removed the position:
+    /// the next owner takes one above it.
+    pub epoch: u64,
+    /// Who wrote the first record that counted at `epoch`: two owners that took the same epoch (each
+    /// read the log before the other's claim was in it) are told apart by the log's order.
+    pub epoch_writer: Option<String>,
+    /// An exactly-once writer that may still write the partition (its newest record that counted did
+    /// not release it): whoever takes the partition fences it first.
+    pub holder: Option<String>,
+}
+
+/// What [`Progress::apply`] made of a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    Counted,
+    /// Written by an owner that was already replaced (a lower epoch than one before it).
+    Older,
+    /// Written at the epoch of an owner before it in the log by another writer: a node that took the
+    /// partition on an outdated read, after the other had claimed it.
+    Contender,
+    /// An intent: it names a taker, it says nothing of the position.
+    Intent,
+}
+
+impl Progress {
+    /// Folds in the next record of the partition (records in log order).
+    pub fn apply(&mut self, r: &ProgressRecord) -> Applied {
+        if r.intent {
+            return Applied::Intent;
+        }
+        // A record without an epoch is MM2's (or an old ferry's): MM2 took over after ferry, it counts.
+        if r.epoch > 0 {
+            if r.epoch < self.epoch {
+                return Applied::Older;
+            }
+            if r.epoch == self.epoch && self.epoch_writer.is_some() && r.writer != self.epoch_writer {
+                return Applied::Contender;
+            }
+            if r.epoch > self.epoch {
+                self.epoch_writer = r.writer.clone();
+            }
+            self.epoch = r.epoch;
+        }
+        self.position = r.next.map(|next| StoredPosition { next, topic_id: r.topic_id.clone(), epoch: r.epoch });
+        self.holder = r.writer.clone().filter(|_| r.transactional && !r.released);
+        Applied::Counted
+    }
+}
+
+/// Every partition's folded progress.
+pub type Folded = HashMap<SourcePartition, Progress>;
+
+/// The progress of `wanted` only (a node given these partitions by its copier group), read committed:
+/// reads just the offsets-topic partitions their keys live in. Partitions without any record are absent.
 pub fn load_partitions(
     plan: &FlowPlan,
     num_partitions: i32,
     wanted: &[SourcePartition],
-) -> Result<HashMap<SourcePartition, StoredPosition>, KafkaOpError> {
-    let mut all = load_from(plan, homes(plan, num_partitions, wanted))?;
+) -> Result<Folded, KafkaOpError> {
+    let mut all = Folded::new();
+    read_records(plan, homes(plan, num_partitions, wanted), Isolation::Committed, |r, offset| {
+        let applied = all.entry(r.tp.clone()).or_default().apply(&r);
+        if matches!(applied, Applied::Older | Applied::Contender) {
+            tracing::info!(flow = %plan.id, topic = %r.tp.0, partition = r.tp.1, offset, epoch = r.epoch, writer = r.writer.as_deref().unwrap_or("-"), why = ?applied, "ignoring a copy-progress record of an owner that was replaced or lost the partition");
+        }
+    })?;
     // A set, not `wanted.contains`: a node given 10,000 partitions would compare 10,000 x 10,000 names.
     let wanted: HashSet<&SourcePartition> = wanted.iter().collect();
     all.retain(|tp, _| wanted.contains(tp));
     Ok(all)
 }
 
-/// Partitions' possible writers (exactly-once transactional ids), from their newest progress records.
-pub type Holders = HashMap<SourcePartition, String>;
-
-/// Exactly-once: the stored positions of `wanted`, and for each partition whose newest progress record
-/// names an exactly-once writer that did not release it, that writer's transactional id (the producer
-/// that may still write the partition: see `copier::transactions`).
-pub fn load_with_holders(
+/// Exactly-once: the writers other than `me` that may still write one of `wanted`, as the log says
+/// it *including* what is not committed (read uncommitted: open transactions of frozen writers, other
+/// takers' intents). See [`Contenders`].
+pub fn contenders(
     plan: &FlowPlan,
     num_partitions: i32,
     wanted: &[SourcePartition],
-) -> Result<(HashMap<SourcePartition, StoredPosition>, Holders), KafkaOpError> {
-    let mut holders = HashMap::new();
-    let homes = homes(plan, num_partitions, wanted);
-    let mut all = load_inner(plan, homes, Some(&mut holders))?;
-    let wanted: HashSet<&SourcePartition> = wanted.iter().collect();
-    all.retain(|tp, _| wanted.contains(tp));
-    holders.retain(|tp, _| wanted.contains(tp));
-    Ok((all, holders))
+    me: &str,
+    kin: &str,
+) -> Result<std::collections::BTreeSet<String>, KafkaOpError> {
+    let wanted_set: HashSet<&SourcePartition> = wanted.iter().collect();
+    let mut found = Contenders::new(me, kin);
+    read_records(plan, homes(plan, num_partitions, wanted), Isolation::Uncommitted, |r, _| {
+        if wanted_set.contains(&r.tp) {
+            found.see(r);
+        }
+    })?;
+    Ok(found.writers())
+}
+
+/// The exactly-once writers to fence before taking partitions over: for each partition, every writer
+/// named by a record of it (committed or not) after its last release and before `me`'s newest intent
+/// for it. Records after that intent are of takers that came later: they fence `me`, not the other
+/// way round. At-least-once owners and MM2 name no one: they have no transactions to fence; nor do
+/// writers of another deployment (not named with `kin`, see `copier::transactions::writers_prefix`).
+pub struct Contenders {
+    me: String,
+    kin: String,
+    /// Per partition, the writers named since its last release, in log order, and how many of them
+    /// came before `me`'s newest intent.
+    seen: HashMap<SourcePartition, (Vec<String>, Option<usize>)>,
+}
+
+impl Contenders {
+    pub fn new(me: &str, kin: &str) -> Self {
+        Self { me: me.to_string(), kin: kin.to_string(), seen: HashMap::new() }
+    }
+
+    /// The next record of its partition, in log order.
+    pub fn see(&mut self, r: ProgressRecord) {
+        let (writers, mine) = self.seen.entry(r.tp.clone()).or_default();
+        let Some(writer) = r.writer.filter(|w| (r.transactional || r.intent) && w.starts_with(&self.kin)) else {
+            return;
+        };
+        if r.released && !r.intent {
+            writers.clear();
+            *mine = None;
+        } else if writer == self.me {
+            if r.intent {
+                *mine = Some(writers.len());
+            }
+        } else {
+            writers.push(writer);
+        }
+    }
+
+    pub fn writers(self) -> std::collections::BTreeSet<String> {
+        self.seen
+            .into_values()
+            .flat_map(|(writers, mine)| {
+                let upto = mine.unwrap_or(writers.len());
+                writers.into_iter().take(upto)
+            })
+            .collect()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Isolation {
+    Committed,
+    Uncommitted,
+}
+
+/// Reads `partitions` of the flow's offsets topic to their end and hands each of the flow's records to
+/// `f` with its offset, in log order per partition. Undecodable records are skipped with a warning
+/// naming them.
+fn read_records(
+    plan: &FlowPlan,
+    partitions: impl IntoIterator<Item = i32>,
+    isolation: Isolation,
+    mut f: impl FnMut(ProgressRecord, i64),
+) -> Result<(), KafkaOpError> {
+    let topic = &plan.settings.mm2_offsets_topic;
+    let connector = &plan.settings.mm2_source_connector;
+    let consumer = match isolation {
+        Isolation::Committed => kafka::assign_only_consumer(&plan.target, &plan.id, "progress-reader")?,
+        Isolation::Uncommitted => kafka::assign_only_consumer_with(
+            &plan.target,
+            &plan.id,
+            "progress-scanner",
+            &[("isolation.level", "read_uncommitted")],
+        )?,
+    };
+    kafka::read_to_end(&consumer, &plan.target.alias, topic, partitions, |msg| {
+        let header = |name: &str| {
+            msg.headers()
+                .and_then(|h| h.iter().find(|h| h.key == name))
+                .and_then(|h| h.value)
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .map(str::to_string)
+        };
+        match decode(connector, &plan.id.source, msg.key(), msg.payload(), header) {
+            Decoded::Ours(r) => f(r, msg.offset()),
+            Decoded::Other => {}
+            Decoded::Bad(e) => tracing::warn!(
+                flow = %plan.id, topic = %topic, partition = msg.partition(), offset = msg.offset(),
+                error = %e, "skipping undecodable copy-progress record"
+            ),
+        }
+    })
 }
 
 fn homes(plan: &FlowPlan, num_partitions: i32, wanted: &[SourcePartition]) -> Vec<i32> {
@@ -96,81 +321,6 @@ fn homes(plan: &FlowPlan, num_partitions: i32, wanted: &[SourcePartition]) -> Ve
     homes
 }
 
-fn load_from(
-    plan: &FlowPlan,
-    partitions: impl IntoIterator<Item = i32>,
-) -> Result<HashMap<SourcePartition, StoredPosition>, KafkaOpError> {
-    load_inner(plan, partitions, None)
-}
-
-fn load_inner(
-    plan: &FlowPlan,
-    partitions: impl IntoIterator<Item = i32>,
-    mut holders: Option<&mut HashMap<SourcePartition, String>>,
-) -> Result<HashMap<SourcePartition, StoredPosition>, KafkaOpError> {
-    let topic = &plan.settings.mm2_offsets_topic;
-    let connector = &plan.settings.mm2_source_connector;
-    let target = &plan.target.alias;
-    let consumer = kafka::assign_only_consumer(&plan.target, &plan.id, "progress-reader")?;
-    let mut positions = HashMap::new();
-    kafka::read_to_end(&consumer, target, topic, partitions, |msg| {
-        let Some(key) = msg.key().and_then(connect_offsets::decode_source_key) else { return };
-        if key.connector != *connector || key.cluster != plan.id.source {
-            return;
-        }
-        let header = |name: &str| {
-            msg.headers()
-                .and_then(|h| h.iter().find(|h| h.key == name))
-                .and_then(|h| h.value)
-                .and_then(|v| std::str::from_utf8(v).ok())
-        };
-        let next = match connect_offsets::decode_source_value(msg.payload()) {
-            Ok(Some(last)) if last >= 0 => Ok(Some(last + 1)),
-            Ok(Some(_)) => Ok(header(NEXT_HEADER).and_then(|n| n.parse::<i64>().ok()).filter(|n| *n == 0)),
-            Ok(None) => Ok(None),
-            Err(e) => Err(e),
-        };
-        match next {
-            Ok(Some(next)) => {
-                let topic_id = header(TOPIC_ID_HEADER).map(TopicId::from);
-                let epoch = header(EPOCH_HEADER).and_then(|e| e.parse::<u64>().ok()).unwrap_or(0);
-                let tp = (key.topic, key.partition);
-                // A ferry record of a lower epoch than the one before it was written late by a replaced
-                // owner. A record without an epoch (MM2's) always counts: MM2 took over after ferry.
-                if epoch > 0 && positions.get(&tp).is_some_and(|p: &StoredPosition| p.epoch > epoch) {
-                    tracing::info!(flow = %plan.id, topic = %tp.0, partition = tp.1, offset = msg.offset(), epoch, "ignoring a copy-progress record of an earlier owner written after its successor's");
-                    return;
-                }
-                if let Some(holders) = holders.as_deref_mut() {
-                    note_holder(holders, &tp, header(WRITER_HEADER), header(RELEASED_HEADER).is_some());
-                }
-                positions.insert(tp, StoredPosition { next, topic_id, epoch });
-            }
-            // A tombstone or a negative offset means "no position" (MM2 §4.3).
-            Ok(None) => {
-                if let Some(holders) = holders.as_deref_mut() {
-                    let tp = (key.topic.clone(), key.partition);
-                    note_holder(holders, &tp, header(WRITER_HEADER), header(RELEASED_HEADER).is_some());
-                }
-                positions.remove(&(key.topic, key.partition));
-            }
-            Err(e) => tracing::warn!(
-                flow = %plan.id, topic = %topic, partition = msg.partition(), offset = msg.offset(),
-                error = %e, "skipping undecodable copy-progress record"
-            ),
-        }
-    })?;
-    Ok(positions)
-}
-
-/// The newest progress record of `tp` names `writer` (an exactly-once writer), which `released` it or not.
-fn note_holder(holders: &mut Holders, tp: &SourcePartition, writer: Option<&str>, released: bool) {
-    match writer.filter(|_| !released) {
-        Some(w) => holders.insert(tp.clone(), w.to_string()),
-        None => holders.remove(tp),
-    };
-}
-
 /// The offsets topic as Connect creates it: 25 partitions, compacted.
 pub fn topic_spec(plan: &FlowPlan) -> TopicSpec {
     TopicSpec::compacted(
@@ -178,6 +328,25 @@ pub fn topic_spec(plan: &FlowPlan) -> TopicSpec {
         connect_offsets::OFFSETS_TOPIC_PARTITIONS,
         plan.settings.replication_factor,
     )
+}
+
+/// Who a record names as its writer.
+#[derive(Clone, Copy)]
+enum Kind<'a> {
+    /// An at-least-once owner: this node ([`OWNER_HEADER`]).
+    Owner,
+    /// An exactly-once writer, and whether the record releases the partition.
+    Transactional(&'a str, bool),
+    /// An exactly-once taker's intent.
+    Intent(&'a str),
+}
+
+/// One record of an exactly-once transaction's progress.
+pub enum Entry {
+    /// The partition's position (`None`: none yet), releasing it or not.
+    Position(Arc<PartitionAck>, Option<i64>, bool),
+    /// An intent: this writer is taking the partition (see `copier::transactions`).
+    Intent(Arc<PartitionAck>),
 }
 
 /// What a progress record's report does (on the shared producer's thread).
@@ -212,6 +381,8 @@ pub struct ProgressWriter {
     topic: String,
     connector: String,
     source_alias: String,
+    /// This node's name as the flow's writer (`<deployment>.<flow>.copier.<node>`), on every record.
+    owner: String,
     flow: String,
     num_partitions: i32,
     last_warning: Option<Instant>,
@@ -239,6 +410,7 @@ impl ProgressWriter {
         target: &Arc<Connection>,
         num_partitions: i32,
         acks: Arc<AckTable>,
+        owner: &str,
     ) -> Result<Self, KafkaOpError> {
         let flow = plan.id.to_string();
         let deliveries = Arc::new(Deliveries {
@@ -252,6 +424,7 @@ impl ProgressWriter {
             topic: plan.settings.mm2_offsets_topic.clone(),
             connector: plan.settings.mm2_source_connector.clone(),
             source_alias: plan.id.source.clone(),
+            owner: owner.to_string(),
             flow,
             num_partitions,
             last_warning: None,
@@ -276,7 +449,7 @@ impl ProgressWriter {
             if slot.persisted() == Some(next) {
                 continue;
             }
-            let (part, key, value, headers) = self.record_for(&slot, Some(next), None);
+            let (part, key, value, headers) = self.record_for(&slot, Some(next), Kind::Owner);
             let record = Outgoing {
                 topic: &self.topic,
                 partition: part,
@@ -298,18 +471,56 @@ impl ProgressWriter {
         queued
     }
 
+    /// At-least-once: persist the position of each of `slots` under its new epoch, whether it moved or
+    /// not (a claim: the next owner of the partition takes an epoch above it), and wait until they are.
+    pub fn claim(&mut self, slots: &[Arc<PartitionAck>], deadline: Instant) -> Result<(), String> {
+        for slot in slots {
+            let next = slot.next();
+            let (part, key, value, headers) = self.record_for(slot, next, Kind::Owner);
+            let record = Outgoing {
+                topic: &self.topic,
+                partition: part,
+                key: &key,
+                payload: &value,
+                headers: Some(headers),
+                timestamp: None,
+            };
+            let (deliveries, sent) = (self.deliveries.clone(), slot.clone());
+            self.lane
+                .send(record, move |outcome| {
+                    if let Some(next) = next {
+                        deliveries.report(&sent, next, outcome);
+                    } else if let Err(e) = outcome {
+                        deliveries.error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.text);
+                    }
+                })
+                .map_err(|e| format!("claim {}-{} in {}: {e}", slot.topic, slot.partition, self.topic))?;
+        }
+        self.flush(deadline)
+    }
+
     /// The progress record of `slot` at `next`: its offsets-topic partition, key, value and headers.
-    /// `writer`: an exactly-once writer's transactional id and whether it releases the partition.
     fn record_for(
         &self,
         slot: &PartitionAck,
         next: Option<i64>,
-        writer: Option<(&str, bool)>,
+        kind: Kind<'_>,
     ) -> (i32, Vec<u8>, Vec<u8>, OwnedHeaders) {
         let key = connect_offsets::encode_source_key(&self.connector, &self.source_alias, &slot.topic, slot.partition);
-        // No position yet (an exactly-once claim of a partition still being probed): MM2's "none".
-        let value = connect_offsets::encode_source_value(next.map_or(-1, |n| n - 1));
+        // The partition of the position's own key, also for an intent (its key differs): an intent must
+        // sit in the log among the partition's records.
         let part = connect_offsets::partition_for_key(&key, self.num_partitions);
+        let key = match kind {
+            Kind::Intent(_) => connect_offsets::encode_source_key(
+                &intent_connector(&self.connector),
+                &self.source_alias,
+                &slot.topic,
+                slot.partition,
+            ),
+            _ => key,
+        };
+        // No position yet (a claim of a partition still being probed): MM2's "none".
+        let value = connect_offsets::encode_source_value(next.map_or(-1, |n| n - 1));
         let id = slot.topic_id();
         let epoch = slot.epoch().to_string();
         let mut headers = OwnedHeaders::new_with_capacity(5);
@@ -322,28 +533,40 @@ impl ProgressWriter {
         if slot.epoch() > 0 {
             headers = headers.insert(Header { key: EPOCH_HEADER, value: Some(epoch.as_bytes()) });
         }
-        if let Some((writer, released)) = writer {
-            headers = headers.insert(Header { key: WRITER_HEADER, value: Some(writer.as_bytes()) });
-            if released {
-                headers = headers.insert(Header { key: RELEASED_HEADER, value: Some(b"1") });
+        match kind {
+            Kind::Owner => headers = headers.insert(Header { key: OWNER_HEADER, value: Some(self.owner.as_bytes()) }),
+            Kind::Transactional(writer, released) => {
+                headers = headers.insert(Header { key: WRITER_HEADER, value: Some(writer.as_bytes()) });
+                if released {
+                    headers = headers.insert(Header { key: RELEASED_HEADER, value: Some(b"1") });
+                }
+            }
+            Kind::Intent(writer) => {
+                headers = headers.insert(Header { key: WRITER_HEADER, value: Some(writer.as_bytes()) })
             }
         }
         (part, key, value, headers)
     }
 
-    /// Exactly-once: the progress records of `slots` (every partition whose position moved in the
-    /// transaction, and those claimed or released by it), each at its position, into the open
-    /// transaction of `lane`, as `writer`. Nothing counts as persisted until [`ProgressWriter::committed`] after the commit.
+    /// Exactly-once: the records of `slots` into the open transaction of `lane`, as `writer`: each
+    /// partition's position (every partition whose position moved in the transaction, and those claimed
+    /// or released by it, with `true` for a release), or an intent ([`Entry::Intent`]). Nothing counts
+    /// as persisted until [`ProgressWriter::committed`] after the commit. Gives up at `deadline` while
+    /// the producer's queue stays full.
     pub fn write_in_transaction(
         &mut self,
         lane: &mut crate::clients::RecordLane,
-        slots: &[(Arc<PartitionAck>, Option<i64>, bool)],
+        entries: &[Entry],
         writer: &str,
+        deadline: Instant,
     ) -> Result<Vec<(Arc<PartitionAck>, i64)>, String> {
-        let mut written = Vec::with_capacity(slots.len());
-        for (slot, next, released) in slots {
-            let next = *next;
-            let (part, key, value, headers) = self.record_for(slot, next, Some((writer, *released)));
+        let mut written = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let (slot, next, kind) = match entry {
+                Entry::Position(slot, next, released) => (slot, *next, Kind::Transactional(writer, *released)),
+                Entry::Intent(slot) => (slot, None, Kind::Intent(writer)),
+            };
+            let (part, key, value, headers) = self.record_for(slot, next, kind);
             let mut record = lane
                 .record(&self.topic, crate::clients::records::UNTRACKED)
                 .partition(part)
@@ -357,13 +580,19 @@ impl ProgressWriter {
                         rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
                         back,
                     )) => {
+                        if Instant::now() >= deadline {
+                            return Err(format!(
+                                "write copy progress to {}: the producer's queue stayed full until the deadline",
+                                self.topic
+                            ));
+                        }
                         record = back;
                         std::thread::sleep(Duration::from_millis(1));
                     }
                     Err((e, _)) => return Err(format!("write copy progress to {}: {e}", self.topic)),
                 }
             }
-            if let Some(next) = next {
+            if let (Entry::Position(..), Some(next)) = (entry, next) {
                 written.push((slot.clone(), next));
             }
         }
@@ -413,6 +642,96 @@ impl ProgressWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rec(epoch: u64, writer: &str, next: Option<i64>) -> ProgressRecord {
+        ProgressRecord {
+            tp: ("orders".to_string(), 3),
+            next,
+            topic_id: None,
+            epoch,
+            writer: Some(writer.to_string()),
+            transactional: true,
+            released: false,
+            intent: false,
+        }
+    }
+
+    fn fold(records: &[ProgressRecord]) -> (Progress, Vec<Applied>) {
+        let mut p = Progress::default();
+        let applied = records.iter().map(|r| p.apply(r)).collect();
+        (p, applied)
+    }
+
+    #[test]
+    fn a_stale_claim_after_the_new_owners_records_does_not_count() {
+        // c took the partition (epoch 5) and committed position 100; b read the log before c's claim,
+        // took the same epoch and claimed "no position" after c's records.
+        let (p, applied) = fold(&[rec(5, "c", None), rec(5, "c", Some(100)), rec(5, "b", None)]);
+        assert_eq!(applied, [Applied::Counted, Applied::Counted, Applied::Contender]);
+        assert_eq!(p.position.map(|s| s.next), Some(100), "the position stays c's");
+        assert_eq!(p.holder.as_deref(), Some("c"), "c is the one to fence, not b");
+        assert_eq!((p.epoch, p.epoch_writer.as_deref()), (5, Some("c")));
+        // A late record of an owner already replaced, position or none, does not count either.
+        let (p, applied) = fold(&[rec(6, "c", Some(100)), rec(5, "b", None), rec(5, "b", Some(7))]);
+        assert_eq!(applied[1..], [Applied::Older, Applied::Older]);
+        assert_eq!((p.position.map(|s| s.next), p.holder.as_deref()), (Some(100), Some("c")));
+    }
+
+    #[test]
+    fn a_removal_keeps_the_highest_epoch_and_a_release_names_no_holder() {
+        let (p, applied) = fold(&[rec(9, "c", Some(50)), rec(9, "c", None), rec(8, "b", Some(10))]);
+        assert_eq!(applied, [Applied::Counted, Applied::Counted, Applied::Older]);
+        assert_eq!((p.position, p.epoch), (None, 9), "no position, and epoch 9 still outranks b's 8");
+        let released = ProgressRecord { released: true, ..rec(9, "c", Some(60)) };
+        let (p, _) = fold(&[rec(9, "c", Some(50)), released]);
+        assert_eq!((p.position.map(|s| s.next), p.holder), (Some(60), None));
+        // The next owner, one epoch up, counts whatever its predecessor wrote.
+        let (p, applied) = fold(&[rec(9, "c", Some(50)), rec(10, "b", Some(50))]);
+        assert_eq!(applied[1], Applied::Counted);
+        assert_eq!(p.holder.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn mm2_records_always_count_and_intents_never_move_a_position() {
+        let mm2 = ProgressRecord { epoch: 0, writer: None, transactional: false, ..rec(0, "", Some(200)) };
+        let intent = ProgressRecord { intent: true, ..rec(0, "d", None) };
+        let (p, applied) = fold(&[rec(9, "c", Some(50)), mm2, intent]);
+        assert_eq!(applied, [Applied::Counted, Applied::Counted, Applied::Intent]);
+        assert_eq!((p.position.map(|s| s.next), p.holder, p.epoch), (Some(200), None, 9));
+        // At-least-once owners are told apart by `ferry.owner`, and never held.
+        let owner = |w: &str, next| ProgressRecord { transactional: false, ..rec(4, w, Some(next)) };
+        let (p, applied) = fold(&[owner("x", 5), owner("y", 1), owner("x", 9)]);
+        assert_eq!(applied, [Applied::Counted, Applied::Contender, Applied::Counted]);
+        assert_eq!((p.position.map(|s| s.next), p.holder), (Some(9), None));
+    }
+
+    #[test]
+    fn contenders_are_the_writers_since_the_last_release_and_before_my_intent() {
+        let intent = |w: &str| ProgressRecord { intent: true, ..rec(0, w, None) };
+        let mut c = Contenders::new("me", "");
+        for r in [
+            rec(3, "a", Some(1)),
+            ProgressRecord { released: true, ..rec(3, "a", Some(2)) },
+            rec(4, "b", Some(2)),  // the holder
+            intent("f"),           // a frozen taker's intent, its transaction maybe open
+            rec(0, "me", Some(2)), // an earlier lifetime of mine: fenced by my own start
+            ProgressRecord { transactional: false, ..rec(4, "alo", Some(2)) },
+            intent("me"),
+            intent("later"), // a later taker: it fences me
+        ] {
+            c.see(r);
+        }
+        let other = ProgressRecord { tp: ("orders".to_string(), 4), ..rec(2, "z", Some(1)) };
+        c.see(other);
+        let found: Vec<String> = c.writers().into_iter().collect();
+        assert_eq!(found, ["b", "f", "z"]);
+        // Writers of another deployment are never fenced.
+        let mut c = Contenders::new("d1.f.copier.me", "d1.f.copier.");
+        for w in ["d2.f.copier.x", "d1.f.copier.y"] {
+            c.see(rec(1, w, Some(1)));
+        }
+        assert_eq!(c.writers().into_iter().collect::<Vec<_>>(), ["d1.f.copier.y"]);
+    }
 
     #[test]
     fn wide_flows_space_their_persist_rounds_out() {

@@ -245,7 +245,20 @@ pub fn assign_only_consumer(
     flow: &impl fmt::Display,
     role: &str,
 ) -> Result<AssignOnlyConsumer, KafkaOpError> {
+    assign_only_consumer_with(cluster, flow, role, &[])
+}
+
+/// [`assign_only_consumer`] with `extra` properties (e.g. `isolation.level`).
+pub fn assign_only_consumer_with(
+    cluster: &ClusterSpec,
+    flow: &impl fmt::Display,
+    role: &str,
+    extra: &[(&str, &str)],
+) -> Result<AssignOnlyConsumer, KafkaOpError> {
     let mut cfg = client_config(cluster, flow, role)?;
+    for (k, v) in extra {
+        cfg.set(*k, *v);
+    }
     // librdkafka requires a group.id for assign(); it is never joined or committed to, and needs no ACL.
     cfg.set("group.id", format!("ferry-{flow}-{role}-unused"))
         .set("enable.auto.commit", "false")

@@ -258,9 +258,13 @@ pub fn stored_progress(west: &Cluster, topic: &str) -> BTreeMap<i32, i64> {
         if key.connector != SOURCE_CONNECTOR || key.cluster != "east" || key.topic != topic {
             continue;
         }
-        if let Ok(Some(last)) = connect_offsets::decode_source_value(r.value.as_deref()) {
-            out.insert(key.partition, last);
-        }
+        // -1 is a position only with ferry's `ferry.next` header (offset 0); without it, "none" (e.g. a
+        // node's claim of a partition whose start is not known yet).
+        let at_zero = r.headers.iter().any(|(k, v)| k == "ferry.next" && v.as_deref() == Some(b"0"));
+        match connect_offsets::decode_source_value(r.value.as_deref()) {
+            Ok(Some(last)) if last >= 0 || at_zero => out.insert(key.partition, last),
+            _ => out.remove(&key.partition),
+        };
     }
     out
 }

@@ -20,7 +20,7 @@ mod probe;
 pub mod provenance;
 pub mod transactions;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,7 @@ use self::delivery::{DeliveryContext, Shared};
 use self::partitions::Book;
 use self::probe::Probe;
 use self::transactions::Transactions;
-use super::acks::{AckTable, DeliveryFailure, PartitionAck, SourcePartition, StoredPosition};
+use super::acks::{AckTable, DeliveryFailure, PartitionAck, SourcePartition};
 use super::offset_syncs::SyncQueue;
 use super::pause::PauseSwitch;
 use super::progress::{self, ProgressWriter};
@@ -239,6 +239,13 @@ struct CopyLoop {
     provenance: Option<provenance::Provenance>,
     /// Exactly-once flows: the transactions of the lane's own producer (see [`transactions`]).
     txn: Option<Transactions>,
+    /// This node as the flow's writer of progress (`<deployment>.<flow>.copier.<node>`; an exactly-once
+    /// flow's transactional id).
+    writer: String,
+    /// What every writer of the flow in this deployment is named with ([`transactions::writers_prefix`]).
+    kin: String,
+    /// The group took partitions from this lifetime as lost: another node copies them already.
+    lost: bool,
 }
 
 impl CopyLoop {
@@ -265,7 +272,9 @@ impl CopyLoop {
             slot.clear_failure();
         }
         acks.clear_unowned_failures();
-        let progress = ProgressWriter::new(&plan, &conns.target, offsets_partitions, acks.clone()).map_err(err)?;
+        let writer = transactions::transactional_id(identity, &plan);
+        let progress =
+            ProgressWriter::new(&plan, &conns.target, offsets_partitions, acks.clone(), &writer).map_err(err)?;
         let shared = Arc::new(Shared::new(acks.clone(), syncs, lifetime_id(), &plan));
         let source_watch = Arc::new(ClusterWatch::default());
         let txn = (plan.settings.delivery == Delivery::ExactlyOnce).then(|| Transactions::new(&plan, identity));
@@ -314,6 +323,9 @@ impl CopyLoop {
             consumer_errors: RateLimitedLog::new(Duration::from_secs(10)),
             provenance: provenance::Provenance::for_plan(&plan),
             txn,
+            kin: transactions::writers_prefix(identity, &plan),
+            writer,
+            lost: false,
             plan,
         })
     }
@@ -515,16 +527,21 @@ impl CopyLoop {
     }
 
     /// The group gave this node `tps`: read where each was persisted (another node may have copied it
-    /// meanwhile), assign them paused at those positions; the book probes and starts them.
+    /// meanwhile), take a new ownership epoch above every earlier owner's, assign them paused at those
+    /// positions and claim them (see [`Self::claim`]); the book probes and starts them.
     fn assign(&mut self, tps: Vec<SourcePartition>) -> Result<(), String> {
-        let stored = match &self.txn {
+        let folded = match &self.txn {
             Some(_) => self.take_over(&tps)?,
             None => progress::load_partitions(&self.plan, self.offsets_partitions, &tps).map_err(|e| e.to_string())?,
         };
         let mut tpl = rdkafka::TopicPartitionList::new();
         let eos = self.txn.is_some();
+        let mut recovered = 0;
         for (t, p) in &tps {
-            self.acks.adopt(t, *p, stored.get(&(t.clone(), *p)).cloned(), eos);
+            let progress = folded.get(&(t.clone(), *p));
+            let stored = progress.and_then(|f| f.position.clone());
+            recovered += usize::from(stored.is_some());
+            self.acks.adopt(t, *p, stored, progress.map_or(0, |f| f.epoch), eos);
             // Assigned paused at an absolute offset (the stored position, else 0); the book seeks each
             // partition to its verified position when the probe has checked it. Never at a logical offset
             // (End, Beginning): librdkafka looks those up, and a seek while the lookup is in flight makes
@@ -536,65 +553,95 @@ impl CopyLoop {
         }
         self.consumer.incremental_assign(&tpl).map_err(|e| format!("assign source partitions: {e}"))?;
         self.consumer.pause(&tpl).map_err(|e| format!("pause new source partitions: {e}"))?;
-        tracing::info!(flow = %self.flow, assigned = tps.len(), partitions = stored.len(), "the copier group assigned partitions to this node; recovered copy progress");
-        if let Some(txn) = self.txn.as_mut() {
-            // The claim: committed before any record of these partitions is sent, so that whoever
-            // takes them next knows whom to fence.
-            txn.mark(tps.iter().map(|(t, p)| self.acks.slot(t, *p)), false);
-            self.commit()?;
-            self.check_claims(&tps)?;
-        }
+        tracing::info!(flow = %self.flow, assigned = tps.len(), partitions = recovered, "the copier group assigned partitions to this node; recovered copy progress");
+        failpoints::hold(failpoints::COPIER_CLAIM);
+        self.claim(&tps)?;
         self.assigned.extend(tps);
         self.update_book();
         Ok(())
     }
 
-    /// Exactly-once: fence every other writer that may still hold `tps` (named by the partitions'
-    /// newest progress records and not released), then read their committed progress.
-    fn take_over(&mut self, tps: &[SourcePartition]) -> Result<HashMap<SourcePartition, StoredPosition>, String> {
-        let me = self.txn.as_ref().map(|t| t.id().to_string()).unwrap_or_default();
-        let (stored, holders) =
-            progress::load_with_holders(&self.plan, self.offsets_partitions, tps).map_err(|e| e.to_string())?;
-        let others: BTreeSet<&String> = holders.values().filter(|w| **w != me).collect();
-        if others.is_empty() {
-            return Ok(stored);
+    /// The claim of `tps`, before any record of them is sent: their positions under this node's new
+    /// epoch, persisted, so that whoever takes them next takes an epoch above it (and, exactly-once,
+    /// knows whom to fence).
+    ///
+    /// At-least-once, the claim is then checked against the log: a node that read the progress, was
+    /// frozen and claimed after another node had taken the partitions over (the group gave them on) has
+    /// a claim that does not count ([`progress::Progress::apply`]); it copies nothing and ends the
+    /// lifetime (its successor joins the group again). Exactly-once needs no check: every writer that
+    /// began taking the partitions before this node was fenced by it ([`Self::take_over`]), and any
+    /// that began after fences this node, whose commits then fail.
+    fn claim(&mut self, tps: &[SourcePartition]) -> Result<(), String> {
+        let slots: Vec<Arc<PartitionAck>> = tps.iter().map(|(t, p)| self.acks.slot(t, *p)).collect();
+        if let Some(txn) = self.txn.as_mut() {
+            txn.mark(slots, false);
+            return self.commit();
         }
-        for writer in others {
-            let took = transactions::fence(&self.plan, writer)?;
-            METRICS.producers_fenced.with_label_values(&[&self.flow]).inc();
-            tracing::info!(flow = %self.flow, fenced = %writer, millis = took.as_millis() as u64, "exactly-once: fenced the previous writer of partitions given to this node");
-        }
-        // Read again: what the fenced writer committed last is visible now, and nothing else of it will be.
-        let (stored, _) =
-            progress::load_with_holders(&self.plan, self.offsets_partitions, tps).map_err(|e| e.to_string())?;
-        Ok(stored)
-    }
-
-    /// Exactly-once, after the claim of `tps` committed: a node that claimed one of them meanwhile (this
-    /// node was frozen between reading the progress and committing its claim, and the group gave the
-    /// partitions on) wrote a higher ownership epoch; then this node copies none of them and ends the
-    /// lifetime: its successor joins the group again.
-    fn check_claims(&mut self, tps: &[SourcePartition]) -> Result<(), String> {
-        let (stored, _) =
-            progress::load_with_holders(&self.plan, self.offsets_partitions, tps).map_err(|e| e.to_string())?;
-        for (t, p) in tps {
-            let mine = self.acks.slot(t, *p).epoch();
-            if let Some(s) = stored.get(&(t.clone(), *p))
-                && s.epoch > mine
-            {
+        self.progress.claim(&slots, Instant::now() + HANDOVER_TIMEOUT)?;
+        let now = progress::load_partitions(&self.plan, self.offsets_partitions, tps).map_err(|e| e.to_string())?;
+        let me = self.writer.as_str();
+        for slot in &slots {
+            let tp = (slot.topic.to_string(), slot.partition);
+            let log = now.get(&tp).cloned().unwrap_or_default();
+            // Only a node of this deployment can have taken the partition from this one (another
+            // deployment copying the same source partitions, e.g. the source's heartbeats, is not in its
+            // copier group: its records are not a reason to stop).
+            let kin_won = log.epoch_writer.as_deref().is_some_and(|w| w != me && w.starts_with(&self.kin));
+            if kin_won && log.epoch >= slot.epoch() {
                 return Err(format!(
-                    "{t}-{p} was claimed by another node (epoch {}) while this node claimed it (epoch {mine}); starting again",
-                    s.epoch
+                    "{}-{} is claimed by {} (epoch {}) in the progress log, not by this node (epoch {}): it took the \
+                     partition over while this node was claiming it; starting again",
+                    slot.topic,
+                    slot.partition,
+                    log.epoch_writer.as_deref().unwrap_or("another writer"),
+                    log.epoch,
+                    slot.epoch()
                 ));
             }
         }
         Ok(())
     }
 
+    /// Exactly-once: take `tps` over from whoever may still write them, then read their committed
+    /// progress. This node first commits an intent for each (so that a node taking them after it sees
+    /// it and fences it), then fences every other writer that the log names for them after their last
+    /// release and before this intent, committed or not (the previous owner, a frozen writer whose
+    /// transaction is open, a node that began taking them first): none of them can commit anything
+    /// after this, and nothing of theirs keeps the read below waiting for a transaction to end.
+    fn take_over(&mut self, tps: &[SourcePartition]) -> Result<progress::Folded, String> {
+        let me = self.writer.clone();
+        // Nothing of this node's may be open while it reads: the read waits for open transactions.
+        self.commit()?;
+        if let Some(txn) = self.txn.as_mut() {
+            txn.intend(tps.iter().map(|(t, p)| self.acks.slot(t, *p)));
+        }
+        self.commit()?;
+        let others = progress::contenders(&self.plan, self.offsets_partitions, tps, &me, &self.kin)
+            .map_err(|e| e.to_string())?;
+        for writer in &others {
+            let took = transactions::fence(&self.plan, writer)?;
+            METRICS.producers_fenced.with_label_values(&[&self.flow]).inc();
+            tracing::info!(flow = %self.flow, fenced = %writer, millis = took.as_millis() as u64, "exactly-once: fenced an earlier writer of partitions given to this node");
+        }
+        let folded = progress::load_partitions(&self.plan, self.offsets_partitions, tps).map_err(|e| e.to_string())?;
+        // A holder not fenced here claimed after this node's intent: it takes the partitions after this
+        // node, and fences it.
+        for ((t, p), progress) in &folded {
+            let late = |h: &&String| **h != me && h.starts_with(&self.kin) && !others.contains(*h);
+            if let Some(holder) = progress.holder.as_ref().filter(late) {
+                return Err(format!(
+                    "{t}-{p} was claimed by {holder} after this node began taking it over; starting again"
+                ));
+            }
+        }
+        Ok(folded)
+    }
+
     /// Exactly-once: commit the open transaction (and the marked claims and releases).
     fn commit(&mut self) -> Result<(), String> {
         let (Some(txn), Some(lane)) = (self.txn.as_mut(), self.lane.as_mut()) else { return Ok(()) };
-        txn.commit(&self.plan, lane, &mut self.progress, &self.acks, &self.shared, &self.assigned)
+        let deadline = self.stop.map_or_else(transactions::commit_deadline, |d| d.min(transactions::commit_deadline()));
+        txn.commit(&self.plan, lane, &mut self.progress, &self.acks, &self.shared, &self.assigned, deadline)
     }
 
     /// The group takes `tps` away: stop fetching them, let the target acknowledge what is in flight,
@@ -666,6 +713,7 @@ impl CopyLoop {
         lost: bool,
     ) -> Result<(), String> {
         if lost {
+            self.lost = true;
             let _ = self.consumer.incremental_unassign(&tpl);
             METRICS.unclean_handovers.with_label_values(&[&self.flow]).inc_by(tps.len() as u64);
             return Err(format!(
@@ -844,7 +892,7 @@ impl CopyLoop {
             let _ = self.consumer.pause(&all);
         }
         if self.txn.is_some() {
-            return self.shutdown_in_transaction(failed);
+            return self.shutdown_in_transaction(deadline, failed);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         // Keep a share of the time for the final persist.
@@ -870,7 +918,9 @@ impl CopyLoop {
 impl CopyLoop {
     /// Exactly-once stop: commit what is open with every partition released (the consumer leaves the
     /// group next), or abort it after a failure; then publish the committed positions' syncs.
-    fn shutdown_in_transaction(&mut self, failed: Option<&str>) -> Result<(), String> {
+    fn shutdown_in_transaction(&mut self, deadline: Instant, failed: Option<&str>) -> Result<(), String> {
+        // Every commit from here on is bounded by the stop's deadline (`--shutdown-timeout`).
+        self.stop = Some(self.stop.map_or(deadline, |d| d.min(deadline)));
         let outcome = match failed {
             None => {
                 if let Some(txn) = self.txn.as_mut() {
@@ -881,9 +931,24 @@ impl CopyLoop {
             Some(why) => Err(why.to_string()),
         };
         if let Err(e) = &outcome
-            && let Some(txn) = self.txn.as_mut()
+            && let (Some(txn), Some(lane)) = (self.txn.as_mut(), self.lane.as_mut())
         {
-            txn.abort(self.lane.as_ref(), &self.shared, e);
+            txn.abort(Some(lane), &self.shared, e, deadline);
+            // The partitions are released at their committed positions, unless the group or a fence
+            // already gave them to another node: whoever takes them next then has nobody to fence, so
+            // this node's next lifetime, which writes under the same transactional id, is not fenced
+            // for a failure it already paid for with this restart.
+            if !self.lost && !e.contains(transactions::FENCED) && !self.assigned.is_empty() {
+                let slots: Vec<_> = self.assigned.iter().map(|(t, p)| self.acks.slot(t, *p)).collect();
+                match txn.release_committed(&self.plan, lane, &mut self.progress, &self.shared, &slots, deadline) {
+                    Ok(()) => {
+                        tracing::info!(flow = %self.flow, partitions = slots.len(), "exactly-once: the failed copier released its partitions at their committed positions")
+                    }
+                    Err(why) => {
+                        tracing::warn!(flow = %self.flow, error = %why, "exactly-once: the failed copier could not release its partitions; whoever takes them fences this node's producer")
+                    }
+                }
+            }
         }
         drop(self.lane.take());
         if outcome.is_ok() {

@@ -40,16 +40,28 @@ use crate::clients::RecordLane;
 use crate::config::FlowPlan;
 use crate::flow::Identity;
 use crate::flow::acks::{AckTable, PartitionAck, SourcePartition};
-use crate::flow::progress::ProgressWriter;
+use crate::flow::progress::{Entry, ProgressWriter};
 use crate::kafka;
 use crate::metrics::METRICS;
 
-/// How long a commit (records acknowledged, progress written, commit returned) may take.
+/// How long a commit (records acknowledged, progress written, commit returned) may take; a commit that
+/// timed out is retried once.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The deadline of a commit while the copier runs: the timeout and its one retry.
+pub fn commit_deadline() -> Instant {
+    Instant::now() + 2 * COMMIT_TIMEOUT
+}
 
 /// The copier's transactional id on the target: one per deployment, flow and node.
 pub fn transactional_id(identity: &Identity, plan: &FlowPlan) -> String {
-    format!("{}.{}.copier.{}", identity.deployment, plan.id, identity.node_id)
+    format!("{}{}", writers_prefix(identity, plan), identity.node_id)
+}
+
+/// What every writer of the flow's progress in this deployment is named with (the transactional ids of
+/// its nodes). Another deployment copying the same source partitions (the source's `heartbeats`, in a
+/// test bed of many deployments) writes the same progress keys: it is never fenced, nor waited for.
+pub fn writers_prefix(identity: &Identity, plan: &FlowPlan) -> String {
+    format!("{}.{}.copier.", identity.deployment, plan.id)
 }
 
 /// In the error of a copier whose transactions another producer fenced.
@@ -94,6 +106,8 @@ pub struct Transactions {
     marks: Vec<(Arc<PartitionAck>, bool)>,
     /// Partitions with records in the open transaction.
     touched: Vec<Arc<PartitionAck>>,
+    /// Partitions this writer is taking: an intent for each goes into the next commit.
+    intents: Vec<Arc<PartitionAck>>,
     committed: IntCounter,
     aborted: IntCounter,
     commit_latency: Histogram,
@@ -110,6 +124,7 @@ impl Transactions {
             bytes: 0,
             marks: Vec::new(),
             touched: Vec::new(),
+            intents: Vec::new(),
             committed: METRICS.transactions.with_label_values(&[&flow, "committed"]),
             aborted: METRICS.transactions.with_label_values(&[&flow, "aborted"]),
             commit_latency: METRICS.transaction_commit.with_label_values(&[&flow]),
@@ -161,6 +176,11 @@ impl Transactions {
         self.opened.is_some_and(|t| now.duration_since(t) >= self.interval) || self.bytes >= self.max_bytes
     }
 
+    /// Name `slots` in the next commit as partitions this writer is taking (intents: see the module docs).
+    pub fn intend(&mut self, slots: impl IntoIterator<Item = Arc<PartitionAck>>) {
+        self.intents.extend(slots);
+    }
+
     /// Name `slots` in the next commit: claimed by this writer, or released by it.
     pub fn mark(&mut self, slots: impl IntoIterator<Item = Arc<PartitionAck>>, released: bool) {
         self.marks.extend(slots.into_iter().map(|s| (s, released)));
@@ -168,9 +188,11 @@ impl Transactions {
 
     /// Commit: write the progress of every partition that moved (those with records in the transaction
     /// at the position after their last one, acknowledged or not: the records and the progress commit
-    /// together or not at all), and of the claims and releases marked; commit (which sends what is
-    /// queued at once and waits for every acknowledgement); then count the positions as persisted and
-    /// publish the records' offset syncs. An error leaves the transaction for [`Self::abort`].
+    /// together or not at all), of the claims and releases marked, and the intents; commit (which sends
+    /// what is queued at once and waits for every acknowledgement); then count the positions as
+    /// persisted and publish the records' offset syncs. Never past `deadline` (a stop's): what cannot
+    /// be written or committed by then is an error. An error leaves the transaction for [`Self::abort`].
+    #[allow(clippy::too_many_arguments)] // the copier's parts a commit touches, each separate
     pub fn commit(
         &mut self,
         plan: &FlowPlan,
@@ -179,20 +201,21 @@ impl Transactions {
         acks: &AckTable,
         shared: &Shared,
         owned: &std::collections::BTreeSet<SourcePartition>,
+        deadline: Instant,
     ) -> Result<(), String> {
-        if self.opened.is_none() && self.marks.is_empty() && !acks.any_dirty() {
+        if self.opened.is_none() && self.marks.is_empty() && self.intents.is_empty() && !acks.any_dirty() {
             return Ok(());
         }
         let started = Instant::now();
         self.ensure_open(plan, lane, shared)?;
         check_deliveries(acks)?;
         // Every partition that moved, once, marked ones with their mark.
-        let mut slots: Vec<(Arc<PartitionAck>, Option<i64>, bool)> = Vec::new();
+        let mut entries: Vec<Entry> = Vec::new();
         let mut seen: HashMap<SourcePartition, usize> = HashMap::new();
         for slot in std::mem::take(&mut self.touched) {
             let next = slot.take_transaction();
-            seen.insert((slot.topic.to_string(), slot.partition), slots.len());
-            slots.push((slot, next, false));
+            seen.insert((slot.topic.to_string(), slot.partition), entries.len());
+            entries.push(Entry::Position(slot, next, false));
         }
         for slot in acks.take_dirty() {
             slot.take_dirty();
@@ -201,24 +224,33 @@ impl Transactions {
             if !owned.contains(&tp) || seen.contains_key(&tp) {
                 continue;
             }
-            seen.insert(tp, slots.len());
+            seen.insert(tp, entries.len());
             let next = slot.next();
-            slots.push((slot, next, false));
+            entries.push(Entry::Position(slot, next, false));
         }
         for (slot, released) in std::mem::take(&mut self.marks) {
             match seen.get(&(slot.topic.to_string(), slot.partition)) {
-                Some(i) => slots[*i].2 |= released,
+                Some(i) => {
+                    if let Entry::Position(_, _, r) = &mut entries[*i] {
+                        *r |= released;
+                    }
+                }
                 None => {
-                    seen.insert((slot.topic.to_string(), slot.partition), slots.len());
+                    seen.insert((slot.topic.to_string(), slot.partition), entries.len());
                     let next = slot.next();
-                    slots.push((slot, next, released));
+                    entries.push(Entry::Position(slot, next, released));
                 }
             }
         }
-        let written = progress.write_in_transaction(lane, &slots, &self.id)?;
-        // A commit that timed out is retried once, as librdkafka asks (an abort would not be taken).
-        let committed = match lane.producer().commit_transaction(COMMIT_TIMEOUT) {
-            Err(KafkaError::Transaction(e)) if e.is_retriable() => lane.producer().commit_transaction(COMMIT_TIMEOUT),
+        entries.extend(std::mem::take(&mut self.intents).into_iter().map(Entry::Intent));
+        let written = progress.write_in_transaction(lane, &entries, &self.id, deadline)?;
+        // A commit that timed out is retried once, as librdkafka asks (an abort would not be taken),
+        // within the deadline.
+        let within = |cap: Duration| cap.min(deadline.saturating_duration_since(Instant::now()));
+        let committed = match lane.producer().commit_transaction(within(COMMIT_TIMEOUT)) {
+            Err(KafkaError::Transaction(e)) if e.is_retriable() && Instant::now() < deadline => {
+                lane.producer().commit_transaction(within(COMMIT_TIMEOUT))
+            }
             other => other,
         };
         committed.map_err(|e| named(plan, &self.id, "commit a transaction", &e))?;
@@ -234,8 +266,9 @@ impl Transactions {
 
     /// Abort the open transaction (best effort: a fenced or failed producer aborts nothing, and the
     /// coordinator aborts what it left within `transaction.timeout.ms`, or the next owner's fence does).
-    pub fn abort(&mut self, lane: Option<&RecordLane>, shared: &Shared, why: &str) {
+    pub fn abort(&mut self, lane: Option<&RecordLane>, shared: &Shared, why: &str, deadline: Instant) {
         self.marks.clear();
+        self.intents.clear();
         for slot in std::mem::take(&mut self.touched) {
             slot.take_transaction();
         }
@@ -245,11 +278,38 @@ impl Transactions {
         }
         self.aborted.inc();
         tracing::warn!(flow = %self.flow, transactional_id = %self.id, reason = why, "aborting the copier's transaction; copying resumes from the last committed progress");
+        let left = kafka::ADMIN_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
         if let Some(lane) = lane
-            && let Err(e) = lane.producer().abort_transaction(kafka::ADMIN_TIMEOUT)
+            && let Err(e) = lane.producer().abort_transaction(left)
         {
             tracing::warn!(flow = %self.flow, error = %e, "the transaction could not be aborted; the coordinator aborts it when it times out");
         }
+    }
+}
+
+impl Transactions {
+    /// After an abort: release `slots` at their committed positions, in a transaction of their own.
+    pub fn release_committed(
+        &mut self,
+        plan: &FlowPlan,
+        lane: &mut RecordLane,
+        progress: &mut ProgressWriter,
+        shared: &Shared,
+        slots: &[Arc<PartitionAck>],
+        deadline: Instant,
+    ) -> Result<(), String> {
+        self.ensure_open(plan, lane, shared)?;
+        let entries: Vec<Entry> = slots.iter().map(|s| Entry::Position(s.clone(), s.persisted(), true)).collect();
+        let outcome = progress.write_in_transaction(lane, &entries, &self.id, deadline).and_then(|_| {
+            let left = COMMIT_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
+            lane.producer().commit_transaction(left).map_err(|e| named(plan, &self.id, "release partitions", &e))
+        });
+        self.opened = None;
+        if outcome.is_err() {
+            let left = kafka::ADMIN_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
+            let _ = lane.producer().abort_transaction(left);
+        }
+        outcome
     }
 }
 
