@@ -33,6 +33,10 @@ pub const CHECKPOINTS_GROUP_OFFSETS: &str = "checkpoints-group-offsets";
 /// the group gave it and committing its claim of them (a test freezes the node there).
 pub const COPIER_CLAIM: &str = "copier-claim";
 
+/// `copier-commit=N*off->1*return(MILLIS)`: an exactly-once commit holds MILLIS between writing its
+/// progress records and ending the transaction (a test freezes the node there).
+pub const COPIER_COMMIT: &str = "copier-commit";
+
 /// When the point `name` is configured as `return(MILLIS)`: logs that it holds, then sleeps MILLIS.
 pub fn hold(name: &'static str) {
     if let Err(e) = check(name) {

@@ -198,3 +198,43 @@ fn a_group_failed_over_from_an_exactly_once_flow_rereads_nothing_and_skips_nothi
     let status = ferry.terminate(Duration::from_secs(30));
     assert!(status.success(), "{status:?}");
 }
+
+/// `--shutdown-timeout` holds for an exactly-once flow whose target went away under load: the commit the
+/// stop asks for, and the writing of its progress into a full producer queue, give up at the deadline.
+/// The records are copied once after the target and the node are back.
+#[test]
+fn an_exactly_once_stop_with_the_target_away_keeps_the_shutdown_timeout() {
+    const TIMEOUT_S: u64 = 8;
+    let (east, mut west) = start_pair("eos-stop");
+    let topic = "eos-stop";
+    let remote = "east.eos-stop";
+    create_topic(&east.bootstrap, topic, 2, &[]);
+    let dir = pair_dir(&east, &west, &flow("east", "west", &[topic], EXACTLY_ONCE));
+    let stream = KeyedStream::start(&east.bootstrap, topic, "r", 200, Duration::from_millis(10));
+    let args = ["--shutdown-timeout", &TIMEOUT_S.to_string()];
+    let mut ferry = Ferry::start(dir.path(), &args);
+    wait_for(ARRIVAL, "copying under way", || {
+        assert_alive(&mut ferry);
+        consume_all(&west.bootstrap, remote, Duration::from_secs(5)).len() >= 2_000
+    });
+    west.stop();
+    // The copier keeps fetching while the target is away, until its share of the producer queue is full.
+    wait_unhealthy(&mut ferry, FLOW, Duration::from_secs(30));
+    let asked = std::time::Instant::now();
+    let status = ferry.terminate(Duration::from_secs(180));
+    let took = asked.elapsed();
+    println!("stopped {took:?} after SIGTERM with --shutdown-timeout {TIMEOUT_S} and the target away: {status:?}");
+    assert!(
+        took < Duration::from_secs(TIMEOUT_S + 5),
+        "the stop took {took:?}, past --shutdown-timeout {TIMEOUT_S}:\n{}",
+        support::tail(&observe::strip_ansi(&ferry.log()), 30)
+    );
+    let produced = stream.finish();
+    west.restart();
+    let mut ferry = Ferry::start(dir.path(), &args);
+    wait_all_arrived(&mut ferry, &west.bootstrap, remote, &keyed_values("r", 0..produced));
+    let committed = consume_all(&west.bootstrap, remote, READ);
+    let mut seen = std::collections::HashSet::new();
+    assert_eq!(committed.iter().filter(|r| !seen.insert(r.value.clone())).count(), 0, "every record once");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}

@@ -501,3 +501,100 @@ fn a_node_frozen_while_it_claims_gives_way_and_only_it_is_fenced() {
     assert_eq!(c_restarts, 0.0, "c's copier never restarted");
     nodes.terminate_all();
 }
+
+/// A node frozen (SIGSTOP) inside a commit, its progress records written and its transaction not ended:
+/// the survivor's read of that progress would wait for the transaction until the coordinator aborts it
+/// (`transaction.timeout.ms`, 60 s). It fences the frozen writer at once instead: the frozen node's
+/// partitions copy again within the session timeout and a few seconds.
+#[test]
+fn a_writer_frozen_inside_its_commit_does_not_hold_up_the_takeover() {
+    /// The session timeout, the rebalance and the takeover.
+    const BOUND: Duration = Duration::from_secs(25);
+    let started = Instant::now();
+    let (east, west) = shared_pair();
+    let topic = unique("eos-commit-frozen");
+    let remote = format!("east.{topic}");
+    create_topic(&east.bootstrap, &topic, PARTITIONS, &[]);
+    let stream = KeyedStream::start(&east.bootstrap, &topic, "r");
+    let mut nodes = Nodes::new(east, west, &topic);
+    nodes.start("s");
+    wait_for(ARRIVAL, "s copies everything", || {
+        nodes.alive();
+        nodes.split_among(&["s"]) && total(&west.bootstrap, &remote) > 0
+    });
+    let tail = CommittedTail::start(&west.bootstrap, &remote, PARTITIONS);
+    // f's 41st commit (it joined, claimed its share and copies under load) holds inside the commit.
+    nodes.start_env("f", &[("FAILPOINTS", "copier-commit=40*off->1*return(20000)")]);
+    nodes.nodes.get_mut("f").expect("f").wait_log("failpoint copier-commit: holding", ARRIVAL);
+    let frozen_parts = nodes.topic_partitions("f");
+    assert!(!frozen_parts.is_empty(), "f copies partitions of the topic when it holds inside its commit");
+    let pid = nodes.nodes["f"].pid().expect("pid");
+    support::process::signal(pid, "STOP");
+    let stopped = Instant::now();
+    let after_stop = stream.produced();
+    let mut resumed_at = None;
+    wait_for(Duration::from_secs(120), "new committed records on the frozen node's partitions", || {
+        assert_alive(nodes.nodes.get_mut("s").expect("s"));
+        resumed_at = tail.first(&frozen_parts, after_stop);
+        resumed_at.is_some()
+    });
+    let resumed = resumed_at.expect("polled").duration_since(stopped);
+    support::process::signal(pid, "CONT");
+    wait_for(ARRIVAL, "s and f share the partitions after f resumed", || {
+        nodes.alive();
+        nodes.split_among(&["s", "f"])
+    });
+    let produced = stream.finish();
+    let uncommitted_extra = assert_exactly_once(nodes.nodes.get_mut("s").expect("s"), east, west, &topic, produced);
+    println!(
+        "{produced} records; f frozen inside its commit with {frozen_parts:?}: s copied them again {resumed:?} after \
+         the SIGSTOP; s fenced {}; read_uncommitted extra records {uncommitted_extra}; {:?} in all",
+        nodes.fenced("s"),
+        started.elapsed()
+    );
+    assert!(resumed < BOUND, "the takeover took {resumed:?}: more than {BOUND:?}");
+    nodes.terminate_all();
+}
+
+/// A copier lifetime fails (a panic) on a node that shares the flow with another: it releases its
+/// partitions at their committed positions, so the other node takes them without fencing anyone, and the
+/// failed node's next lifetime (the same transactional id) is not fenced for it: one failure, one restart.
+#[test]
+fn a_failed_lifetime_releases_its_partitions_and_costs_one_restart() {
+    let started = Instant::now();
+    let (east, west) = shared_pair();
+    let topic = unique("eos-failed");
+    let remote = format!("east.{topic}");
+    create_topic(&east.bootstrap, &topic, PARTITIONS, &[]);
+    let stream = KeyedStream::start(&east.bootstrap, &topic, "r");
+    let mut nodes = Nodes::new(east, west, &topic);
+    nodes.start("s");
+    wait_for(ARRIVAL, "s copies everything", || {
+        nodes.alive();
+        nodes.split_among(&["s"]) && total(&west.bootstrap, &remote) > 0
+    });
+    nodes.start_env("f", &[("FAILPOINTS", "copier-poll=300*off->1*panic")]);
+    let restarts = |nodes: &Nodes| observe::actor_restarts(nodes.nodes["f"].listen_addr(), FLOW, "copier");
+    wait_for(ARRIVAL, "f's copier panics and restarts", || {
+        nodes.alive();
+        restarts(&nodes) >= 1.0
+    });
+    wait_for(ARRIVAL, "s and f share the partitions after f's restart", || {
+        nodes.alive();
+        nodes.split_among(&["s", "f"])
+    });
+    let produced = stream.finish();
+    let uncommitted_extra = assert_exactly_once(nodes.nodes.get_mut("s").expect("s"), east, west, &topic, produced);
+    let (f_restarts, s_fenced, f_fenced) = (restarts(&nodes), nodes.fenced("s"), nodes.fenced("f"));
+    let f_log = observe::strip_ansi(&nodes.nodes["f"].log());
+    println!(
+        "{produced} records; f's copier restarts {f_restarts}; fences: by s {s_fenced}, by f {f_fenced}; \
+         read_uncommitted extra records {uncommitted_extra}; {:?} in all",
+        started.elapsed()
+    );
+    assert!(f_log.contains("failpoint copier-poll panic"), "f's copier panicked");
+    assert!(f_log.contains("released its partitions at their committed positions"), "and released its partitions");
+    assert_eq!(f_restarts, 1.0, "one failure, one restart of f's copier");
+    assert_eq!((s_fenced, f_fenced), (0.0, 0.0), "nobody fenced anybody");
+    nodes.terminate_all();
+}

@@ -244,6 +244,7 @@ impl Transactions {
         }
         entries.extend(std::mem::take(&mut self.intents).into_iter().map(Entry::Intent));
         let written = progress.write_in_transaction(lane, &entries, &self.id, deadline)?;
+        crate::failpoints::hold(crate::failpoints::COPIER_COMMIT);
         // A commit that timed out is retried once, as librdkafka asks (an abort would not be taken),
         // within the deadline.
         let within = |cap: Duration| cap.min(deadline.saturating_duration_since(Instant::now()));
