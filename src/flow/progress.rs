@@ -43,8 +43,10 @@ pub const WRITER_HEADER: &str = "ferry.writer";
 /// cleanly: its writer let it go, and the next owner has nobody to fence.
 pub const RELEASED_HEADER: &str = "ferry.released";
 
-/// Read every stored position of this flow's source cluster. Records of other connectors or clusters,
-/// tombstones and undecodable values are skipped (the latter with a warning naming the record).
+/// Read every stored position of this flow's source cluster. Records of other connectors or clusters and
+/// tombstones are passed over; records that do not decode (a key that is not Connect's, or this
+/// connector's key that is not a source partition; a value that is not Connect's JSON with an integral
+/// `offset`) are skipped, each named in a warning and counted (`kafka::skip_internal_record`).
 pub fn load(plan: &FlowPlan, num_partitions: i32) -> Result<HashMap<SourcePartition, StoredPosition>, KafkaOpError> {
     load_from(plan, 0..num_partitions)
 }
@@ -113,11 +115,16 @@ fn load_inner(
     let target = &plan.target.alias;
     let consumer = kafka::assign_only_consumer(&plan.target, &plan.id, "progress-reader")?;
     let mut positions = HashMap::new();
+    let flow = plan.id.to_string();
     kafka::read_to_end(&consumer, target, topic, partitions, |msg| {
-        let Some(key) = msg.key().and_then(connect_offsets::decode_source_key) else { return };
-        if key.connector != *connector || key.cluster != plan.id.source {
-            return;
-        }
+        let skip = |why: &dyn std::fmt::Display| {
+            kafka::skip_internal_record(Some(&flow), target, msg, "a copy-progress record", why);
+        };
+        let key = match connect_offsets::source_key_for(msg.key(), connector, &plan.id.source) {
+            Ok(Some(key)) => key,
+            Ok(None) => return, // another connector's or source cluster's (Connect's topic may be shared)
+            Err(e) => return skip(&e),
+        };
         let header = |name: &str| {
             msg.headers()
                 .and_then(|h| h.iter().find(|h| h.key == name))
@@ -154,10 +161,7 @@ fn load_inner(
                 }
                 positions.remove(&(key.topic, key.partition));
             }
-            Err(e) => tracing::warn!(
-                flow = %plan.id, topic = %topic, partition = msg.partition(), offset = msg.offset(),
-                error = %e, "skipping undecodable copy-progress record"
-            ),
+            Err(e) => skip(&e),
         }
     })?;
     Ok(positions)

@@ -443,10 +443,7 @@ impl SyncReader {
                 };
                 store.handle(sync.topic, sync.partition, stored);
             }
-            Err(e) => tracing::warn!(
-                topic = %self.topic, partition = msg.partition(), offset = msg.offset(), error = %e,
-                "skipping an offset-sync record that does not decode"
-            ),
+            Err(e) => kafka::skip_internal_record(Some(&self.this), &self.cluster, msg, "an offset-sync record", &e),
         }
     }
 }
