@@ -56,10 +56,15 @@ pub fn pause_key(deployment: &str, flow: &FlowId) -> String {
     format!("pause|{deployment}|{flow}")
 }
 
-/// The flow a pause key names, if the key is a pause of `deployment`.
-fn parse_pause_key(deployment: &str, key: &str) -> Option<FlowId> {
-    let rest = key.strip_prefix("pause|")?.strip_prefix(deployment)?.strip_prefix('|')?;
-    rest.parse().ok()
+/// The flow a control record's key pauses: `Ok(None)` for another deployment's key or a key of another
+/// kind; an error for a key that is no text, or a pause key of `deployment` that names no flow.
+fn parse_pause_key(deployment: &str, key: Option<&[u8]>) -> Result<Option<FlowId>, String> {
+    let key =
+        std::str::from_utf8(key.ok_or("the record has no key")?).map_err(|e| format!("the key is not text: {e}"))?;
+    let Some(rest) = key.strip_prefix("pause|").and_then(|r| r.strip_prefix(deployment)?.strip_prefix('|')) else {
+        return Ok(None);
+    };
+    rest.parse().map(Some).map_err(|e| format!("pause key `{key}`: {e}"))
 }
 
 /// The control topic of a connection was read to its end: every pause recorded there.
@@ -225,13 +230,16 @@ fn tail(
         }
         if let Some(msg) = consumer.poll(POLL) {
             match msg {
-                Ok(m) => {
-                    let key = m.key().and_then(|k| std::str::from_utf8(k).ok());
-                    if let Some(flow) = key.and_then(|k| parse_pause_key(deployment, k)) {
+                Ok(m) => match parse_pause_key(deployment, m.key()) {
+                    Err(why) => kafka::skip_internal_record(None, &cluster.alias, &m, "a control record", &why),
+                    Ok(None) => {} // another deployment's
+                    Ok(Some(flow)) => {
+                        // Like a tombstone: the newest record of a key is the decision, even after compaction.
                         let record = m.payload().and_then(|v| match serde_json::from_slice::<PauseRecord>(v) {
                             Ok(r) => Some(r),
                             Err(e) => {
-                                tracing::warn!(cluster = %cluster.alias, topic = CONTROL_TOPIC, offset = m.offset(), error = %e, "ignoring an undecodable control record");
+                                let why = format!("{e}; flow {flow} counts as not paused");
+                                kafka::skip_internal_record(None, &cluster.alias, &m, "a control record", &why);
                                 None
                             }
                         });
@@ -244,7 +252,7 @@ fn tail(
                             seen.do_send(PauseSeen { flow, record });
                         }
                     }
-                }
+                },
                 Err(e) => tracing::debug!(cluster = %cluster.alias, error = %e, "control topic read error"),
             }
         }
@@ -276,10 +284,15 @@ mod tests {
         let flow: FlowId = "east->west".parse().expect("flow id");
         let key = pause_key("prod", &flow);
         assert_eq!(key, "pause|prod|east->west");
-        assert_eq!(parse_pause_key("prod", &key), Some(flow));
-        assert_eq!(parse_pause_key("staging", &key), None, "another deployment's pause");
-        assert_eq!(parse_pause_key("pro", &key), None);
-        assert_eq!(parse_pause_key("prod", "pause|prod|nonsense"), None);
+        let parse = |deployment, key: &str| parse_pause_key(deployment, Some(key.as_bytes()));
+        assert_eq!(parse("prod", &key), Ok(Some(flow)));
+        assert_eq!(parse("staging", &key), Ok(None), "another deployment's pause");
+        assert_eq!(parse("pro", &key), Ok(None));
+        assert_eq!(parse("prod", "other|prod|east->west"), Ok(None), "another kind of record");
+        let e = parse("prod", "pause|prod|nonsense").unwrap_err();
+        assert!(e.contains("pause|prod|nonsense") && e.contains("not a flow id"), "{e}");
+        assert!(parse_pause_key("prod", Some(b"pause|prod|\xff")).unwrap_err().contains("not text"));
+        assert_eq!(parse_pause_key("prod", None), Err("the record has no key".to_string()));
     }
 
     #[test]

@@ -59,6 +59,9 @@ pub struct Metrics {
     /// Source records the provenance rule did not copy, by reason (been_on_target, other_route,
     /// legacy_origin; see `flow/copier/provenance.rs`).
     pub records_skipped: IntCounterVec,
+    /// Records of internal topics (offset syncs, checkpoints, copy progress, control) that their readers
+    /// skipped because they could not use them (see `kafka::skip_internal_record`).
+    pub internal_records_skipped: IntCounterVec,
     /// Records the target refused or that could not be delivered; each stops its partition for a
     /// retry.
     pub partition_failures: IntCounterVec,
@@ -286,6 +289,12 @@ impl Metrics {
                 "ferry_records_skipped_total",
                 "Source records not copied by the provenance rule (identity replication), by reason.",
                 &["flow", "topic", "reason"],
+            ),
+            internal_records_skipped: counter(
+                &registry,
+                "ferry_internal_records_skipped_total",
+                "Records of internal topics (offset syncs, checkpoints, copy progress, control) skipped because their readers could not use them; each is named in a warning.",
+                &["cluster", "topic"],
             ),
             partition_failures: counter(
                 &registry,

@@ -5,7 +5,8 @@
 //! offsets of any group (OffsetFetch / OffsetCommit with generation -1, as MM2's admin client does),
 //! and committing any group's offsets inside a producer's transaction (rdkafka takes the group's
 //! metadata only from a consumer of that group), and ACL bindings (DescribeAcls / CreateAcls, in
-//! [`acls`]).
+//! [`acls`]). Besides, one client-side query: a consumer's positions of chosen partitions
+//! ([`consumer_positions`]).
 //!
 //! This module owns all of ferry's `unsafe` code. It does not own the client: every call borrows an
 //! existing [`AdminClient`] and uses its native handle. Each call
@@ -68,6 +69,7 @@ const DEADLINE_GRACE: Duration = Duration::from_secs(5);
 // state, typed as plain integers (see the module doc). Same symbols and C signatures as in
 // `rdkafka::bindings`; C enums are `int`-sized.
 unsafe extern "C" {
+    fn rd_kafka_position(rk: *mut RDKafka, partitions: *mut rd::rd_kafka_topic_partition_list_t) -> c_int;
     fn rd_kafka_err2name(err: c_int) -> *const c_char;
     fn rd_kafka_err2str(err: c_int) -> *const c_char;
     fn rd_kafka_event_error(rkev: *mut rd::rd_kafka_event_t) -> c_int;
@@ -637,6 +639,35 @@ impl TxnError {
     pub fn is_fenced(&self) -> bool {
         matches!(self.error.name.as_str(), "PRODUCER_FENCED" | "INVALID_PRODUCER_EPOCH" | "_FENCED")
     }
+}
+
+/// The consumer's application position of each of `partitions`: the offset after the last record it
+/// handed over or the last transaction marker it passed (a marker is never handed over, but the position
+/// moves past it). `None` for a partition without one: not fetched from since it was assigned or sought,
+/// or not assigned. rdkafka's `Consumer::position` answers for the whole assignment, a search over the
+/// client's topics per partition; this asks about `partitions` only.
+pub fn consumer_positions<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &rdkafka::consumer::BaseConsumer<C>,
+    partitions: &[(String, i32)],
+) -> Vec<(String, i32, Option<i64>)> {
+    use rdkafka::consumer::Consumer as _;
+    let mut tpl = TopicPartitionList::with_capacity(partitions.len());
+    for (topic, partition) in partitions {
+        tpl.add_partition(topic, *partition);
+    }
+    // SAFETY: the consumer's live handle (borrowed for the call) and a valid list we own; the call only
+    // writes each element's offset and error, and returns a plain code (always "no error").
+    unsafe { rd_kafka_position(consumer.client().native_ptr(), tpl.ptr()) };
+    tpl.elements()
+        .iter()
+        .map(|e| {
+            let at = match e.offset() {
+                Offset::Offset(o) if o >= 0 => Some(o),
+                _ => None,
+            };
+            (e.topic().to_string(), e.partition(), at)
+        })
+        .collect()
 }
 
 /// Commits `offsets` of consumer group `group` inside the producer's open transaction

@@ -53,13 +53,11 @@ pub fn checkpoint_records(plan: &FlowPlan) -> Result<Vec<(Checkpoint, i64)>, Str
     let topic = plan.policy.checkpoints_topic(&plan.id.source);
     let consumer = kafka::assign_only_consumer(&plan.target, &plan.id, "translate").map_err(|e| e.to_string())?;
     let mut out = Vec::new();
+    let flow = plan.id.to_string();
     kafka::read_to_end(&consumer, &plan.target.alias, &topic, [0], |msg| {
         match Checkpoint::decode(msg.key().unwrap_or_default(), msg.payload()) {
             Ok(cp) => out.push((cp, msg.timestamp().to_millis().unwrap_or(0))),
-            Err(e) => tracing::warn!(
-                flow = %plan.id, topic, offset = msg.offset(), error = %e,
-                "skipping a checkpoint record that does not decode"
-            ),
+            Err(e) => kafka::skip_internal_record(Some(&flow), &plan.target.alias, msg, "a checkpoint record", &e),
         }
     })
     .map_err(|e| e.to_string())?;

@@ -147,6 +147,14 @@ fn only_committed_source_transactions_are_copied() {
     let text = observe::metrics(ferry.listen_addr());
     let committed_metric = metric_sum(&text, "ferry_transactions_total", &[("flow", FLOW), ("result", "committed")]);
     assert!(committed_metric > 0.0, "ferry_transactions_total{{result=committed}} counts the commits");
+    // Everything is copied: the lag is 0, although the source partition ends with a commit marker that
+    // no reader is handed.
+    support::scenario::wait_showing(Duration::from_secs(60), "the source lag at 0", || {
+        let text = observe::metrics(ferry.listen_addr());
+        let lag = metric_sum(&text, "ferry_source_lag_records", &[("flow", FLOW), ("topic", &topic)]);
+        let measured = text.contains(&format!("ferry_source_lag_records{{flow=\"{FLOW}\",topic=\"{topic}\"}}"));
+        (measured && lag == 0.0, lag)
+    });
     let status = ferry.terminate(Duration::from_secs(30));
     assert!(status.success(), "{status:?}");
 }

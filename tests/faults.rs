@@ -5,7 +5,8 @@
 //! - the target broker restarted mid-stream and the source broker away for 30 s (dedicated clusters);
 //! - a cluster unreachable from the start, next to a healthy flow;
 //! - `kill -9` of the node at random moments under load, and a graceful SIGTERM;
-//! - corrupt records in the internal topics (dedicated clusters: they write into internal topics);
+//! - corrupt records in the internal topics (dedicated clusters: they write into internal topics; the
+//!   copy-progress garbage goes into a progress topic of its own flow on the shared pair);
 //! - source records deleted before they were copied (`on_source_gap`).
 //!
 //! Tests that stop brokers or write into internal topics run on their own clusters; the others use the
@@ -16,6 +17,7 @@ mod support;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
+use ferry::mm2::connect_offsets::{self, SOURCE_CONNECTOR};
 use ferry::mm2::records::{Checkpoint, OffsetSync};
 use support::observe::{self, actor_restarts, assert_monotonic, flow_actors, health, metric_sum, unhealthy};
 use support::{
@@ -588,14 +590,14 @@ fn corrupt_internal_records_are_skipped_with_a_warning_naming_them() {
     let log = observe::strip_ansi(&ferry.log());
     for t in [syncs_topic, cps_topic] {
         for offset in [0, 1] {
-            let found = log.lines().any(|l| {
-                l.contains("WARN")
-                    && (l.contains(&format!("topic={t} ")) || l.contains(&format!("topic=\"{t}\" ")))
-                    && l.contains("partition=0")
-                    && l.contains(&format!("offset={offset} "))
-            });
+            let found = names_record(&log, t, 0, offset);
             assert!(found, "a warning names {t} partition 0 offset {offset}; log:\n{}", tail(&log, 60));
         }
+    }
+    let text = observe::metrics(ferry.listen_addr());
+    for (cluster, t) in [("east", syncs_topic), ("west", cps_topic)] {
+        let skipped = metric_sum(&text, SKIPPED, &[("cluster", cluster), ("topic", t)]);
+        assert!(skipped >= 2.0, "{SKIPPED} counts {t}'s 2 corrupt records (each time they are read): {skipped}");
     }
     wait_healthy(&mut ferry, FLOW, Duration::from_secs(30));
     for a in ACTORS {
@@ -604,6 +606,88 @@ fn corrupt_internal_records_are_skipped_with_a_warning_naming_them() {
     for l in log.lines().filter(|l| l.contains("does not decode")) {
         println!("{l}");
     }
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// Internal records skipped by ferry's readers, per cluster and topic.
+const SKIPPED: &str = "ferry_internal_records_skipped_total";
+
+/// Whether a warning in `log` names the record at `offset` of `topic`'s `partition`.
+fn names_record(log: &str, topic: &str, partition: i32, offset: i64) -> bool {
+    log.lines().any(|l| {
+        l.contains("WARN")
+            && (l.contains(&format!("topic={topic} ")) || l.contains(&format!("topic=\"{topic}\" ")))
+            && l.contains(&format!("partition={partition} "))
+            && l.contains(&format!("offset={offset} "))
+    })
+}
+
+/// Garbage in the copy-progress topic, written as a new user would after a graceful stop: a key that is
+/// not Connect's JSON, an `offset` that is not a number, a value that is not JSON, a key of the flow's
+/// connector and cluster without a partition (a compacted topic refuses a record without a key). Each
+/// is named in a warning (topic, partition, offset, why) and counted in
+/// `ferry_internal_records_skipped_total`, and copying resumes from the last good position: nothing is
+/// lost, nothing copied twice. Records of other connectors and of other source clusters, which a Connect
+/// offsets topic shared with others legitimately holds, pass without a word. (The flow has its own
+/// `mm2_offsets_topic`, so the shared pair's other flows never read this garbage.)
+#[test]
+fn corrupt_copy_progress_records_are_named_counted_and_lose_nothing() {
+    let (east, west) = shared_pair();
+    let topic = unique("faults-progress");
+    let remote = format!("east.{topic}");
+    let progress = unique("faults-progress-offsets");
+    create_topic(&east.bootstrap, &topic, 1, &[]);
+    produce(&east.bootstrap, &topic, &records("p", 0..100, 1));
+    let extra = format!("mm2_offsets_topic = \"{progress}\"\n");
+    let dir = pair_dir(east, west, &flow("east", "west", &[&topic], &extra));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("p", 0..100));
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+
+    // Into the partition that holds the flow's position of the topic (the one ferry reads for it).
+    let key = connect_offsets::encode_source_key(SOURCE_CONNECTOR, "east", &topic, 0);
+    let home = connect_offsets::partition_for_key(&key, connect_offsets::OFFSETS_TOPIC_PARTITIONS);
+    let first = end_offsets(&west.bootstrap, &progress)[home as usize];
+    let elsewhere = connect_offsets::encode_source_key(SOURCE_CONNECTOR, "elsewhere", &topic, 0);
+    let at = |ts| Rec::new(home, br#"{"offset":5}"#, ts);
+    let no_partition = format!(r#"["{SOURCE_CONNECTOR}",{{"cluster":"east","topic":"{topic}"}}]"#);
+    let garbage = [
+        at(1).key(b"not json"),
+        Rec::new(home, br#"{"offset":"abc"}"#, 2).key(&key),
+        Rec::new(home, b"not json", 3).key(&key),
+        at(4).key(no_partition.as_bytes()),
+    ];
+    let legitimate = [
+        at(5).key(br#"["jdbc-orders",{"table":"orders"}]"#),
+        at(6).key(br#"["MirrorCheckpointConnector",{"partition":0,"topic":"east.orders","group":"g1"}]"#),
+        Rec::new(home, br#"{"offset":"abc"}"#, 7).key(&elsewhere),
+    ];
+    produce(&west.bootstrap, &progress, &garbage);
+    produce(&west.bootstrap, &progress, &legitimate);
+    produce(&east.bootstrap, &topic, &records("p", 100..200, 1));
+
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("p", 0..200));
+    assert_eq!(duplicates(&counts), 0, "copying resumed after the last good position");
+    let log = observe::strip_ansi(&ferry.log());
+    let offsets = |range: std::ops::Range<usize>| range.map(|i| first + i as i64);
+    let unnamed: Vec<i64> = offsets(0..garbage.len()).filter(|o| !names_record(&log, &progress, home, *o)).collect();
+    let named: Vec<i64> = offsets(garbage.len()..garbage.len() + legitimate.len())
+        .filter(|o| names_record(&log, &progress, home, *o))
+        .collect();
+    for l in log.lines().filter(|l| l.contains(&progress) && l.contains("WARN")) {
+        println!("{l}");
+    }
+    assert!(unnamed.is_empty(), "no warning names the corrupt records at {unnamed:?}; log:\n{}", tail(&log, 60));
+    assert!(named.is_empty(), "other connectors' and clusters' records at {named:?} are legitimate, not named");
+    let warnings =
+        log.lines().filter(|l| l.contains("WARN") && l.contains("skipping") && l.contains(&progress)).count() as f64;
+    let skipped =
+        metric_sum(&observe::metrics(ferry.listen_addr()), SKIPPED, &[("cluster", "west"), ("topic", &progress)]);
+    assert!(
+        skipped >= 4.0 && skipped == warnings,
+        "{SKIPPED} counts each named record: {skipped} for {warnings} warnings"
+    );
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }
 

@@ -939,3 +939,97 @@ fn without_group_refresh_a_group_committed_after_the_start_is_not_checkpointed()
 fn flow_json_of(ferry: &Ferry, flow: &str) -> serde_json::Value {
     health(ferry.listen_addr())["flows"][flow].clone()
 }
+
+/// `ferry_source_lag_records` of `flow`'s `topic` (summed over its partitions; `None` before the first
+/// measurement).
+fn source_lag(ferry: &Ferry, flow: &str, topic: &str) -> Option<f64> {
+    let text = observe::metrics(ferry.listen_addr());
+    let series = format!("ferry_source_lag_records{{flow=\"{flow}\",topic=\"{topic}\"}}");
+    text.contains(&series).then(|| metric_sum(&text, "ferry_source_lag_records", &[("flow", flow), ("topic", topic)]))
+}
+
+/// A source topic written in transactions has a transaction marker after each transaction's records,
+/// which no consumer is ever handed: the high watermark stays past the last record a copier can copy.
+/// Once every record is copied the lag is 0 all the same, reading `read_committed` (the default: a
+/// committed transaction leaves its commit marker behind, an aborted one its records and its abort
+/// marker) and `read_uncommitted` (which copies the aborted records too). Real lag is not hidden: the
+/// records of a transaction still open are lag for the `read_committed` flow, which cannot copy them
+/// yet, and not for the `read_uncommitted` one, which copied them.
+#[test]
+fn the_lag_of_a_transactional_source_reaches_zero_once_every_record_is_copied() {
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+
+    let (east, west) = shared_pair();
+    let topic = unique("ops-txn-lag");
+    create_topic(&east.bootstrap, &topic, 2, &[]);
+    let producer: ThreadedProducer<_> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &east.bootstrap)
+        .set("transactional.id", unique("ops-txn-lag-producer"))
+        .create()
+        .expect("transactional producer");
+    let txn = Duration::from_secs(30);
+    producer.init_transactions(txn).expect("init transactions");
+    let send = |partition: i32, values: std::ops::Range<usize>, prefix: &str| {
+        producer.begin_transaction().expect("begin");
+        for i in values {
+            let value = format!("{prefix}{i}");
+            let record = BaseRecord::<[u8], [u8]>::to(&topic).partition(partition).payload(value.as_bytes());
+            producer.send(record).map_err(|(e, _)| e).expect("send");
+        }
+    };
+    // Partition 0: 10 committed records and the commit marker. Partition 1: the same, then 5 aborted
+    // records and the abort marker.
+    send(0, 0..10, "c");
+    producer.commit_transaction(txn).expect("commit");
+    send(1, 10..20, "c");
+    producer.commit_transaction(txn).expect("commit");
+    send(1, 0..5, "a");
+    producer.flush(txn).expect("flush the records to abort"); // an abort purges what is still queued
+    producer.abort_transaction(txn).expect("abort");
+
+    let dir = tempfile::tempdir().expect("flows dir");
+    let uncommitted = [("isolation.level".to_string(), "read_uncommitted".to_string())];
+    let clusters = support::cluster_toml("txc", &east.bootstrap, &[])
+        + &support::cluster_toml("txc-w", &west.bootstrap, &[])
+        + &support::cluster_toml("txu", &east.bootstrap, &uncommitted)
+        + &support::cluster_toml("txu-w", &west.bootstrap, &[]);
+    std::fs::write(dir.path().join("clusters.toml"), clusters).expect("write clusters");
+    let flows = flow("txc", "txc-w", &[&topic], "") + &flow("txu", "txu-w", &[&topic], "");
+    std::fs::write(dir.path().join("flow.toml"), flows).expect("write flows");
+    let (committed_flow, uncommitted_flow) = ("txc->txc-w", "txu->txu-w");
+    let (committed_copy, uncommitted_copy) = (format!("txc.{topic}"), format!("txu.{topic}"));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let committed = values("c", 0..20);
+    let mut everything = committed.clone();
+    everything.extend(values("a", 0..5));
+    wait_all_arrived(&mut ferry, &west.bootstrap, &committed_copy, &committed);
+    wait_all_arrived(&mut ferry, &west.bootstrap, &uncommitted_copy, &everything);
+    let lags = |ferry: &mut Ferry| {
+        assert_alive(ferry);
+        (source_lag(ferry, committed_flow, &topic), source_lag(ferry, uncommitted_flow, &topic))
+    };
+    wait_showing(Duration::from_secs(60), "both flows' lag at 0 once every record is copied", || {
+        let seen = lags(&mut ferry);
+        (seen == (Some(0.0), Some(0.0)), seen)
+    });
+
+    // An open transaction of 4 records on partition 0: lag of the read_committed flow only.
+    send(0, 0..4, "o");
+    producer.flush(txn).expect("flush the open transaction");
+    everything.extend(values("o", 0..4));
+    wait_all_arrived(&mut ferry, &west.bootstrap, &uncommitted_copy, &everything);
+    wait_showing(Duration::from_secs(60), "the open transaction's 4 records as lag of the read_committed flow", || {
+        let seen = lags(&mut ferry);
+        (seen == (Some(4.0), Some(0.0)), seen)
+    });
+    producer.commit_transaction(txn).expect("commit the open transaction");
+    let mut committed = committed;
+    committed.extend(values("o", 0..4));
+    wait_all_arrived(&mut ferry, &west.bootstrap, &committed_copy, &committed);
+    wait_showing(Duration::from_secs(60), "both flows' lag at 0 after the commit", || {
+        let seen = lags(&mut ferry);
+        (seen == (Some(0.0), Some(0.0)), seen)
+    });
+    assert_eq!(duplicates(&arrivals(&west.bootstrap, &committed_copy)), 0);
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}

@@ -77,3 +77,33 @@ fn secrets_never_reach_the_output() {
     assert!(!all.contains("hunter2-very-secret"), "secret leaked: {all}");
     assert!(all.contains("sasl.password = [redacted]"), "{all}");
 }
+
+/// A pair's two flows with different `offset_syncs_topic_location`s write one compacted offset-syncs
+/// topic, where compaction can drop one flow's newest sync for the other's: refused, naming both flows,
+/// their files and the topic. The same setting on both is fine.
+#[test]
+fn a_pairs_flows_writing_one_offset_syncs_topic_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "clusters.toml", CLUSTERS);
+    let flow = |s: &str, t: &str, location: &str| {
+        format!("[[flows]]\nsource = \"{s}\"\ntarget = \"{t}\"\noffset_syncs_topic_location = \"{location}\"\n")
+    };
+    let env = [("WEST_PASSWORD", "x")];
+    write(dir.path(), "east-west.toml", &flow("east", "west", "target"));
+    write(dir.path(), "west-east.toml", &flow("west", "east", "target"));
+    let out = validate(dir.path(), &env);
+    assert!(out.status.success(), "target on both: {}", String::from_utf8_lossy(&out.stderr));
+
+    write(dir.path(), "west-east.toml", &flow("west", "east", "source"));
+    let out = validate(dir.path(), &env);
+    assert_eq!(out.status.code(), Some(2), "one topic for two flows must exit 2");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("west-east.toml") && l.contains("offset_syncs_topic_location"))
+        .unwrap_or_else(|| panic!("an error naming west-east.toml and the key, got:\n{stderr}"));
+    for part in ["east->west", "east-west.toml", "west->east", "mm2-offset-syncs.east.internal on cluster `west`"] {
+        assert!(line.contains(part), "`{part}` in: {line}");
+    }
+}

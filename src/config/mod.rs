@@ -406,6 +406,17 @@ impl PartialEq for FlowPlan {
     }
 }
 
+impl FlowPlan {
+    /// The cluster that holds the flow's offset-syncs topic, and the topic's name (MM2's rule,
+    /// mm2-reference.md §2.1: named for the cluster that does not hold it).
+    pub fn offset_syncs_topic(&self) -> (&ClusterSpec, String) {
+        match self.settings.offset_syncs_topic_location {
+            OffsetSyncsLocation::Source => (&self.source, self.policy.offset_syncs_topic(&self.id.target)),
+            OffsetSyncsLocation::Target => (&self.target, self.policy.offset_syncs_topic(&self.id.source)),
+        }
+    }
+}
+
 /// Every cluster and flow of a flows directory, validated.
 #[derive(Clone, Debug, Default)]
 pub struct FlowSet {

@@ -80,6 +80,7 @@ pub fn validate(files: Vec<(PathBuf, RawFile)>, env: &dyn Fn(&str) -> Option<Str
 
     one_principal_per_realm(&clusters, &mut errors);
     unprotected_identity_cycles(&flows, &mut errors);
+    one_flow_per_offset_syncs_topic(&flows, &mut errors);
     share_routes(&mut flows);
     if errors.is_empty() { Ok(FlowSet { clusters, flows }) } else { Err(ConfigErrors(errors)) }
 }
@@ -153,6 +154,48 @@ fn unprotected_identity_cycles(flows: &BTreeMap<FlowId, FlowPlan>, errors: &mut 
             )
         };
         errors.push(ConfigError { file: p.file.clone(), line: None, key: "replication_policy".to_string(), reason });
+    }
+}
+
+/// The two flows of a cluster pair with different `offset_syncs_topic_location`s (`a->b` with
+/// `"source"`, `b->a` with `"target"`) both write `mm2-offset-syncs.b.internal` on `a`. The topic is
+/// compacted, keyed by source topic and partition only (MM2's format: no room for a flow), so where both
+/// flows copy a topic of the same name (active-active, or a fail-back flow once producers write on the
+/// other side) compaction keeps one sync per partition for the two flows together: a flow's newest sync
+/// can be dropped for the other's, and its groups translated from an older sync or not at all. Which
+/// names the two flows will share is not known before they run (patterns, topics created later), and
+/// the keys cannot be told apart, so the set is refused, naming both flows and the topic. Flows that
+/// write no syncs, or do not run, share nothing.
+fn one_flow_per_offset_syncs_topic(flows: &BTreeMap<FlowId, FlowPlan>, errors: &mut Vec<ConfigError>) {
+    let mut writers: BTreeMap<(String, String), Vec<&FlowPlan>> = BTreeMap::new();
+    for p in flows.values().filter(|p| p.settings.enabled && p.settings.emit_offset_syncs_enabled) {
+        let (cluster, topic) = p.offset_syncs_topic();
+        writers.entry((cluster.alias.clone(), topic)).or_default().push(p);
+    }
+    let location = |p: &FlowPlan| match p.settings.offset_syncs_topic_location {
+        OffsetSyncsLocation::Source => "source",
+        OffsetSyncsLocation::Target => "target",
+    };
+    for ((cluster, topic), plans) in writers.into_iter().filter(|(_, plans)| plans.len() > 1) {
+        let named: Vec<String> = plans
+            .iter()
+            .map(|p| format!("{} (offset_syncs_topic_location = \"{}\", {})", p.id, location(p), p.file.display()))
+            .collect();
+        let last = plans[plans.len() - 1];
+        errors.push(ConfigError {
+            file: last.file.clone(),
+            line: None,
+            key: "offset_syncs_topic_location".to_string(),
+            reason: format!(
+                "flows {} {} write their offset syncs to {topic} on cluster `{cluster}`: the topic is compacted by \
+                 source topic and partition alone, so for a topic name both flows copy, compaction keeps only the \
+                 newer of their syncs of each partition, and a flow may translate its groups from an older sync or \
+                 none; give the flows the same offset_syncs_topic_location (\"target\" on both keeps the sources \
+                 read-only; the flow that moves starts a new sync history in its new topic)",
+                named.join(" and "),
+                if plans.len() == 2 { "both" } else { "all" }
+            ),
+        });
     }
 }
 
@@ -844,6 +887,46 @@ mod tests {
         let set =
             parse(&[("a.toml", &format!("{CLUSTERS}\n{flow}"))], &no_env).expect("syncs off with nothing to translate");
         assert!(!set.flows.values().next().expect("flow").settings.runs_checkpoints());
+    }
+
+    #[test]
+    fn two_flows_writing_one_offset_syncs_topic_are_refused_naming_both_and_the_topic() {
+        let flows = |east_west: &str, west_east: &str| {
+            let flow =
+                |s: &str, t: &str, extra: &str| format!("[[flows]]\nsource = \"{s}\"\ntarget = \"{t}\"\n{extra}\n");
+            let at = |l: &str| {
+                if l.contains('=') { l.to_string() } else { format!("offset_syncs_topic_location = \"{l}\"") }
+            };
+            let files = [
+                ("c.toml", CLUSTERS.to_string()),
+                ("ew.toml", flow("east", "west", &at(east_west))),
+                ("we.toml", flow("west", "east", &at(west_east))),
+            ];
+            let files: Vec<(&str, &str)> = files.iter().map(|(n, t)| (*n, t.as_str())).collect();
+            parse(&files, &no_env)
+        };
+        // The same setting: a topic each (mm2-offset-syncs.west.internal on east, .east. on west).
+        for l in ["source", "target"] {
+            flows(l, l).unwrap_or_else(|e| panic!("{l} on both: {e}"));
+        }
+        // Different settings: both flows write one topic.
+        for (ew, we, topic, cluster) in [
+            ("source", "target", "mm2-offset-syncs.west.internal", "east"),
+            ("target", "source", "mm2-offset-syncs.east.internal", "west"),
+        ] {
+            let errs = flows(ew, we).expect_err("one topic for two flows").0;
+            assert_eq!(errs.len(), 1, "{errs:?}");
+            let e = &errs[0];
+            assert_eq!((e.file.to_str(), e.key.as_str()), (Some("we.toml"), "offset_syncs_topic_location"), "{e:?}");
+            for part in ["east->west", "west->east", "ew.toml", &format!("{topic} on cluster `{cluster}`"), "compact"] {
+                assert!(e.reason.contains(part), "`{part}` in: {}", e.reason);
+            }
+        }
+        // A flow that writes no syncs, or does not run, shares nothing.
+        let silent = "offset_syncs_topic_location = \"target\"\nemit_offset_syncs_enabled = false\nemit_checkpoints_enabled = false";
+        flows("source", silent).expect("the second flow writes no syncs");
+        flows("source", "offset_syncs_topic_location = \"target\"\nenabled = false")
+            .expect("the second flow is disabled");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use super::supervisor::{ActorKind, FlowSupervisor};
 use super::worker::{Control, Signal, Worker};
 use crate::clients::{FlowConnections, Outgoing};
-use crate::config::{ClusterSpec, FlowPlan, OffsetSyncsLocation};
+use crate::config::{ClusterSpec, FlowPlan};
 use crate::failpoints;
 use crate::kafka::{self, TopicSpec};
 use crate::metrics::METRICS;
@@ -159,17 +159,15 @@ impl SyncQueue {
 }
 
 /// Header of every offset sync ferry writes, naming the flow (`source->target`) it belongs to. The two
-/// flows of a cluster pair with different `offset_syncs_topic_location`s write the same topic
-/// (`mm2-offset-syncs.<A>.internal` on cluster A, named so by either flow): readers keep their own
+/// flows of a cluster pair with different `offset_syncs_topic_location`s would write the same topic
+/// (`mm2-offset-syncs.<A>.internal` on cluster A, named so by either flow; refused by `ferry validate`
+/// within one flows directory, possible with a reverse flow run elsewhere): readers keep their own
 /// flow's syncs apart by it. MM2's syncs carry no header.
 pub const FLOW_HEADER: &str = "ferry.flow";
 
 /// The cluster that holds the offset-syncs topic and the topic's name (mm2-reference.md §2.1).
 pub fn syncs_location(plan: &FlowPlan) -> (&ClusterSpec, String) {
-    match plan.settings.offset_syncs_topic_location {
-        OffsetSyncsLocation::Source => (&plan.source, plan.policy.offset_syncs_topic(&plan.id.target)),
-        OffsetSyncsLocation::Target => (&plan.target, plan.policy.offset_syncs_topic(&plan.id.source)),
-    }
+    plan.offset_syncs_topic()
 }
 
 /// The emitter as a supervised actor.

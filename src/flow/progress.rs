@@ -81,7 +81,8 @@ pub enum Decoded {
     Ours(ProgressRecord),
     /// Another connector's or another source cluster's record (a shared Connect offsets topic).
     Other,
-    /// The flow's key with a value that cannot be read.
+    /// A key that is not Connect's, this connector's key that is not a source partition, or the flow's
+    /// key with a value that is not Connect's JSON with an integral `offset`.
     Bad(String),
 }
 
@@ -94,11 +95,17 @@ pub fn decode(
     value: Option<&[u8]>,
     header: impl Fn(&str) -> Option<String>,
 ) -> Decoded {
-    let Some(key) = key.and_then(connect_offsets::decode_source_key) else { return Decoded::Other };
-    let intent = key.connector != connector;
-    if (intent && key.connector != intent_connector(connector)) || key.cluster != source {
-        return Decoded::Other;
-    }
+    // Someone else's key (another connector's, another source cluster's: Connect's topic may be shared)
+    // is passed over; a key that is not Connect's, or this connector's that is no source partition, is bad.
+    let (key, intent) = match connect_offsets::source_key_for(key, connector, source) {
+        Ok(Some(k)) => (k, false),
+        Ok(None) => match connect_offsets::source_key_for(key, &intent_connector(connector), source) {
+            Ok(Some(k)) => (k, true),
+            Ok(None) => return Decoded::Other,
+            Err(e) => return Decoded::Bad(e.to_string()),
+        },
+        Err(e) => return Decoded::Bad(e.to_string()),
+    };
     let next = match connect_offsets::decode_source_value(value) {
         Ok(Some(last)) if last >= 0 => Some(last + 1),
         Ok(Some(_)) => header(NEXT_HEADER).and_then(|n| n.parse::<i64>().ok()).filter(|n| *n == 0),
@@ -270,8 +277,8 @@ enum Isolation {
 }
 
 /// Reads `partitions` of the flow's offsets topic to their end and hands each of the flow's records to
-/// `f` with its offset, in log order per partition. Undecodable records are skipped with a warning
-/// naming them.
+/// `f` with its offset, in log order per partition. Records that do not decode are skipped, each named
+/// in a warning and counted (`kafka::skip_internal_record`).
 fn read_records(
     plan: &FlowPlan,
     partitions: impl IntoIterator<Item = i32>,
@@ -300,9 +307,12 @@ fn read_records(
         match decode(connector, &plan.id.source, msg.key(), msg.payload(), header) {
             Decoded::Ours(r) => f(r, msg.offset()),
             Decoded::Other => {}
-            Decoded::Bad(e) => tracing::warn!(
-                flow = %plan.id, topic = %topic, partition = msg.partition(), offset = msg.offset(),
-                error = %e, "skipping undecodable copy-progress record"
+            Decoded::Bad(e) => kafka::skip_internal_record(
+                Some(&plan.id.to_string()),
+                &plan.target.alias,
+                msg,
+                "a copy-progress record",
+                &e,
             ),
         }
     })

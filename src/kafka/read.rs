@@ -1,4 +1,5 @@
-//! Reading a topic to its end and a partition's watermarks (start-up reads of internal topics).
+//! Reading a topic to its end and a partition's watermarks (start-up reads of internal topics), and what
+//! every reader of an internal topic does with a record it cannot use ([`skip_internal_record`]).
 
 use super::*;
 
@@ -80,4 +81,31 @@ pub fn watermarks<C: ConsumerContext>(
             other => return other,
         }
     }
+}
+
+/// A record of an internal topic (offset syncs, checkpoints, copy progress, control) that its reader
+/// cannot use, `what` (e.g. "a checkpoint record") for `why`: the reader skips it and goes on, and the
+/// record is named in a warning (topic, partition, offset, why) and counted in
+/// `ferry_internal_records_skipped_total{cluster, topic}`: a tool writing garbage into ferry's (and MM2's)
+/// topics is the beginning of a bad migration, never to pass in silence. Records that are legitimately
+/// someone else's (another flow's, connector's or deployment's) are not for this: their readers pass them
+/// over without a word.
+pub fn skip_internal_record(
+    flow: Option<&str>,
+    cluster: &str,
+    msg: &rdkafka::message::BorrowedMessage<'_>,
+    what: &str,
+    why: &dyn std::fmt::Display,
+) {
+    use rdkafka::message::Message;
+    let (topic, partition, offset) = (msg.topic(), msg.partition(), msg.offset());
+    match flow {
+        Some(flow) => {
+            tracing::warn!(flow = %flow, cluster = %cluster, topic = %topic, partition, offset, error = %why, "skipping {what} that ferry cannot read")
+        }
+        None => {
+            tracing::warn!(cluster = %cluster, topic = %topic, partition, offset, error = %why, "skipping {what} that ferry cannot read")
+        }
+    }
+    crate::metrics::METRICS.internal_records_skipped.with_label_values(&[cluster, topic]).inc();
 }

@@ -45,6 +45,32 @@ pub enum OffsetValueError {
     NotAnInteger(String),
 }
 
+/// A key of the offsets topic that a reader of one connector's source positions cannot take for
+/// someone else's: not Connect's key at all, or the connector's own key for the reader's cluster that
+/// is not a source partition.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OffsetKeyError {
+    #[error("the record has no key")]
+    Missing,
+    #[error("the key is not JSON ({0}): {1}")]
+    Json(String, String),
+    #[error("the key is not Connect's [\"<connector>\", {{<partition>}}]: {0}")]
+    NotConnect(String),
+    #[error("the key of connector `{0}` is not a source partition ({{\"cluster\", \"partition\", \"topic\"}}): {1}")]
+    NotSourcePartition(String, String),
+}
+
+/// At most this much of an undecodable key is quoted in its error.
+const QUOTED: usize = 120;
+
+fn quoted(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    match text.char_indices().nth(QUOTED) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.into_owned(),
+    }
+}
+
 /// Serialized key of the source offset for `cluster`'s `topic`/`partition`, e.g.
 /// `["MirrorSourceConnector",{"cluster":"A","partition":0,"topic":"orders"}]`.
 #[must_use]
@@ -77,11 +103,43 @@ pub fn encode_source_value(last_replicated_offset: i64) -> Vec<u8> {
 #[must_use]
 pub fn decode_source_key(bytes: &[u8]) -> Option<SourceOffsetKey> {
     let value: Value = serde_json::from_slice(bytes).ok()?;
-    let [connector, partition_map] = value.as_array()?.as_slice() else {
+    let (connector, partition) = connect_key(&value)?;
+    source_key(connector, partition)
+}
+
+/// The key of `connector`'s source position of `cluster`'s topic partition, read from a record of the
+/// offsets topic: `Ok(None)` for a key that is legitimately someone else's (another connector's, or this
+/// connector's for another source cluster: a Connect offsets topic is shared), an error for a key that
+/// is neither Connect's `["<connector>", {<partition>}]` (as Connect's own reader checks it:
+/// `OffsetUtils.processPartitionKey`) nor, for this connector and cluster, a source partition.
+pub fn source_key_for(
+    key: Option<&[u8]>,
+    connector: &str,
+    cluster: &str,
+) -> Result<Option<SourceOffsetKey>, OffsetKeyError> {
+    let bytes = key.ok_or(OffsetKeyError::Missing)?;
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| OffsetKeyError::Json(e.to_string(), quoted(bytes)))?;
+    let (name, partition) = connect_key(&value).ok_or_else(|| OffsetKeyError::NotConnect(quoted(bytes)))?;
+    let others = partition.get("cluster").and_then(Value::as_str).is_some_and(|c| c != cluster);
+    if name != connector || others {
+        return Ok(None);
+    }
+    source_key(name, partition).map(Some).ok_or_else(|| OffsetKeyError::NotSourcePartition(name.into(), quoted(bytes)))
+}
+
+/// A Connect offsets key: the connector's name and its partition (a JSON object, or `null`, which Connect
+/// passes over).
+fn connect_key(value: &Value) -> Option<(&str, &Value)> {
+    let [connector, partition] = value.as_array()?.as_slice() else {
         return None;
     };
     let connector = connector.as_str()?;
-    let map = partition_map.as_object()?;
+    (partition.is_object() || partition.is_null()).then_some((connector, partition))
+}
+
+/// A MirrorSourceConnector partition: exactly `cluster`, `partition` (in `i32` range) and `topic`.
+fn source_key(connector: &str, partition: &Value) -> Option<SourceOffsetKey> {
+    let map = partition.as_object()?;
     if map.len() != 3 {
         return None;
     }
@@ -300,6 +358,50 @@ mod tests {
         ] {
             assert_eq!(decode_source_key(key), None, "{}", String::from_utf8_lossy(key));
         }
+    }
+
+    #[test]
+    fn a_reader_passes_over_others_keys_and_names_the_undecodable_ones() {
+        let ours = |key: &[u8]| source_key_for(Some(key), SOURCE_CONNECTOR, "A");
+        assert_eq!(
+            ours(&encode_source_key(SOURCE_CONNECTOR, "A", "t", 2)).unwrap().map(|k| (k.topic, k.partition)),
+            Some(("t".into(), 2))
+        );
+        // Someone else's, legitimately in a shared Connect offsets topic: passed over without a word.
+        for key in [
+            &encode_source_key(SOURCE_CONNECTOR, "B", "t", 0)[..],
+            &encode_source_key("other-mirror", "A", "t", 0),
+            br#"["MirrorCheckpointConnector",{"partition":0,"topic":"A.orders","group":"g1"}]"#,
+            br#"["MirrorHeartbeatConnector",{"sourceClusterAlias":"A","targetClusterAlias":"B"}]"#,
+            br#"["jdbc-source",{"table":"orders"}]"#,
+            br#"["jdbc-source",null]"#,
+            br#"["MirrorSourceConnector",{"cluster":"B","partition":"x"}]"#,
+        ] {
+            assert_eq!(ours(key), Ok(None), "{}", String::from_utf8_lossy(key));
+        }
+        // Not Connect's key at all, or this connector's for this cluster but not a source partition.
+        assert_eq!(source_key_for(None, SOURCE_CONNECTOR, "A"), Err(OffsetKeyError::Missing));
+        assert!(matches!(ours(b"not json"), Err(OffsetKeyError::Json(_, k)) if k == "not json"));
+        assert!(matches!(ours(b"\xff\xfe"), Err(OffsetKeyError::Json(..))));
+        for key in
+            [&br#"{"cluster":"A","partition":0,"topic":"t"}"#[..], b"[1,{}]", br#"["c"]"#, br#"["c",1]"#, b"null"]
+        {
+            assert!(matches!(ours(key), Err(OffsetKeyError::NotConnect(_))), "{}", String::from_utf8_lossy(key));
+        }
+        for key in [
+            &br#"["MirrorSourceConnector",{"cluster":"A","topic":"t"}]"#[..],
+            br#"["MirrorSourceConnector",{"cluster":"A","partition":"0","topic":"t"}]"#,
+            br#"["MirrorSourceConnector",{"partition":0,"topic":"t"}]"#,
+            br#"["MirrorSourceConnector",null]"#,
+        ] {
+            let e = ours(key).unwrap_err();
+            assert!(matches!(e, OffsetKeyError::NotSourcePartition(..)), "{}: {e}", String::from_utf8_lossy(key));
+            assert!(e.to_string().contains("`MirrorSourceConnector` is not a source partition"), "{e}");
+        }
+        // A long key is quoted in part.
+        let long = format!("[{}", "x".repeat(1_000));
+        let e = ours(long.as_bytes()).unwrap_err().to_string();
+        assert!(e.len() < 300 && e.ends_with("..."), "{e}");
     }
 
     #[test]

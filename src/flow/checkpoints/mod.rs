@@ -490,17 +490,16 @@ impl<'a> Computer<'a> {
 }
 
 /// Every checkpoint in `topic` (partition 0) on the target, oldest first. Records that do not decode
-/// are skipped with a warning naming them; they never stop the flow.
+/// are skipped, each named in a warning and counted (`kafka::skip_internal_record`); they never stop
+/// the flow.
 pub fn load_checkpoints(plan: &FlowPlan, topic: &str) -> Result<Vec<Checkpoint>, KafkaOpError> {
     let consumer = kafka::assign_only_consumer(&plan.target, &plan.id, "checkpoints-reader")?;
     let mut out = Vec::new();
+    let flow = plan.id.to_string();
     kafka::read_to_end(&consumer, &plan.target.alias, topic, [0], |msg| {
         match Checkpoint::decode(msg.key().unwrap_or_default(), msg.payload()) {
             Ok(cp) => out.push(cp),
-            Err(e) => tracing::warn!(
-                flow = %plan.id, topic, partition = 0, offset = msg.offset(), error = %e,
-                "skipping a checkpoint record that does not decode"
-            ),
+            Err(e) => kafka::skip_internal_record(Some(&flow), &plan.target.alias, msg, "a checkpoint record", &e),
         }
     })?;
     Ok(out)

@@ -8,9 +8,11 @@
 //! `mm2-offset-syncs.<S>.internal` on T. Each flow writes one of them, chosen by its
 //! `offset_syncs_topic_location`. Both flows with the same setting write different topics: the reverse
 //! flow's is the one this flow does not write ([`reverse_syncs_location`]). With different settings they
-//! write the same topic, this flow's own. The reverse flow may run on this node, on another node or in
-//! MM2, so its setting is not assumed; the readers tell the syncs apart by the [`FLOW_HEADER`] ferry puts
-//! on every sync (see [`route`]):
+//! write the same topic, this flow's own, where compaction (keyed by topic and partition alone) can drop
+//! one flow's newest sync for the other's: `ferry validate` refuses the two in one flows directory. The
+//! reverse flow may still run elsewhere (another deployment, MM2) and earlier settings leave syncs
+//! behind, so its setting is not assumed; the readers tell the syncs apart by the [`FLOW_HEADER`] ferry
+//! puts on every sync (see [`route`]):
 //! - the forward reader keeps this flow's syncs and unmarked ones (MM2's, or a ferry before the header:
 //!   the history a takeover from MM2 starts from), and sets the reverse flow's aside in
 //!   [`CheckpointState::reverse_here`];
@@ -443,10 +445,7 @@ impl SyncReader {
                 };
                 store.handle(sync.topic, sync.partition, stored);
             }
-            Err(e) => tracing::warn!(
-                topic = %self.topic, partition = msg.partition(), offset = msg.offset(), error = %e,
-                "skipping an offset-sync record that does not decode"
-            ),
+            Err(e) => kafka::skip_internal_record(Some(&self.this), &self.cluster, msg, "an offset-sync record", &e),
         }
     }
 }

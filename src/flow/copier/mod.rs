@@ -387,6 +387,7 @@ impl CopyLoop {
             }
             self.book.advance(&self.shared, &self.probe, Instant::now());
             self.book.apply(&self.consumer, self.held)?;
+            self.book.settle_gaps(&self.consumer, &self.acks);
             // The offset-sync emitter is behind (its cluster may be away): stop copying rather than drop
             // syncs; the queue drains when it comes back. Same when an operator paused the flow. The
             // consumer is polled on regardless: it serves the copier group (rebalances, liveness).

@@ -144,6 +144,9 @@ pub struct Book {
     to_unassign: Vec<SourcePartition>,
     /// Topics deleted on the source: forgotten (positions, metric series) once their partitions are gone.
     forget: BTreeSet<String>,
+    /// Copying partitions the probe found behind their log's end with nothing in flight: checked for
+    /// offsets the consumer passed without handing them over ([`Book::settle_gaps`]).
+    gaps: BTreeSet<SourcePartition>,
     copying: usize,
     problems_changed: bool,
     watch_changed: bool,
@@ -169,6 +172,7 @@ impl Book {
             to_assign: Vec::new(),
             to_unassign: Vec::new(),
             forget: BTreeSet::new(),
+            gaps: BTreeSet::new(),
             copying: 0,
             // The first report replaces whatever an earlier copier lifetime reported.
             problems_changed: true,
@@ -360,6 +364,44 @@ impl Book {
                     part.state = State::Backoff { until: Instant::now() + RECHECK };
                     self.attention.insert(tp);
                 }
+            }
+            Verdict::Behind => {
+                if !probing {
+                    self.gaps.insert(tp);
+                }
+            }
+        }
+    }
+
+    /// The partitions the probe found behind the end of their logs with nothing in flight: where the
+    /// consumer's position passed offsets it never handed over, and every record it did hand over is
+    /// copied, those offsets hold nothing to copy. They are transaction markers (a commit's or an
+    /// abort's, which no consumer is handed) and, reading `read_committed`, the records of aborted
+    /// transactions; they count as copied, so a transactional source's lag reaches 0 once every record
+    /// is copied. Real lag stays: a `read_committed` consumer stops before a transaction still open, and
+    /// records fetched but not yet acknowledged (or held back) leave the position where it is.
+    pub fn settle_gaps(
+        &mut self,
+        consumer: &BaseConsumer<impl rdkafka::consumer::ConsumerContext>,
+        acks: &Arc<AckTable>,
+    ) {
+        // A partition about to be sought has a position from before the seek: asked after the seek.
+        if self.gaps.is_empty() || !self.to_assign.is_empty() {
+            return;
+        }
+        let asked: Vec<SourcePartition> = std::mem::take(&mut self.gaps).into_iter().collect();
+        let flow = self.flow.clone();
+        for (topic, partition, position) in crate::raw_admin::consumer_positions(consumer, &asked) {
+            let Some(part) = self.topics.get_mut(&topic).and_then(|e| e.parts.get_mut(&partition)) else { continue };
+            if !matches!(part.state, State::Copying) {
+                continue;
+            }
+            let copied = part.ack.next().unwrap_or(part.started_at);
+            let unseen = unseen_gap(copied, part.next_fetch, part.ack.in_flight(), part.held_from.is_some(), position);
+            if let Some(to) = unseen {
+                tracing::debug!(flow = %flow, topic, partition, from = copied, to, "offsets the consumer passed without handing them over (transaction markers) count as copied");
+                part.ack.skipped(acks, to - 1);
+                part.next_fetch = to;
             }
         }
     }
@@ -790,6 +832,16 @@ impl Book {
     }
 }
 
+/// Where a copying partition's position may move without copying anything: to the consumer's
+/// `position` when it is past `fetched` (the offset after the last record the consumer handed over) and
+/// everything handed over is copied (`copied == fetched`, nothing in flight, nothing held back to be
+/// fetched again). The offsets in between were never handed over: transaction markers, and aborted
+/// records when reading `read_committed`.
+fn unseen_gap(copied: i64, fetched: i64, in_flight: i64, held: bool, position: Option<i64>) -> Option<i64> {
+    let position = position?;
+    (copied == fetched && in_flight == 0 && !held && position > fetched).then_some(position)
+}
+
 /// Seek `tpl`'s partitions; each with its position and its own result.
 type Sought = Vec<(String, i32, Offset, Result<(), rdkafka::error::KafkaError>)>;
 
@@ -829,6 +881,25 @@ fn seek(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offsets_passed_without_a_record_count_as_copied_only_when_everything_handed_over_is() {
+        // Copied up to 10 (next 10), fetched up to 10; the consumer passed a commit marker at 10.
+        assert_eq!(unseen_gap(10, 10, 0, false, Some(11)), Some(11));
+        // ... or an aborted transaction's 5 records and its marker (read_committed).
+        assert_eq!(unseen_gap(10, 10, 0, false, Some(16)), Some(16));
+        // Nothing passed: an open transaction the read_committed consumer waits before is lag.
+        assert_eq!(unseen_gap(10, 10, 0, false, Some(10)), None);
+        // No position since the last seek (or the assignment).
+        assert_eq!(unseen_gap(10, 10, 0, false, None), None);
+        // Records fetched and not acknowledged yet (or refused: the position froze before them).
+        assert_eq!(unseen_gap(8, 10, 2, false, Some(11)), None);
+        assert_eq!(unseen_gap(8, 10, 0, false, Some(11)), None);
+        // Acknowledged, but the partition still counts a record in flight.
+        assert_eq!(unseen_gap(10, 10, 1, false, Some(11)), None);
+        // Records polled while the flow was held: not sent, to be fetched again.
+        assert_eq!(unseen_gap(10, 10, 0, true, Some(14)), None);
+    }
 
     #[test]
     fn retries_back_off_exponentially_up_to_a_minute() {

@@ -20,7 +20,12 @@
 //! time, at the end the copier's own isolation level sees (the last stable offset when reading
 //! `read_committed`) or at the first record at or after the time ([`Verdict::Fresh`]).
 //!
-//! Besides, the source lag is measured every [`LAG_INTERVAL`]. Each round of queries is counted in
+//! Besides, the source lag is measured every [`LAG_INTERVAL`]: the high watermark minus the next offset
+//! to copy. A partition behind with nothing in flight is reported ([`Verdict::Behind`]): its gap may be
+//! records no consumer is ever handed (a transaction's commit or abort marker, and the aborted records
+//! themselves when reading `read_committed`), which the copy loop then counts as copied once its consumer
+//! passed them (`Book::settle_gaps`), so that a transactional source's lag reaches 0 once every record is
+//! copied. Each round of queries is counted in
 //! `ferry_probe_queries_total{flow, kind, result}` (kind: `assign`, `range`, `ids`, `lag`), so that an
 //! operator (and a test) sees what the probe costs the source and whether its questions fail.
 //!
@@ -112,6 +117,9 @@ pub enum Verdict {
     Missing,
     /// The check failed; ask again later.
     Unknown(String),
+    /// Not an answer to a check: the lag measurement found the copying partition behind the end of its
+    /// log with nothing of it in flight (see the module doc).
+    Behind,
 }
 
 /// A verdict, for one partition.
@@ -313,7 +321,9 @@ impl ProbeLoop {
     }
 
     /// Source lag per topic: the partitions' high watermarks minus the next offset to copy (records of an
-    /// open transaction count: they are not copied yet).
+    /// open transaction count: they are not copied yet). Copying partitions behind with nothing in flight
+    /// are reported [`Verdict::Behind`]: the copy loop looks whether its consumer passed the gap without
+    /// being handed a record (transaction markers), which then counts as copied.
     fn measure_lag(&mut self) {
         let tps: Vec<SourcePartition> =
             self.watched.iter().flat_map(|(t, w)| w.partitions.iter().map(move |p| (t.clone(), p.partition))).collect();
@@ -329,11 +339,15 @@ impl ProbeLoop {
         };
         let metrics = &crate::metrics::METRICS;
         let mut exported = HashSet::new();
+        let mut idle_behind = Vec::new();
         for (topic, w) in &self.watched {
             let mut lag = 0;
             for p in &w.partitions {
                 let Some(high) = highs.get(&(topic.clone(), p.partition)) else { continue };
                 let behind = (high - p.ack.next().unwrap_or(p.start)).max(0);
+                if behind > 0 && p.copying && p.ack.in_flight() == 0 {
+                    idle_behind.push((topic.clone(), p.partition));
+                }
                 lag += behind;
                 if self.per_partition {
                     metrics.partition_lag.with_label_values(&[&self.flow, topic, &p.partition.to_string()]).set(behind);
@@ -346,6 +360,11 @@ impl ProbeLoop {
             metrics.remove_partition(&self.flow, topic, *partition);
         }
         self.exported = exported;
+        for tp in idle_behind {
+            if self.reports.send((tp, Verdict::Behind)).is_err() {
+                return; // the copy loop is gone
+            }
+        }
     }
 
     /// Counts a round of queries of `kind` by its outcome, and passes the outcome on.
