@@ -109,10 +109,12 @@ impl Handler<SetPaused> for FlowSupervisor {
         if self.copier.is_none() {
             self.paused.settle(msg.0); // no copy loop: nothing is fetched; the next one starts as asked
         }
-        let (status, flow, paused) = (self.status.clone(), self.flow(), msg.0);
+        let (status, flow, switch) = (self.status.clone(), self.flow(), self.paused.clone());
         Box::pin(async move {
             let done = tokio::time::timeout(PAUSE_APPLY_TIMEOUT, applied).await.is_ok_and(|r| r.is_ok());
-            status.set_paused(&flow, paused);
+            // The state wanted now: a later ask the other way may have answered this one (or this one
+            // timed out after it), and `/flows` must not show the earlier ask's state.
+            status.set_paused(&flow, switch.wanted());
             done
         })
     }
