@@ -580,7 +580,7 @@ mod tests {
     #[test]
     fn ready_means_flows_loaded_not_every_cluster_answering() {
         let board = StatusBoard::default();
-        board.flow_started("east->west", 1);
+        board.flow_started("east->west", 1, crate::config::Delivery::AtLeastOnce);
         board.set("east->west", "copier", crate::status::ActorState::Starting, None);
         // Before the startup reload is recorded: not ready, whatever the flows do.
         let (code, body) = ready_answer(&board);

@@ -252,7 +252,7 @@ impl Node {
     fn show_disabled(&self, set: &FlowSet) {
         for (id, plan) in &set.flows {
             if !plan.settings.enabled && !self.running.contains_key(id) {
-                self.status.flow_disabled(&id.to_string());
+                self.status.flow_disabled(&id.to_string(), plan.settings.delivery);
             }
         }
     }
@@ -425,8 +425,8 @@ impl Handler<Apply> for Node {
                     for id in &removed {
                         // Its series go with it; a disabled flow stays listed as stopped.
                         METRICS.remove_flow(&id.to_string());
-                        if set.flows.contains_key(id) {
-                            node.status.flow_disabled(&id.to_string());
+                        if let Some(plan) = set.flows.get(id) {
+                            node.status.flow_disabled(&id.to_string(), plan.settings.delivery);
                         } else {
                             node.status.remove_flow(&id.to_string());
                         }

@@ -355,13 +355,13 @@ impl Actor for FlowSupervisor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         tracing::info!(flow = %self.plan.id, file = %self.plan.file.display(), generation = self.generation, "starting flow");
-        self.status.flow_started(&self.flow(), self.generation);
+        self.status.flow_started(&self.flow(), self.generation, self.plan.settings.delivery);
         self.status.set_paused(&self.flow(), self.paused.wanted());
         let flow = self.flow();
         let actors: Vec<&str> = self.running(&ActorKind::ALL).iter().map(|k| k.name()).collect();
         METRICS.init_flow(&flow, &actors);
-        // An exactly-once flow's transaction series exist from its start (at zero): `/flows` shows its
-        // delivery mode from them even while its copier cannot start.
+        // An exactly-once flow's transaction series exist from its start (at zero), even while its copier
+        // cannot start: an alert on them sees the flow.
         if self.plan.settings.delivery == crate::config::Delivery::ExactlyOnce {
             for result in ["committed", "aborted"] {
                 METRICS.transactions.with_label_values(&[&flow, result]).inc_by(0);
