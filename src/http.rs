@@ -598,6 +598,7 @@ mod tests {
             rolled_back: Vec::new(),
             attempt: 1,
             retry: None,
+            next_attempt_at: None,
         });
         // A cluster away: the flow is degraded, the node ready, the flow named with its reason.
         board.set("east->west", "copier", crate::status::ActorState::Degraded, Some("cluster `west`: down".into()));

@@ -3,8 +3,8 @@
 //! from the running set. Unchanged flows are never touched (same actors, same clients, no pause);
 //! removed flows stop gracefully; a changed flow's new plan is checked first (its clusters must answer),
 //! and if it cannot start the flow keeps its old plan and the reload reports `rolled_back`. A rolled-back
-//! change is not taken as loaded: the next rescan (or any other trigger) tries it again, until it applies
-//! or the files change.
+//! change is not taken as loaded: it is tried again by itself after a wait that doubles with each failed
+//! attempt ([`reload::retry_delay`]), or at once on SIGHUP, `POST /reload` or an edit, until it applies.
 //!
 //! Reloads are serialised: while one runs (stopping and starting flows takes seconds), the next waits.
 //! A dry run ([`PlanReload`]) is the same read and diff, answered without applying anything.
@@ -46,9 +46,8 @@ pub struct Node {
     /// Content hash of the directory as last loaded (valid or not); `None` after a rollback, so that the
     /// next watch event or rescan tries the change again instead of finding it "unchanged".
     loaded_hash: Option<u64>,
-    /// The content hash of a change that was rolled back, and how many reloads in a row tried it: the
-    /// `attempt` of the next outcome for the same content.
-    retrying: Option<(u64, u32)>,
+    /// A change that was rolled back, tried again by itself when its wait runs out.
+    retrying: Option<Retrying>,
     /// The set to apply at start (validated by the caller).
     initial: Option<FlowSet>,
     stopping: bool,
@@ -68,6 +67,14 @@ pub struct Node {
     /// `POST /reload`): see [`Node::with_auto_reload`].
     auto_reload: bool,
     _watch: Option<reload::DirWatch>,
+}
+
+/// A rolled-back change: its content hash, how many reloads in a row tried it (the next outcome for
+/// the same content is attempt + 1), and the timer that tries it again (none with `--reload manual`).
+struct Retrying {
+    hash: u64,
+    attempt: u32,
+    timer: Option<SpawnHandle>,
 }
 
 /// The default node id: `FERRY_NODE_ID`, else the host name (stable across restarts in a StatefulSet,
@@ -247,6 +254,27 @@ impl Node {
         self.status.set_last_reload(outcome.clone());
     }
 
+    /// A reload of content `hash` was rolled back at its `attempt`th try in a row: schedule the next try
+    /// (on a node that reloads by itself) and say when in `o`.
+    fn retry_later(&mut self, hash: Option<u64>, attempt: u32, o: &mut ReloadOutcome, ctx: &mut Context<Self>) {
+        let Some(hash) = hash else { return };
+        if !self.auto_reload {
+            self.retrying = Some(Retrying { hash, attempt, timer: None });
+            o.retry = Some("by SIGHUP or POST /reload (this node reloads only when asked)".into());
+            return;
+        }
+        let wait = reload::retry_delay(attempt, reload::rescan_interval());
+        let timer = ctx.run_later(wait, |_, ctx| ctx.notify(Reload { trigger: Trigger::Retry }));
+        self.retrying = Some(Retrying { hash, attempt, timer: Some(timer) });
+        let at = rfc3339(SystemTime::now() + wait);
+        o.retry = Some(format!(
+            "at {at} (in {wait:?}; the wait doubles after each failed attempt, up to {:?}), or at once by SIGHUP, \
+             POST /reload or an edit",
+            reload::RETRY_WAIT_MAX
+        ));
+        o.next_attempt_at = Some(at);
+    }
+
     /// Show flows that are defined but disabled (a running flow that gets disabled is shown so once it
     /// has stopped).
     fn show_disabled(&self, set: &FlowSet) {
@@ -316,6 +344,7 @@ fn outcome(trigger: Trigger, result: ReloadResult, error: Option<String>) -> Rel
         rolled_back: Vec::new(),
         attempt: 1,
         retry: None,
+        next_attempt_at: None,
     }
 }
 
@@ -332,7 +361,11 @@ impl Handler<Reload> for Node {
             )));
         }
         let hash = reload::content_hash(&self.flows_dir);
-        if !trigger.forces() && Some(hash) == self.loaded_hash {
+        // A rolled-back change is left to its retry timer by the watcher and the rescan: they would try it
+        // every 30 s, 10 s of node time each while its cluster stays away.
+        let waiting = self.retrying.as_ref().is_some_and(|r| r.hash == hash);
+        let unchanged = Some(hash) == self.loaded_hash || (waiting && trigger != Trigger::Retry);
+        if !trigger.forces() && unchanged {
             return Box::pin(fut::ready(outcome(trigger, ReloadResult::Unchanged, None)));
         }
         self.loaded_hash = Some(hash);
@@ -372,13 +405,17 @@ impl Handler<PlanReload> for Node {
 impl Handler<Apply> for Node {
     type Result = AtomicResponse<Self, ReloadOutcome>;
 
-    fn handle(&mut self, msg: Apply, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Apply, ctx: &mut Context<Self>) -> Self::Result {
         let Apply { set, trigger, hash } = msg;
         if let Some(h) = hash {
             self.loaded_hash = Some(h);
         }
-        let attempt = match (self.retrying.take(), hash) {
-            (Some((retried, n)), Some(h)) if retried == h => n + 1,
+        let retried = self.retrying.take();
+        if let Some(timer) = retried.as_ref().and_then(|r| r.timer) {
+            ctx.cancel_future(timer);
+        }
+        let attempt = match (retried, hash) {
+            (Some(r), Some(h)) if r.hash == h => r.attempt + 1,
             _ => 1,
         };
         let d = config::diff(&self.running_plans(), &set);
@@ -445,11 +482,7 @@ impl Handler<Apply> for Node {
                         // Not loaded: the old plans run, not what the files say. A cluster that did not
                         // answer may answer at the next try (a secret rotated during a brief outage).
                         node.loaded_hash = None;
-                        node.retrying = hash.map(|h| (h, attempt));
-                        o.retry = Some(format!(
-                            "at the next rescan (every {:?}), or at once by SIGHUP or POST /reload",
-                            reload::rescan_interval()
-                        ));
+                        node.retry_later(hash, attempt, &mut o, ctx);
                     }
                     node.prune_controls();
                     // The files of the clusters the running flows use: a rolled-back flow still runs on
