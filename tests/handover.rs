@@ -418,8 +418,7 @@ fn last_pause_record(west: &Cluster, deployment: &str) -> serde_json::Value {
     let key = format!("pause|{deployment}|{FLOW}");
     consume_all(&west.bootstrap, "ferry.control.internal", READ)
         .into_iter()
-        .filter(|r| r.key.as_deref() == Some(key.as_bytes()))
-        .next_back()
+        .rfind(|r| r.key.as_deref() == Some(key.as_bytes()))
         .and_then(|r| r.value)
         .map(|v| serde_json::from_slice(&v).expect("a pause record is JSON"))
         .expect("a pause record of the flow")
