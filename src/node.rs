@@ -43,8 +43,8 @@ pub struct Node {
     running: BTreeMap<FlowId, Running>,
     /// Starts per flow id over the node's life: each (re)start is a new generation.
     generations: BTreeMap<FlowId, u64>,
-    /// Content hash of the directory as last loaded (valid or not); `None` after a rollback, so that the
-    /// next watch event or rescan tries the change again instead of finding it "unchanged".
+    /// Content hash of the directory as last loaded (valid or not); `None` after a rollback: that content
+    /// is not loaded (its retry, an edit or a reload that is asked for tries it again).
     loaded_hash: Option<u64>,
     /// A change that was rolled back, tried again by itself when its wait runs out.
     retrying: Option<Retrying>,
@@ -170,11 +170,10 @@ impl Node {
     }
 
     /// A pause record of `flow` from a control topic (read, or written here and acknowledged): applied
-    /// and shown if it is the newest this node has seen, in the topic's order. `false`: it is not.
-    fn note_pause(&mut self, flow: &FlowId, logged: Logged) -> bool {
-        let newer = self.pauses.apply(flow, logged);
+    /// if it is the newest this node has seen, in the topic's order.
+    fn note_pause(&mut self, flow: &FlowId, logged: Logged) {
+        self.pauses.apply(flow, logged);
         self.show_pause(flow);
-        newer
     }
 
     /// `/flows` shows the decision in force for `flow`.
@@ -540,7 +539,7 @@ pub struct PauseOutcome {
     /// This node's copier applied it (see `SetPaused`).
     pub applied: bool,
     /// Recorded in the control topic for the whole deployment, or why not (then it holds on this node
-    /// only, until it restarts).
+    /// only, until it restarts or a later decision is recorded).
     pub recorded: Result<(), String>,
     /// A later decision the other way, recorded after this one, is in force (every node follows the
     /// control topic's last record): who took it and when, in words.
