@@ -28,6 +28,12 @@ pub const CHECKPOINTS_BACKLOG: &str = "checkpoints-backlog";
 pub const COPIER_PROBE: &str = "copier-probe";
 /// Per consumer group: `checkpoints-group-offsets=return(GROUP)` fails reading GROUP's offsets only.
 pub const CHECKPOINTS_GROUP_OFFSETS: &str = "checkpoints-group-offsets";
+/// `control-ack=return(MS)`: a node applies the acknowledgement of its own pause or resume MS milliseconds
+/// late (as a loaded node may), by when its tail of the control topic may have read a later decision.
+pub const CONTROL_ACK: &str = "control-ack";
+/// `reload-preflight=return`: a reload's check that a changed flow's clusters answer fails at once, as if
+/// they did not (the real check takes its full 10 s against a cluster that is away).
+pub const RELOAD_PREFLIGHT: &str = "reload-preflight";
 
 /// `copier-claim=1*return(MILLIS)`: the copier holds MILLIS between reading the progress of partitions
 /// the group gave it and committing its claim of them (a test freezes the node there).
@@ -63,6 +69,17 @@ pub fn held(name: &'static str) -> bool {
     let _ = name;
     fail::fail_point!(name, |_| true);
     false
+}
+
+/// How long the point `name` holds something up when configured as `return(MS)`; never in release builds.
+#[inline]
+pub fn delay(name: &'static str) -> Option<std::time::Duration> {
+    #[cfg(feature = "failpoints")]
+    if let Some(Some(ms)) = fail::eval(name, |arg: Option<String>| arg.and_then(|a| a.trim().parse::<u64>().ok())) {
+        return Some(std::time::Duration::from_millis(ms));
+    }
+    let _ = name;
+    None
 }
 
 /// `Err` when the point `name` is configured as `return(ITEM)` with this `item` (e.g. one consumer

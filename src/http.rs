@@ -255,17 +255,22 @@ async fn set_paused(node: web::Data<Addr<Node>>, id: web::Path<String>, paused: 
     };
     match node.send(Pause { flow: flow.clone(), paused }).await {
         // 200: recorded for the deployment, and this node's copier stopped fetching (pause) with what it
-        // had in flight settled. 202: one of the two is not done yet (the detail says which).
+        // had in flight settled. 202: one of the two is not done yet, or a later decision the other way
+        // was recorded before this one took effect here (the detail says which).
         Ok(Ok(outcome)) => {
             let mut body = serde_json::json!({
                 "flow": flow.to_string(), "paused": paused, "applied": outcome.applied,
-                "recorded": outcome.recorded.is_ok(),
+                "recorded": outcome.recorded.is_ok(), "overtaken": outcome.overtaken.is_some(),
             });
             let mut detail = Vec::new();
             if let Err(e) = &outcome.recorded {
                 detail.push(format!("not recorded for the deployment (this node only, until it restarts): {e}"));
             }
-            if !outcome.applied {
+            if let Some(later) = &outcome.overtaken {
+                detail.push(format!(
+                    "overtaken by a later decision recorded in the control topic ({later}): every node follows that one"
+                ));
+            } else if !outcome.applied {
                 detail.push("this node's copier has not confirmed it yet (see /flows)".to_string());
             }
             if detail.is_empty() {
@@ -575,7 +580,7 @@ mod tests {
     #[test]
     fn ready_means_flows_loaded_not_every_cluster_answering() {
         let board = StatusBoard::default();
-        board.flow_started("east->west", 1);
+        board.flow_started("east->west", 1, crate::config::Delivery::AtLeastOnce);
         board.set("east->west", "copier", crate::status::ActorState::Starting, None);
         // Before the startup reload is recorded: not ready, whatever the flows do.
         let (code, body) = ready_answer(&board);
@@ -593,6 +598,7 @@ mod tests {
             rolled_back: Vec::new(),
             attempt: 1,
             retry: None,
+            next_attempt_at: None,
         });
         // A cluster away: the flow is degraded, the node ready, the flow named with its reason.
         board.set("east->west", "copier", crate::status::ActorState::Degraded, Some("cluster `west`: down".into()));

@@ -3,8 +3,8 @@
 //! from the running set. Unchanged flows are never touched (same actors, same clients, no pause);
 //! removed flows stop gracefully; a changed flow's new plan is checked first (its clusters must answer),
 //! and if it cannot start the flow keeps its old plan and the reload reports `rolled_back`. A rolled-back
-//! change is not taken as loaded: the next rescan (or any other trigger) tries it again, until it applies
-//! or the files change.
+//! change is not taken as loaded: it is tried again by itself after a wait that doubles with each failed
+//! attempt ([`reload::retry_delay`]), or at once on SIGHUP, `POST /reload` or an edit, until it applies.
 //!
 //! Reloads are serialised: while one runs (stopping and starting flows takes seconds), the next waits.
 //! A dry run ([`PlanReload`]) is the same read and diff, answered without applying anything.
@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 
 use crate::clients::{Clients, FlowConnections};
 use crate::config::{self, FlowId, FlowPlan, FlowSet};
-use crate::control::{self, ControlWatch, PauseRecord, PauseSeen, PausesRead};
+use crate::control::{self, ControlWatch, Logged, PauseRecord, PauseSeen, Pauses, PausesRead};
 use crate::flow::supervisor::SetPaused;
 use crate::flow::{FlowSupervisor, Identity, StopFlow};
 use crate::kafka;
@@ -43,22 +43,19 @@ pub struct Node {
     running: BTreeMap<FlowId, Running>,
     /// Starts per flow id over the node's life: each (re)start is a new generation.
     generations: BTreeMap<FlowId, u64>,
-    /// Content hash of the directory as last loaded (valid or not); `None` after a rollback, so that the
-    /// next watch event or rescan tries the change again instead of finding it "unchanged".
+    /// Content hash of the directory as last loaded (valid or not); `None` after a rollback: that content
+    /// is not loaded (its retry, an edit or a reload that is asked for tries it again).
     loaded_hash: Option<u64>,
-    /// The content hash of a change that was rolled back, and how many reloads in a row tried it: the
-    /// `attempt` of the next outcome for the same content.
-    retrying: Option<(u64, u32)>,
+    /// A change that was rolled back, tried again by itself when its wait runs out.
+    retrying: Option<Retrying>,
     /// The set to apply at start (validated by the caller).
     initial: Option<FlowSet>,
     stopping: bool,
     /// Who this node is among the nodes that share its flows.
     identity: Arc<Identity>,
-    /// Flows an operator paused, as this node last knew (the control topic says it for the whole
-    /// deployment; this is what a flow starts with while its target's control topic cannot be read).
-    paused: std::collections::BTreeSet<FlowId>,
-    /// The deployment-wide pause of each flow, from the control topics (see `control`).
-    pauses: BTreeMap<FlowId, PauseRecord>,
+    /// Each flow's pause, as the control topics (see `control`) and this node's own writes to them said
+    /// it, in the topics' order; what a flow starts with while its target's control topic cannot be read.
+    pauses: Pauses,
     /// One control-topic reader and writer per target cluster connection of the running flows, and
     /// whether it has read the topic to its end yet.
     controls: BTreeMap<String, (ControlWatch, bool)>,
@@ -70,6 +67,14 @@ pub struct Node {
     /// `POST /reload`): see [`Node::with_auto_reload`].
     auto_reload: bool,
     _watch: Option<reload::DirWatch>,
+}
+
+/// A rolled-back change: its content hash, how many reloads in a row tried it (the next outcome for
+/// the same content is attempt + 1), and the timer that tries it again (none with `--reload manual`).
+struct Retrying {
+    hash: u64,
+    attempt: u32,
+    timer: Option<SpawnHandle>,
 }
 
 /// The default node id: `FERRY_NODE_ID`, else the host name (stable across restarts in a StatefulSet,
@@ -102,8 +107,7 @@ impl Node {
             generations: BTreeMap::new(),
             initial: Some(initial),
             stopping: false,
-            paused: std::collections::BTreeSet::new(),
-            pauses: BTreeMap::new(),
+            pauses: Pauses::default(),
             controls: BTreeMap::new(),
             copied: BTreeMap::new(),
             clients: Clients::new(),
@@ -165,19 +169,22 @@ impl Node {
         self.controls.retain(|key, _| used.contains(key));
     }
 
-    /// A pause record of `flow` (from the control topic, or written here): remember it, show it.
-    fn note_pause(&mut self, flow: &FlowId, record: Option<PauseRecord>) {
-        let paused = record.as_ref().is_some_and(|r| r.paused);
-        if paused {
-            self.paused.insert(flow.clone());
-        } else {
-            self.paused.remove(flow);
-        }
-        self.status.set_pause_record(&flow.to_string(), record.clone());
-        match record {
-            Some(r) => self.pauses.insert(flow.clone(), r),
-            None => self.pauses.remove(flow),
-        };
+    /// A pause record of `flow` from a control topic (read, or written here and acknowledged): applied
+    /// if it is the newest this node has seen, in the topic's order.
+    fn note_pause(&mut self, flow: &FlowId, logged: Logged) {
+        self.pauses.apply(flow, logged);
+        self.show_pause(flow);
+    }
+
+    /// `/flows` shows the decision in force for `flow`.
+    fn show_pause(&self, flow: &FlowId) {
+        self.status.set_pause_record(&flow.to_string(), self.pauses.record(flow).cloned());
+    }
+
+    /// Whether `connection`'s control topic speaks for `flow`: that of its target while it runs. A
+    /// reader pruned after the flow moved to another target may still deliver a record or two.
+    fn speaks_for(&self, flow: &FlowId, connection: &str) -> bool {
+        self.running.get(flow).is_none_or(|r| control::connection_key(&r.plan.target) == connection)
     }
 
     fn start_flow(&mut self, plan: Arc<FlowPlan>, ctx: &mut Context<Self>) {
@@ -188,7 +195,7 @@ impl Node {
             *g += 1;
             *g
         };
-        let paused = self.paused.contains(&id);
+        let paused = self.pauses.paused(&id);
         let conns = FlowConnections::new(&self.clients, &plan.source, &plan.target);
         let addr = FlowSupervisor::new(
             plan.clone(),
@@ -246,12 +253,33 @@ impl Node {
         self.status.set_last_reload(outcome.clone());
     }
 
+    /// A reload of content `hash` was rolled back at its `attempt`th try in a row: schedule the next try
+    /// (on a node that reloads by itself) and say when in `o`.
+    fn retry_later(&mut self, hash: Option<u64>, attempt: u32, o: &mut ReloadOutcome, ctx: &mut Context<Self>) {
+        let Some(hash) = hash else { return };
+        if !self.auto_reload {
+            self.retrying = Some(Retrying { hash, attempt, timer: None });
+            o.retry = Some("by SIGHUP or POST /reload (this node reloads only when asked)".into());
+            return;
+        }
+        let wait = reload::retry_delay(attempt, reload::rescan_interval());
+        let timer = ctx.run_later(wait, |_, ctx| ctx.notify(Reload { trigger: Trigger::Retry }));
+        self.retrying = Some(Retrying { hash, attempt, timer: Some(timer) });
+        let at = rfc3339(SystemTime::now() + wait);
+        o.retry = Some(format!(
+            "at {at} (in {wait:?}; the wait doubles after each failed attempt, up to {:?}), or at once by SIGHUP, \
+             POST /reload or an edit",
+            reload::RETRY_WAIT_MAX
+        ));
+        o.next_attempt_at = Some(at);
+    }
+
     /// Show flows that are defined but disabled (a running flow that gets disabled is shown so once it
     /// has stopped).
     fn show_disabled(&self, set: &FlowSet) {
         for (id, plan) in &set.flows {
             if !plan.settings.enabled && !self.running.contains_key(id) {
-                self.status.flow_disabled(&id.to_string());
+                self.status.flow_disabled(&id.to_string(), plan.settings.delivery);
             }
         }
     }
@@ -315,6 +343,7 @@ fn outcome(trigger: Trigger, result: ReloadResult, error: Option<String>) -> Rel
         rolled_back: Vec::new(),
         attempt: 1,
         retry: None,
+        next_attempt_at: None,
     }
 }
 
@@ -331,7 +360,11 @@ impl Handler<Reload> for Node {
             )));
         }
         let hash = reload::content_hash(&self.flows_dir);
-        if !trigger.forces() && Some(hash) == self.loaded_hash {
+        // A rolled-back change is left to its retry timer by the watcher and the rescan: they would try it
+        // every 30 s, 10 s of node time each while its cluster stays away.
+        let waiting = self.retrying.as_ref().is_some_and(|r| r.hash == hash);
+        let unchanged = Some(hash) == self.loaded_hash || (waiting && trigger != Trigger::Retry);
+        if !trigger.forces() && unchanged {
             return Box::pin(fut::ready(outcome(trigger, ReloadResult::Unchanged, None)));
         }
         self.loaded_hash = Some(hash);
@@ -371,13 +404,17 @@ impl Handler<PlanReload> for Node {
 impl Handler<Apply> for Node {
     type Result = AtomicResponse<Self, ReloadOutcome>;
 
-    fn handle(&mut self, msg: Apply, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Apply, ctx: &mut Context<Self>) -> Self::Result {
         let Apply { set, trigger, hash } = msg;
         if let Some(h) = hash {
             self.loaded_hash = Some(h);
         }
-        let attempt = match (self.retrying.take(), hash) {
-            (Some((retried, n)), Some(h)) if retried == h => n + 1,
+        let retried = self.retrying.take();
+        if let Some(timer) = retried.as_ref().and_then(|r| r.timer) {
+            ctx.cancel_future(timer);
+        }
+        let attempt = match (retried, hash) {
+            (Some(r), Some(h)) if r.hash == h => r.attempt + 1,
             _ => 1,
         };
         let d = config::diff(&self.running_plans(), &set);
@@ -424,8 +461,8 @@ impl Handler<Apply> for Node {
                     for id in &removed {
                         // Its series go with it; a disabled flow stays listed as stopped.
                         METRICS.remove_flow(&id.to_string());
-                        if set.flows.contains_key(id) {
-                            node.status.flow_disabled(&id.to_string());
+                        if let Some(plan) = set.flows.get(id) {
+                            node.status.flow_disabled(&id.to_string(), plan.settings.delivery);
                         } else {
                             node.status.remove_flow(&id.to_string());
                         }
@@ -444,11 +481,7 @@ impl Handler<Apply> for Node {
                         // Not loaded: the old plans run, not what the files say. A cluster that did not
                         // answer may answer at the next try (a secret rotated during a brief outage).
                         node.loaded_hash = None;
-                        node.retrying = hash.map(|h| (h, attempt));
-                        o.retry = Some(format!(
-                            "at the next rescan (every {:?}), or at once by SIGHUP or POST /reload",
-                            reload::rescan_interval()
-                        ));
+                        node.retry_later(hash, attempt, &mut o, ctx);
                     }
                     node.prune_controls();
                     // The files of the clusters the running flows use: a rolled-back flow still runs on
@@ -466,6 +499,10 @@ impl Handler<Apply> for Node {
 async fn preflight(plans: Vec<(FlowId, Arc<FlowPlan>)>) -> BTreeMap<FlowId, String> {
     let mut failed = BTreeMap::new();
     for (id, plan) in plans {
+        if let Err(e) = crate::failpoints::check(crate::failpoints::RELOAD_PREFLIGHT) {
+            failed.insert(id, e);
+            continue;
+        }
         let (tx, rx) = oneshot::channel();
         // A thread of its own (see `flow::topics::metadata`): an unreachable cluster blocks for the timeout.
         let spawned = std::thread::Builder::new().name(format!("preflight {id}")).spawn(move || {
@@ -502,15 +539,19 @@ pub struct PauseOutcome {
     /// This node's copier applied it (see `SetPaused`).
     pub applied: bool,
     /// Recorded in the control topic for the whole deployment, or why not (then it holds on this node
-    /// only, until it restarts).
+    /// only, until it restarts or a later decision is recorded).
     pub recorded: Result<(), String>,
+    /// A later decision the other way, recorded after this one, is in force (every node follows the
+    /// control topic's last record): who took it and when, in words.
+    pub overtaken: Option<String>,
 }
 
 impl Handler<Pause> for Node {
     type Result = ResponseFuture<Result<PauseOutcome, String>>;
 
     /// Records the decision in the flow's target control topic (so that every node of the deployment
-    /// follows it, now and after restarts), then applies it here and answers once the copier did.
+    /// follows it, now and after restarts), then applies it here, unless a later record was read
+    /// meanwhile, and answers once the copier did.
     fn handle(&mut self, msg: Pause, ctx: &mut Context<Self>) -> Self::Result {
         let Some(plan) = self.running.get(&msg.flow).map(|r| r.plan.clone()) else {
             let why = format!("no running flow {}", msg.flow);
@@ -518,45 +559,90 @@ impl Handler<Pause> for Node {
         };
         let record = PauseRecord::now(msg.paused, &self.identity.node_id);
         let identity = self.identity.clone();
+        let connection = control::connection_key(&plan.target);
         let written = self.control_for(&plan, ctx).0.write(&identity.deployment, &msg.flow, &record);
         tracing::info!(flow = %msg.flow, paused = msg.paused, "flow {} by an operator", if msg.paused { "pausing" } else { "resuming" });
         let me = ctx.address();
         Box::pin(async move {
-            let recorded = written.await;
+            let written = written.await;
+            if let Some(late) = crate::failpoints::delay(crate::failpoints::CONTROL_ACK) {
+                tokio::time::sleep(late).await;
+            }
+            let recorded = written.as_ref().map(|_| ()).map_err(Clone::clone);
             if let Err(e) = &recorded {
                 // Applied here all the same: during an incident a pause of this node beats none.
                 tracing::warn!(flow = %msg.flow, error = %e, "cannot record the pause for the deployment; applied on this node only");
             }
-            let applied = me
-                .send(ApplyPause { flow: msg.flow.clone(), record: record.clone() })
-                .await
-                .map_err(|e| format!("node gone: {e}"))??;
+            let at = written.ok().map(|offset| (connection, offset));
+            let apply = ApplyPause { flow: msg.flow.clone(), record: record.clone(), at };
+            let applied = match me.send(apply).await.map_err(|e| format!("node gone: {e}"))?? {
+                PauseApplied::Confirmed(applied) => applied,
+                PauseApplied::Overtaken(later) => {
+                    tracing::info!(flow = %msg.flow, paused = msg.paused, overtaken_by = %later, "flow not {} by an operator: a later decision in the control topic is in force", if msg.paused { "paused" } else { "resumed" });
+                    return Ok(PauseOutcome { applied: false, recorded, overtaken: Some(later) });
+                }
+            };
             tracing::info!(flow = %msg.flow, paused = msg.paused, applied, recorded = recorded.is_ok(), "flow {} by an operator", if msg.paused { "paused" } else { "resumed" });
-            Ok(PauseOutcome { applied, recorded })
+            Ok(PauseOutcome { applied, recorded, overtaken: None })
         })
     }
 }
 
-/// Apply a pause record to a flow on this node; answers once its copier did (`true`), or did not
-/// within the supervisor's bound (`false`).
+/// Apply an operator's pause record to a flow on this node: `at` is where it was recorded (connection,
+/// offset), `None` if it could not be.
 #[derive(Message)]
-#[rtype(result = "Result<bool, String>")]
+#[rtype(result = "Result<PauseApplied, String>")]
 struct ApplyPause {
     flow: FlowId,
     record: PauseRecord,
+    at: Option<(String, i64)>,
+}
+
+/// What became of an [`ApplyPause`] on this node.
+enum PauseApplied {
+    /// In force here; whether its copier applied it within the supervisor's bound.
+    Confirmed(bool),
+    /// A later record the other way was read first and stays in force: it, in words.
+    Overtaken(String),
 }
 
 impl Handler<ApplyPause> for Node {
-    type Result = ResponseFuture<Result<bool, String>>;
+    type Result = ResponseFuture<Result<PauseApplied, String>>;
 
     fn handle(&mut self, msg: ApplyPause, _: &mut Context<Self>) -> Self::Result {
-        self.note_pause(&msg.flow, Some(msg.record.clone()));
-        let Some(addr) = self.running.get(&msg.flow).map(|r| r.addr.clone()) else {
-            return Box::pin(async { Ok(true) }); // stopped meanwhile: it copies nothing
+        let ApplyPause { flow, record, at } = msg;
+        let asked = record.paused;
+        match at {
+            Some((connection, offset)) => {
+                self.note_pause(&flow, Logged { connection, offset, record: Some(record) });
+            }
+            None => {
+                self.pauses.apply_unrecorded(&flow, record);
+                self.show_pause(&flow);
+            }
+        }
+        // Not newer than what this node read already: the state stays that of the later record, which
+        // may be this one (read before its acknowledgement came) or one the other way.
+        let paused = self.pauses.paused(&flow);
+        if paused != asked {
+            let later = match self.pauses.record(&flow) {
+                Some(r) => format!(
+                    "{} by {} at {}",
+                    if r.paused { "paused" } else { "resumed" },
+                    r.by,
+                    rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(r.at))
+                ),
+                None => "the pause record was deleted".into(),
+            };
+            return Box::pin(async move { Ok(PauseApplied::Overtaken(later)) });
+        }
+        let Some(addr) = self.running.get(&flow).map(|r| r.addr.clone()) else {
+            return Box::pin(async { Ok(PauseApplied::Confirmed(true)) }); // stopped meanwhile: it copies nothing
         };
-        let applied = addr.send(SetPaused(msg.record.paused));
-        let flow = msg.flow;
-        Box::pin(async move { applied.await.map_err(|e| format!("flow {flow} did not answer: {e}")) })
+        let applied = addr.send(SetPaused(paused));
+        Box::pin(async move {
+            applied.await.map(PauseApplied::Confirmed).map_err(|e| format!("flow {flow} did not answer: {e}"))
+        })
     }
 }
 
@@ -574,11 +660,13 @@ impl Handler<PausesRead> for Node {
             .filter(|(_, r)| control::connection_key(&r.plan.target) == msg.connection)
             .map(|(id, _)| id.clone())
             .collect();
-        for (flow, record) in &msg.records {
-            self.note_pause(flow, Some(record.clone()));
+        for (flow, logged) in msg.records {
+            if self.speaks_for(&flow, &msg.connection) {
+                self.note_pause(&flow, logged);
+            }
         }
         for flow in flows {
-            let paused = self.paused.contains(&flow);
+            let paused = self.pauses.paused(&flow);
             if paused {
                 tracing::info!(flow = %flow, "flow paused for the deployment (recorded in the control topic)");
             }
@@ -594,9 +682,12 @@ impl Handler<PauseSeen> for Node {
     type Result = ();
 
     fn handle(&mut self, msg: PauseSeen, _: &mut Context<Self>) {
-        let before = self.paused.contains(&msg.flow);
-        self.note_pause(&msg.flow, msg.record);
-        let after = self.paused.contains(&msg.flow);
+        if !self.speaks_for(&msg.flow, &msg.logged.connection) {
+            return;
+        }
+        let before = self.pauses.paused(&msg.flow);
+        self.note_pause(&msg.flow, msg.logged);
+        let after = self.pauses.paused(&msg.flow);
         if before != after
             && let Some(r) = self.running.get(&msg.flow)
         {

@@ -4,9 +4,10 @@
 //! or a Kubernetes ConfigMap symlink swap is one reload), SIGHUP, `POST /reload`, and a periodic rescan
 //! that compares the directory's content hash, for filesystems without change events (and for the secret
 //! files and certificates flow files reference, which may live outside the watched directory). Watch events and rescans
-//! reload only when the content changed, or when the last reload of this content was rolled back (a
-//! changed flow's clusters did not answer): such a change is tried again at every rescan until it
-//! applies. SIGHUP and `POST /reload` always reload; `POST /reload?dry_run=true` ([`PlanReload`]) answers
+//! reload only when the content changed. A change that was rolled back (a changed flow's clusters did not
+//! answer) is tried again by itself until it applies, after a wait that starts at the rescan interval and
+//! doubles after each failed attempt ([`retry_delay`]: each attempt costs the node up to 10 s while the
+//! cluster stays away); meanwhile the watcher and the rescan leave it alone. SIGHUP and `POST /reload` always reload; `POST /reload?dry_run=true` ([`PlanReload`]) answers
 //! what a reload would do and does nothing. With `ferry run --reload manual` the node has no watcher and
 //! no rescan: only SIGHUP and `POST /reload` reload, so that an edit can be reviewed before it applies.
 
@@ -26,6 +27,8 @@ pub use crate::status::{ReloadOutcome, ReloadResult, Trigger};
 pub const DEBOUNCE: Duration = Duration::from_secs(1);
 /// How often the directory's content hash is compared, whatever the watcher saw.
 pub const RESCAN_INTERVAL: Duration = Duration::from_secs(30);
+/// The longest wait before a rolled-back change is tried again by itself.
+pub const RETRY_WAIT_MAX: Duration = Duration::from_secs(600);
 /// Test knob, not a setting: milliseconds between rescans instead of [`RESCAN_INTERVAL`], so that
 /// ferry's own tests of the rescan and of retried reloads take seconds, not minutes.
 pub const RESCAN_INTERVAL_TEST_KNOB: &str = "FERRY_TEST_RESCAN_INTERVAL_MS";
@@ -36,6 +39,13 @@ pub fn rescan_interval() -> Duration {
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map_or(RESCAN_INTERVAL, |ms| Duration::from_millis(ms.max(100)))
+}
+
+/// How long after its `attempt`th failed attempt in a row a rolled-back change is tried again by itself:
+/// `interval` (the rescan's), doubled after each further failure, up to [`RETRY_WAIT_MAX`].
+pub fn retry_delay(attempt: u32, interval: Duration) -> Duration {
+    let doublings = attempt.saturating_sub(1).min(30);
+    interval.saturating_mul(1 << doublings).min(RETRY_WAIT_MAX.max(interval))
 }
 
 /// Load the flows directory and apply it if it changed (or `trigger` forces it). Handled by the node;
@@ -228,6 +238,16 @@ mod tests {
         ] {
             assert!(changes_content(&change), "{change:?}");
         }
+    }
+
+    #[test]
+    fn a_change_that_keeps_failing_is_tried_again_less_and_less_often() {
+        let waits: Vec<u64> = (1..=8).map(|n| retry_delay(n, RESCAN_INTERVAL).as_secs()).collect();
+        assert_eq!(waits, [30, 60, 120, 240, 480, 600, 600, 600]);
+        assert_eq!(retry_delay(u32::MAX, RESCAN_INTERVAL), RETRY_WAIT_MAX);
+        assert_eq!(retry_delay(0, RESCAN_INTERVAL), RESCAN_INTERVAL);
+        let fast: Vec<u128> = (1..=4).map(|n| retry_delay(n, Duration::from_millis(500)).as_millis()).collect();
+        assert_eq!(fast, [500, 1_000, 2_000, 4_000], "from the test knob's interval");
     }
 
     #[test]

@@ -8,8 +8,8 @@
 mod support;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ferry::mm2::records::Checkpoint;
@@ -19,8 +19,8 @@ use support::observe::{self, metric_sum};
 use support::process::signal;
 use support::scenario::*;
 use support::{
-    Cluster, Ferry, client_config, commit_group_offsets, consume_all, create_topic, end_offsets, produce, run_tool,
-    shared_pair, topic_partitions, unique, wait_for,
+    Cluster, Ferry, client_config, commit_group_offsets, consume_all, create_topic, end_offsets, http_post, produce,
+    run_tool, shared_pair, topic_partitions, unique, wait_for,
 };
 
 /// The copier group's session timeout in these tests (on the source cluster's client properties).
@@ -42,7 +42,13 @@ fn dir_for(source: &str, target: &str, east: &Cluster, west: &Cluster, flow_toml
 }
 
 fn start_node(dir: &std::path::Path, node: &str, deployment: &str) -> Ferry {
-    let env = [("FERRY_NODE_ID", node), ("FERRY_DEPLOYMENT", deployment)];
+    start_node_env(dir, node, deployment, &[])
+}
+
+/// [`start_node`] with `extra` environment variables (failpoints).
+fn start_node_env(dir: &std::path::Path, node: &str, deployment: &str, extra: &[(&str, &str)]) -> Ferry {
+    let mut env = vec![("FERRY_NODE_ID", node), ("FERRY_DEPLOYMENT", deployment)];
+    env.extend_from_slice(extra);
     let mut ferry = Ferry::start_env(dir, &[], &env);
     ferry.wait_log("node started", Duration::from_secs(30));
     ferry
@@ -402,6 +408,123 @@ fn a_pause_on_one_node_holds_on_every_node_and_across_restarts() {
         })
     });
     for f in nodes.values_mut() {
+        assert!(f.terminate(Duration::from_secs(30)).success());
+    }
+}
+
+/// The value of the control topic's last pause record of [`FLOW`] for `deployment`, read from the target
+/// as an operator would (`kafka-console-consumer` on `ferry.control.internal`): the deployment's decision.
+fn last_pause_record(west: &Cluster, deployment: &str) -> serde_json::Value {
+    let key = format!("pause|{deployment}|{FLOW}");
+    consume_all(&west.bootstrap, "ferry.control.internal", READ)
+        .into_iter()
+        .rfind(|r| r.key.as_deref() == Some(key.as_bytes()))
+        .and_then(|r| r.value)
+        .map(|v| serde_json::from_slice(&v).expect("a pause record is JSON"))
+        .expect("a pause record of the flow")
+}
+
+/// Whether a node's `/flows` entry is in the state `record` decides: its copier confirmed it (`paused`,
+/// `state`) and it shows that record as the deployment's decision.
+fn follows(status: &serde_json::Value, record: &serde_json::Value) -> bool {
+    let paused = record["paused"] == true;
+    status["paused"] == paused
+        && (status["state"] == "paused") == paused
+        && status["pause"]["paused"] == record["paused"]
+        && status["pause"]["by"] == record["by"]
+}
+
+/// Operators who disagree: a pause through one node and a resume through the other at the same moment,
+/// round after round. Every node must end each round in the state of the control topic's last record (read
+/// here from the topic), whichever decision it took itself: a node applies the topic's records in the
+/// topic's order, its own included, so a resume acknowledged late cannot undo the pause recorded after
+/// it. Each node applies its own acknowledgements 300 ms late here (`control-ack` failpoint, as a loaded
+/// node may), so every round races. A round that ends paused must copy nothing, on either node.
+#[test]
+fn conflicting_pauses_and_resumes_through_two_nodes_end_in_the_control_topic_s_last_record_everywhere() {
+    const ROUNDS: usize = 20;
+    let (east, west) = shared_pair();
+    let topic = unique("pause-race");
+    let remote = format!("east.{topic}");
+    create_topic(&east.bootstrap, &topic, 4, &[]);
+    produce(&east.bootstrap, &topic, &records("a", 0..200, 4));
+    let dir = dir_for("east", "west", east, west, &flow("east", "west", &[&topic], ""));
+    let deployment = unique("pause-race");
+    let failpoints = [("FAILPOINTS", "control-ack=return(300)")];
+    let mut nodes: Vec<Ferry> =
+        ["n1", "n2"].into_iter().map(|n| start_node_env(dir.path(), n, &deployment, &failpoints)).collect();
+    wait_for(ARRIVAL, "the first 200 records, both nodes copying", || {
+        nodes.iter_mut().for_each(assert_alive);
+        total(&west.bootstrap, &remote) == 200 && nodes.iter().all(|f| assigned(f, FLOW) > 0)
+    });
+    let path = "/flows/east-%3Ewest";
+    let mut expected = values("a", 0..200);
+    let mut answers_202 = 0;
+    let mut ended_paused = 0;
+    for round in 0..ROUNDS {
+        // n1 pauses and n2 resumes in even rounds, the other way round in odd ones; both at once.
+        let start = Barrier::new(2);
+        let answers: Vec<(bool, u16, String)> = std::thread::scope(|s| {
+            let asks: Vec<_> = nodes
+                .iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    let (start, addr) = (&start, f.listen_addr());
+                    let pause = (round + i) % 2 == 0;
+                    s.spawn(move || {
+                        start.wait();
+                        let (code, body) =
+                            http_post(addr, &format!("{path}/{}", if pause { "pause" } else { "resume" }));
+                        (pause, code, body)
+                    })
+                })
+                .collect();
+            asks.into_iter().map(|a| a.join().expect("request thread")).collect()
+        });
+        for (pause, code, body) in &answers {
+            assert!(matches!(code, 200 | 202), "round {round}, pause={pause}: {code} {body}");
+            answers_202 += usize::from(*code == 202);
+        }
+        let last = last_pause_record(west, &deployment);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let shown: Vec<serde_json::Value> = nodes.iter().map(flow_status).collect();
+            if shown.iter().all(|s| follows(s, &last)) {
+                break;
+            }
+            let summary: Vec<String> = shown
+                .iter()
+                .zip(["n1", "n2"])
+                .map(|(s, n)| format!("{n}: state {} paused {} pause {}", s["state"], s["paused"], s["pause"]))
+                .collect();
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the control topic's last record is {last}, but after 10 s the nodes show [{}] \
+                 (answers: {answers:?})",
+                summary.join("; ")
+            );
+            std::thread::sleep(Duration::from_millis(100)); // polling interval
+        }
+        if last["paused"] == true {
+            ended_paused += 1;
+            let before = total(&west.bootstrap, &remote);
+            let prefix = format!("r{round}-");
+            produce(&east.bootstrap, &topic, &records(&prefix, 0..20, 4));
+            expected.extend(values(&prefix, 0..20));
+            assert_still(
+                west,
+                &remote,
+                before,
+                &format!("round {round}: no node copies while the last record says paused"),
+            );
+        }
+    }
+    println!("{ROUNDS} rounds: {ended_paused} ended paused, {answers_202} answers were 202 (overtaken)");
+    let (code, body) = http_post(nodes[0].listen_addr(), &format!("{path}/resume"));
+    assert_eq!(code, 200, "{body}");
+    let counts = wait_all_arrived(&mut nodes[0], &west.bootstrap, &remote, &expected);
+    assert_eq!(duplicates(&counts), 0, "pausing and resuming copies nothing twice");
+    for f in &mut nodes {
         assert!(f.terminate(Duration::from_secs(30)).success());
     }
 }

@@ -1033,3 +1033,43 @@ fn the_lag_of_a_transactional_source_reaches_zero_once_every_record_is_copied() 
     assert_eq!(duplicates(&arrivals(&west.bootstrap, &committed_copy)), 0);
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }
+
+/// `/flows` shows a flow's delivery mode from its definition, on every node, from the moment the flow is
+/// listed and whatever its copier does: here an exactly-once flow whose clusters do not answer (its
+/// copier cannot start) and a disabled exactly-once flow (never started). Both are `exactly_once`
+/// throughout. No broker is needed.
+#[test]
+fn flows_show_the_delivery_mode_of_the_definition_whatever_the_copier_does() {
+    let [east, west, north] = [(); 3].map(|()| format!("127.0.0.1:{}", support::free_port()));
+    let exactly_once = "delivery = \"exactly_once\"\n";
+    let flows = flow("east", "west", &["t"], exactly_once)
+        + &flow("east", "north", &["t"], &format!("{exactly_once}enabled = false\n"));
+    let dir = support::scenario::flows_dir(&[("east", &east), ("west", &west), ("north", &north)], &flows);
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    // As soon as the node answers (its listener opens while the flows start).
+    let listed = |ferry: &Ferry| {
+        let flows = support::web::try_http_request(ferry.listen_addr(), "GET", "/flows", &[], b"")
+            .ok()
+            .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())
+            .unwrap_or_default();
+        ["east->west", "east->north"].map(|f| flows["flows"][f]["delivery"].clone())
+    };
+    wait_for(STARTED, "both flows listed in /flows", || {
+        assert_alive(&mut ferry);
+        listed(&ferry).iter().all(|d| !d.is_null())
+    });
+    // From the first listing on, through the copier's first failures and restarts.
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_secs(3) {
+        let shown = listed(&ferry);
+        assert_eq!(
+            shown,
+            ["exactly_once", "exactly_once"],
+            "delivery of east->west (its copier cannot start) and east->north (disabled) after {:?}",
+            since.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100)); // the observation window, not synchronisation
+    }
+    // Nothing to persist, and a graceful stop would wait out the shutdown timeout for clusters that are away.
+    ferry.kill9();
+}

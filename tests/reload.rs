@@ -1,8 +1,8 @@
 //! Hot reload of the flows directory, end to end: flows added, removed, changed and left alone while the
 //! node runs; invalid sets refused whole; every trigger (the directory watch, a Kubernetes ConfigMap
 //! symlink swap, SIGHUP, `POST /reload`) counted once; a changed flow whose new plan cannot start keeps
-//! its old plan, and a rolled-back change is tried again by the periodic rescan (which also finds changed
-//! secret files the watcher does not see). `ferry reload --dry-run` on a node that reloads only when asked
+//! its old plan, and a rolled-back change is tried again by itself, less and less often while it keeps
+//! failing (the periodic rescan finds changed secret files the watcher does not see). `ferry reload --dry-run` on a node that reloads only when asked
 //! (`--reload manual`) lists what would change and changes nothing; reading the directory (an operator's
 //! `ls`, a dry run) sets off no reload. What is asserted is what an operator sees: records on the target,
 //! `/flows`, `/metrics`, the CLI's output, the node's reads of its files.
@@ -575,10 +575,11 @@ fn wait_last_reload(
 /// A secret rotated during a brief outage of the cluster it is for. The secret file lies outside the
 /// flows directory, so the watcher never reports it: the periodic rescan finds the change. The changed
 /// flow's cluster does not answer, so the flow keeps its old plan (`rolled_back`); once the cluster
-/// answers again, a later rescan tries the same content again and applies it. The rescan runs every 2 s
-/// here (the test knob `FERRY_TEST_RESCAN_INTERVAL_MS`; 30 s in production).
+/// answers again, a later retry tries the same content again and applies it. The rescan runs every 2 s
+/// here (the test knob `FERRY_TEST_RESCAN_INTERVAL_MS`; 30 s in production), and the retries wait 2, 4,
+/// 8 s, ... (doubling from the rescan interval).
 #[test]
-fn a_change_rolled_back_during_an_outage_is_applied_by_a_later_rescan() {
+fn a_change_rolled_back_during_an_outage_is_applied_by_a_later_retry() {
     let (east, _) = shared_pair();
     let mut north = Cluster::start("north-retry");
     let a = unique("reload-retry");
@@ -616,17 +617,18 @@ fn a_change_rolled_back_during_an_outage_is_applied_by_a_later_rescan() {
     assert_eq!(r["trigger"], "rescan", "the watcher does not see the secret file; the rescan does: {r}");
     assert_eq!(r["rolled_back"], serde_json::json!(["east->north"]), "{r}");
     assert!(r["error"].as_str().is_some_and(|e| e.contains("does not answer")), "{r}");
-    assert!(r["retry"].as_str().is_some_and(|m| m.contains("next rescan")), "last_reload says it retries: {r}");
+    assert!(r["next_attempt_at"].is_string(), "last_reload says when it retries: {r}");
+    assert!(r["retry"].as_str().is_some_and(|m| m.contains("the wait doubles")), "last_reload says it retries: {r}");
     assert_eq!(flow_info(&ferry, "east->north").0, before.0, "the old plan runs on");
     assert!(!r.to_string().contains("-password"), "no secret in the outcome: {r}");
 
-    // The cluster answers again: the same content, tried again by a rescan, applies.
+    // The cluster answers again: the same content, tried again by itself, applies.
     north.restart();
-    let r = wait_last_reload(&mut ferry, Duration::from_secs(90), "the change applied by a later rescan", |r| {
+    let r = wait_last_reload(&mut ferry, Duration::from_secs(90), "the change applied by a later retry", |r| {
         r["result"] == "applied" && r["restarted"] == serde_json::json!(["east->north"])
     });
     println!("after the outage: {r}");
-    assert_eq!(r["trigger"], "rescan", "{r}");
+    assert_eq!(r["trigger"], "retry", "{r}");
     assert!(r["attempt"].as_u64().is_some_and(|n| n >= 2), "the outcome counts the attempts: {r}");
     assert!(r["retry"].is_null(), "{r}");
     // The outcome is recorded when the new supervisor is started; /flows shows it once it runs.
@@ -649,6 +651,64 @@ fn a_change_rolled_back_during_an_outage_is_applied_by_a_later_rescan() {
     std::thread::sleep(Duration::from_secs(5)); // observation window: two rescans
     assert_eq!(reloads(&ferry, "applied"), applied, "an applied change is not reloaded again");
     assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// A change rolled back while its cluster stays away is tried again with a growing wait, not at every
+/// rescan (each attempt costs the node up to 10 s): the wait starts at the rescan interval and doubles
+/// after each failed attempt, `last_reload` says when the next attempt is (`next_attempt_at`, and
+/// `retry` in words), and `POST /reload` and a new edit still try at once. The check of the changed
+/// flow's clusters fails at once here (`reload-preflight` failpoint; against a cluster that is away it
+/// takes its full 10 s) and the rescan runs every 500 ms. No broker is needed.
+#[test]
+fn a_change_rolled_back_again_and_again_is_retried_with_a_growing_wait_shown_in_last_reload() {
+    let [east, west] = [(); 2].map(|()| format!("127.0.0.1:{}", support::free_port()));
+    let dir = tempfile::tempdir().expect("flows dir");
+    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east), ("west", &west)]));
+    let original = flow("east", "west", &["t"], "");
+    write(dir.path(), "flow.toml", &original);
+    let env = [("FAILPOINTS", "reload-preflight=return(clusters away)"), ("FERRY_TEST_RESCAN_INTERVAL_MS", "500")];
+    let mut ferry = Ferry::start_env(dir.path(), &[], &env);
+    ferry.wait_log("listening on", Duration::from_secs(30));
+    wait_last_reload(&mut ferry, Duration::from_secs(30), "the startup reload", |r| r["result"] == "applied");
+
+    write(dir.path(), "flow.toml", &flow("east", "west", &["t"], "refresh_topics_interval_seconds = 7\n"));
+    let first = wait_last_reload(&mut ferry, Duration::from_secs(30), "the change rolled back", |r| {
+        r["result"] == "rolled_back"
+    });
+    println!("first: {first}");
+    // Retried at every rescan, this would be about 20 attempts; waiting 0.5, 1, 2 and 4 s, it is 4.
+    let before = reloads(&ferry, "rolled_back");
+    std::thread::sleep(Duration::from_secs(10)); // the observation window
+    let attempts = reloads(&ferry, "rolled_back") - before;
+    let r = last_reload(&ferry);
+    println!("{attempts} attempts in 10 s; last: {r}");
+    assert!(attempts <= 5.0, "{attempts} attempts in 10 s: the retries do not back off; last: {r}");
+    assert!(attempts >= 2.0, "the change is still tried again by itself: {attempts} attempts; last: {r}");
+    assert_eq!(r["result"], "rolled_back", "{r}");
+    assert_eq!(r["trigger"], "retry", "{r}");
+    let n = r["attempt"].as_f64().expect("attempt");
+    assert_eq!(n, reloads(&ferry, "rolled_back"), "every attempt counted: {r}");
+    let at = r["at"].as_str().and_then(ferry::status::parse_rfc3339).expect("at") as f64;
+    let next = r["next_attempt_at"].as_str().and_then(ferry::status::parse_rfc3339).expect("next_attempt_at") as f64;
+    let wait = 0.5 * 2f64.powf(n - 1.0);
+    assert!(
+        next - at >= wait.floor() - 1.0 && next - at <= wait.ceil() + 1.0,
+        "the attempt after {n} failed ones is about {wait} s later: {r}"
+    );
+    assert!(r["retry"].as_str().is_some_and(|m| m.contains(r["next_attempt_at"].as_str().unwrap_or("?"))), "{r}");
+
+    // Asked for, it is tried at once, and waits longer after that.
+    let (code, body) = support::http_post(ferry.listen_addr(), "/reload");
+    let asked: serde_json::Value = serde_json::from_str(&body).expect("reload answer");
+    assert_eq!((code, &asked["result"], &asked["trigger"]), (200, &"rolled_back".into(), &"http".into()), "{asked}");
+    assert_eq!(asked["attempt"].as_f64(), Some(n + 1.0), "{asked}");
+    // A new edit (back to the running plan) applies at once.
+    write(dir.path(), "flow.toml", &original);
+    let r =
+        wait_last_reload(&mut ferry, Duration::from_secs(10), "the edit back applied", |r| r["result"] == "applied");
+    assert!(r["next_attempt_at"].is_null() && r["retry"].is_null(), "{r}");
+    // Nothing to persist, and a graceful stop would wait out the shutdown timeout for clusters that are away.
+    ferry.kill9();
 }
 
 fn flows_log_lines(ferry: &Ferry) -> usize {

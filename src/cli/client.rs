@@ -77,6 +77,8 @@ pub struct PauseAnswer {
     pub recorded: bool,
     /// This node's copier applied it (stopped fetching with its in-flight records settled, or resumed).
     pub applied: bool,
+    /// A later decision the other way was recorded first and is in force (the detail names it).
+    pub overtaken: bool,
     /// What is not done yet (202).
     pub detail: Option<String>,
 }
@@ -93,7 +95,13 @@ impl fmt::Display for PauseAnswer {
                 self.flow,
                 if self.paused { "pause" } else { "resume" },
                 if self.recorded { "yes" } else { "NO" },
-                if self.applied { "yes" } else { "not yet" },
+                if self.applied {
+                    "yes"
+                } else if self.overtaken {
+                    "no"
+                } else {
+                    "not yet"
+                },
             )?;
             if let Some(d) = &self.detail {
                 write!(f, "; {d}")?;
@@ -200,6 +208,7 @@ impl Node {
                 complete: code == 200,
                 recorded: body["recorded"].as_bool().unwrap_or(code == 200),
                 applied: body["applied"].as_bool().unwrap_or(code == 200),
+                overtaken: body["overtaken"].as_bool().unwrap_or(false),
                 detail: body["detail"].as_str().map(str::to_string),
             }),
             404 => Err(NodeError::UnknownFlow { url, flow: flow.to_string(), reason: reason(&body) }),
@@ -307,6 +316,16 @@ mod tests {
         let text = partial.to_string();
         assert!(text.contains("202") && text.contains("recorded for the deployment: NO"), "{text}");
         assert!(text.contains("this node only, until it restarts"), "{text}");
+
+        let (url, _req) = fake_node(
+            202,
+            r#"{"flow":"east->west","paused":false,"applied":false,"recorded":true,"overtaken":true,"detail":"overtaken by a later decision recorded in the control topic (paused by n2 at 2026-11-30T17:40:30Z): every node follows that one"}"#,
+        );
+        let overtaken = node(&url, None).set_paused(&flow(), false).expect("202");
+        assert!(!overtaken.complete && overtaken.recorded && overtaken.overtaken, "{overtaken:?}");
+        let text = overtaken.to_string();
+        assert!(text.contains("resume accepted but not complete (202)"), "{text}");
+        assert!(text.contains("applied on this node: no;") && text.contains("paused by n2"), "{text}");
     }
 
     #[test]

@@ -89,10 +89,11 @@ mod tests {
 
         let rolled = serde_json::json!({"trigger": "http", "result": "rolled_back", "started": [], "stopped": [],
             "restarted": [], "rolled_back": ["a->b"], "error": "a->b: cluster `b` does not answer",
-            "retry": "at the next rescan (every 30s), or at once by SIGHUP or POST /reload"});
+            "retry": "at 2026-12-01T00:01:00Z (in 60s; the wait doubles after each failed attempt, up to 600s), or at once by SIGHUP, POST /reload or an edit",
+            "next_attempt_at": "2026-12-01T00:01:00Z"});
         let text = render(&rolled);
         assert!(text.starts_with("reload: rolled_back (http)\n") && text.contains("  rolled back   a->b\n"), "{text}");
-        assert!(text.contains("tried again at the next rescan") && !succeeded(&rolled), "{text}");
+        assert!(text.contains("tried again at 2026-12-01T00:01:00Z (in 60s;") && !succeeded(&rolled), "{text}");
 
         let nothing = serde_json::json!({"trigger": "http", "result": "applied", "started": [], "stopped": [],
             "restarted": [], "rolled_back": []});

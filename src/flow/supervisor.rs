@@ -109,10 +109,12 @@ impl Handler<SetPaused> for FlowSupervisor {
         if self.copier.is_none() {
             self.paused.settle(msg.0); // no copy loop: nothing is fetched; the next one starts as asked
         }
-        let (status, flow, paused) = (self.status.clone(), self.flow(), msg.0);
+        let (status, flow, switch) = (self.status.clone(), self.flow(), self.paused.clone());
         Box::pin(async move {
             let done = tokio::time::timeout(PAUSE_APPLY_TIMEOUT, applied).await.is_ok_and(|r| r.is_ok());
-            status.set_paused(&flow, paused);
+            // The state wanted now: a later ask the other way may have answered this one (or this one
+            // timed out after it), and `/flows` must not show the earlier ask's state.
+            status.set_paused(&flow, switch.wanted());
             done
         })
     }
@@ -353,13 +355,13 @@ impl Actor for FlowSupervisor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         tracing::info!(flow = %self.plan.id, file = %self.plan.file.display(), generation = self.generation, "starting flow");
-        self.status.flow_started(&self.flow(), self.generation);
+        self.status.flow_started(&self.flow(), self.generation, self.plan.settings.delivery);
         self.status.set_paused(&self.flow(), self.paused.wanted());
         let flow = self.flow();
         let actors: Vec<&str> = self.running(&ActorKind::ALL).iter().map(|k| k.name()).collect();
         METRICS.init_flow(&flow, &actors);
-        // An exactly-once flow's transaction series exist from its start (at zero): `/flows` shows its
-        // delivery mode from them even while its copier cannot start.
+        // An exactly-once flow's transaction series exist from its start (at zero), even while its copier
+        // cannot start: an alert on them sees the flow.
         if self.plan.settings.delivery == crate::config::Delivery::ExactlyOnce {
             for result in ["committed", "aborted"] {
                 METRICS.transactions.with_label_values(&[&flow, result]).inc_by(0);

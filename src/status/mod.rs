@@ -8,6 +8,8 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+use crate::config::Delivery;
+
 mod types;
 
 pub use types::{Member, ReloadOutcome, ReloadResult, Trigger};
@@ -144,7 +146,8 @@ pub struct FlowStatus {
     pub last_checkpoint_at: Option<String>,
     /// Source records the provenance rule did not copy (identity replication), since this node started.
     pub records_skipped: Skipped,
-    /// `at_least_once` or `exactly_once` (the flow's `delivery`).
+    /// `at_least_once` or `exactly_once`: the flow's `delivery`, from its definition (whatever its
+    /// copier does).
     pub delivery: &'static str,
     /// Exactly-once flows: the copier's transactions on this node.
     pub transactions: Option<TransactionFigures>,
@@ -259,10 +262,11 @@ impl StatusBoard {
     }
 
     /// A new generation of `flow` starts: its actors and problems start over (a pause stands).
-    pub fn flow_started(&self, flow: &str, generation: u64) {
+    pub fn flow_started(&self, flow: &str, generation: u64, delivery: Delivery) {
         let mut board = self.inner.write().unwrap_or_else(|p| p.into_inner());
         let mut status = FlowStatus::new(flow);
         status.generation = generation;
+        status.delivery = delivery.name();
         status.paused = board.get(flow).is_some_and(|f| f.paused);
         status.pause = board.get(flow).and_then(|f| f.pause.clone());
         board.insert(flow.to_string(), status);
@@ -287,7 +291,6 @@ impl StatusBoard {
             f.records_per_second = figures.records_per_second;
             f.last_checkpoint_at = figures.last_checkpoint_at;
             f.records_skipped = figures.records_skipped;
-            f.delivery = if figures.transactions.is_some() { "exactly_once" } else { "at_least_once" };
             f.transactions = figures.transactions;
         }
     }
@@ -356,9 +359,10 @@ impl StatusBoard {
     }
 
     /// `flow` is defined but disabled: listed as stopped, keeping its last generation.
-    pub fn flow_disabled(&self, flow: &str) {
+    pub fn flow_disabled(&self, flow: &str, delivery: Delivery) {
         self.with_flow(flow, |f| {
             f.enabled = false;
+            f.delivery = delivery.name();
             f.actors.clear();
             f.partition_problems.clear();
             f.topic_errors.clear();
@@ -480,7 +484,7 @@ mod tests {
     #[test]
     fn a_flow_is_as_healthy_as_its_worst_actor_and_degraded_by_failing_items() {
         let b = StatusBoard::default();
-        b.flow_started("a->b", 1);
+        b.flow_started("a->b", 1, Delivery::AtLeastOnce);
         b.set("a->b", "copier", ActorState::Running, None);
         b.set("a->b", "topics", ActorState::Running, None);
         assert_eq!(b.snapshot()["a->b"].state, FlowState::Running);
@@ -490,9 +494,25 @@ mod tests {
         assert_eq!(b.snapshot()["a->b"].state, FlowState::Degraded);
         b.set("a->b", "copier", ActorState::Restarting, Some("boom".into()));
         assert_eq!(b.snapshot()["a->b"].state, FlowState::Restarting);
-        b.flow_started("a->b", 2);
+        b.flow_started("a->b", 2, Delivery::AtLeastOnce);
         let s = &b.snapshot()["a->b"];
         assert_eq!((s.generation, s.state, s.actors.len()), (2, FlowState::Starting, 0));
+    }
+
+    #[test]
+    fn the_delivery_mode_comes_from_the_definition_not_from_the_copier_s_figures() {
+        let b = StatusBoard::default();
+        b.flow_started("a->b", 1, Delivery::ExactlyOnce);
+        assert_eq!(b.snapshot()["a->b"].delivery, "exactly_once", "from the start");
+        // A copier that cannot start has no transaction figures.
+        b.set_figures("a->b", FlowFigures::default());
+        b.set("a->b", "copier", ActorState::Failed, Some("transactional id refused".into()));
+        assert_eq!(b.snapshot()["a->b"].delivery, "exactly_once", "whatever the copier does");
+        b.flow_disabled("a->b", Delivery::ExactlyOnce);
+        b.flow_disabled("c->d", Delivery::ExactlyOnce);
+        assert_eq!(b.snapshot()["c->d"].delivery, "exactly_once", "a flow that never started");
+        b.flow_started("a->b", 2, Delivery::AtLeastOnce);
+        assert_eq!(b.snapshot()["a->b"].delivery, "at_least_once", "a reload changed it");
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub enum Trigger {
     Rescan,
     Signal,
     Http,
+    /// A rolled-back change tried again by itself once its wait ran out (see `reload::retry_delay`).
+    Retry,
 }
 
 impl Trigger {
@@ -71,8 +73,11 @@ pub struct ReloadOutcome {
     /// How many reloads in a row have tried to apply this content: 1, or more when a rolled-back change
     /// is tried again.
     pub attempt: u32,
-    /// For a rolled-back reload: when the change is tried again.
+    /// For a rolled-back reload: when the change is tried again, in words.
     pub retry: Option<String>,
+    /// For a rolled-back reload on a node that reloads by itself: when it tries the change again (RFC
+    /// 3339), unless an edit or a reload that is asked for comes first.
+    pub next_attempt_at: Option<String>,
 }
 
 impl fmt::Display for ReloadOutcome {

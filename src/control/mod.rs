@@ -7,8 +7,9 @@
 //! deployment tails that topic ([`ControlWatch`], one per target cluster connection of the node) and
 //! pauses or resumes its share of the flow. A flow that starts before its target's control topic was
 //! read holds its copier until it is (at most 10 s, so a missing right or an away cluster does not stop
-//! it for good), so a pause survives restarts of every node. The newest record of a key wins (topic order), so
-//! nodes that see the same log agree.
+//! it for good), so a pause survives restarts of every node. The newest record of a key wins, in the
+//! topic's order (see [`order`]: a node's own write, acknowledged late, does not undo a later record it
+//! has read already), so nodes that see the same log agree.
 //!
 //! What this does not do: it does not wait for the other nodes to apply a pause (each applies it
 //! within a poll, about a second; `/flows` on each node shows whether it did).
@@ -26,6 +27,10 @@ use serde::{Deserialize, Serialize};
 use crate::clients::{Connection, Outgoing};
 use crate::config::{ClusterSpec, FlowId};
 use crate::kafka::{self, TopicSpec};
+
+pub mod order;
+
+pub use order::{Logged, Pauses};
 
 /// The control topic on each target cluster: one partition (its order is the order of decisions),
 /// compacted (only the newest decision per key matters).
@@ -67,21 +72,21 @@ fn parse_pause_key(deployment: &str, key: Option<&[u8]>) -> Result<Option<FlowId
     rest.parse().map(Some).map_err(|e| format!("pause key `{key}`: {e}"))
 }
 
-/// The control topic of a connection was read to its end: every pause recorded there.
+/// The control topic of a connection was read to its end: the last pause record of each flow there.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct PausesRead {
     /// The connection ([`connection_key`]).
     pub connection: String,
-    pub records: BTreeMap<FlowId, PauseRecord>,
+    pub records: BTreeMap<FlowId, Logged>,
 }
 
-/// A flow's pause record changed (`None`: deleted), as read from the control topic.
+/// A flow's pause record, as read from the control topic after its end was reached.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct PauseSeen {
     pub flow: FlowId,
-    pub record: Option<PauseRecord>,
+    pub logged: Logged,
 }
 
 /// Which connection a cluster definition is: the same bootstrap, client properties and files behind
@@ -132,13 +137,14 @@ impl ControlWatch {
         Self { cluster: cluster.clone(), conn: conn.clone(), stop: Some(stop), thread }
     }
 
-    /// Records a pause or resume of `flow`; done when the cluster acknowledged it.
+    /// Records a pause or resume of `flow`; done when the cluster acknowledged it, with the record's
+    /// offset.
     pub fn write(
         &self,
         deployment: &str,
         flow: &FlowId,
         record: &PauseRecord,
-    ) -> impl std::future::Future<Output = Result<(), String>> + 'static + use<> {
+    ) -> impl std::future::Future<Output = Result<i64, String>> + 'static + use<> {
         let conn = self.conn.clone();
         let alias = self.cluster.alias.clone();
         let key = pause_key(deployment, flow);
@@ -162,7 +168,7 @@ impl ControlWatch {
             })
             .map_err(|e| format!("record it in {CONTROL_TOPIC} on `{alias}`: {e}"))?;
             match tokio::time::timeout(Duration::from_secs(10), outcome).await {
-                Ok(Ok(Ok(_))) => Ok(()),
+                Ok(Ok(Ok(landed))) => Ok(landed.offset),
                 Ok(Ok(Err(e))) => Err(format!("record it in {CONTROL_TOPIC} on `{alias}`: {e}")),
                 Ok(Err(_)) | Err(_) => {
                     Err(format!("record it in {CONTROL_TOPIC} on `{alias}`: not acknowledged in 10 s"))
@@ -218,6 +224,7 @@ fn tail(
         }
     };
     // The initial state: everything up to the end as of now, then handed over at once.
+    let connection = connection_key(cluster);
     let mut state = BTreeMap::new();
     let mut initial = Some(read);
     let mut end = None;
@@ -234,7 +241,8 @@ fn tail(
                     Err(why) => kafka::skip_internal_record(None, &cluster.alias, &m, "a control record", &why),
                     Ok(None) => {} // another deployment's
                     Ok(Some(flow)) => {
-                        // Like a tombstone: the newest record of a key is the decision, even after compaction.
+                        // Like a tombstone: the newest record of a key is the decision, even after compaction,
+                        // so an undecodable one counts as "not paused" on every node alike (named, counted).
                         let record = m.payload().and_then(|v| match serde_json::from_slice::<PauseRecord>(v) {
                             Ok(r) => Some(r),
                             Err(e) => {
@@ -243,13 +251,11 @@ fn tail(
                                 None
                             }
                         });
+                        let logged = Logged { connection: connection.clone(), offset: m.offset(), record };
                         if initial.is_some() {
-                            match &record {
-                                Some(r) => state.insert(flow.clone(), r.clone()),
-                                None => state.remove(&flow),
-                            };
+                            state.insert(flow, logged);
                         } else {
-                            seen.do_send(PauseSeen { flow, record });
+                            seen.do_send(PauseSeen { flow, logged });
                         }
                     }
                 },
@@ -269,7 +275,7 @@ fn tail(
                 && let Some(read) = initial.take()
             {
                 let records = std::mem::take(&mut state);
-                read.do_send(PausesRead { connection: connection_key(cluster), records });
+                read.do_send(PausesRead { connection: connection.clone(), records });
             }
         }
     }
