@@ -43,9 +43,22 @@ pub const COPIER_CLAIM: &str = "copier-claim";
 /// progress records and ending the transaction (a test freezes the node there).
 pub const COPIER_COMMIT: &str = "copier-commit";
 
+/// `copier-quiet=return`: the copier publishes no quiet syncs (a partition's last position stays
+/// unpublished, as when a node dies within the quiet interval).
+pub const COPIER_QUIET: &str = "copier-quiet";
+
+/// `copier-persist=return`: an at-least-once copier persists no position (its claims still go out).
+pub const COPIER_PERSIST: &str = "copier-persist";
+
 /// When the point `name` is configured as `return(MILLIS)`: logs that it holds, then sleeps MILLIS.
 pub fn hold(name: &'static str) {
+    hold_after(name, || {});
+}
+
+/// [`hold`], with `first` done before holding (e.g. flushing what the test wants on the wire).
+pub fn hold_after(name: &'static str, first: impl FnOnce()) {
     if let Err(e) = check(name) {
+        first();
         let millis: u64 = e.rsplit(": ").next().and_then(|m| m.parse().ok()).unwrap_or(0);
         tracing::warn!(failpoint = name, millis, "failpoint {name}: holding");
         std::thread::sleep(std::time::Duration::from_millis(millis));

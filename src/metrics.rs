@@ -37,7 +37,7 @@ pub struct Metrics {
     /// Source partitions the copier currently mirrors.
     pub partitions_assigned: IntGaugeVec,
     /// Offset syncs the rule selected, by reason (first, upstream_gap, downstream_truncated,
-    /// delta_changed, lag, quiet).
+    /// delta_changed, lag, quiet, handover).
     pub offset_syncs_emitted: IntCounterVec,
     /// Offset syncs selected but not yet acknowledged by the offset-syncs cluster.
     pub offset_syncs_queued: IntGaugeVec,

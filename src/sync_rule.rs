@@ -90,6 +90,45 @@ impl SyncMark {
     }
 }
 
+/// The last acknowledged position of a partition in one copier lifetime, marked as that lifetime's next
+/// sync would be: persisted with the partition's progress, so that the partition's next owner, after a
+/// crash of this one, publishes it as the sync this lifetime never got to publish (reason
+/// [`SyncReason::Handover`]). It chains to the lifetime's last published sync when nothing was
+/// published since it was taken (the same sequence), and the store proves the run between them exact;
+/// otherwise its sequence number was used already and the store ignores it as republished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bridge {
+    pub upstream: i64,
+    pub downstream: i64,
+    pub mark: SyncMark,
+}
+
+impl Bridge {
+    /// `upstream,downstream,lifetime,seq,epoch,dense` (decimal, dense 0 or 1): a progress record's header.
+    pub fn encode(&self) -> String {
+        let m = &self.mark;
+        format!("{},{},{},{},{},{}", self.upstream, self.downstream, m.lifetime, m.seq, m.epoch, u8::from(m.dense))
+    }
+
+    pub fn decode(text: &str) -> Option<Self> {
+        let mut f = text.split(',');
+        let mut next = || f.next().and_then(|v| v.parse::<i128>().ok());
+        let (upstream, downstream) = (i64::try_from(next()?).ok()?, i64::try_from(next()?).ok()?);
+        let (lifetime, seq, epoch) =
+            (u64::try_from(next()?).ok()?, u64::try_from(next()?).ok()?, u64::try_from(next()?).ok()?);
+        let dense = match next()? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        (upstream >= 0 && downstream >= 0).then_some(Self { upstream, downstream, mark: SyncMark { lifetime, seq, epoch, dense } })
+    }
+
+    pub fn named(self, topic: &str, partition: i32) -> MarkedSync {
+        marked(topic, partition, self.upstream, self.downstream, self.mark)
+    }
+}
+
 /// A sync to publish, with its mark.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MarkedSync {
@@ -106,16 +145,19 @@ pub enum SyncReason {
     DeltaChanged,
     LagExceeded,
     Quiet,
+    /// A previous owner's last position, published by the partition's next owner ([`Bridge`]).
+    Handover,
 }
 
 impl SyncReason {
-    pub const ALL: [SyncReason; 6] = [
+    pub const ALL: [SyncReason; 7] = [
         Self::FirstOfLifetime,
         Self::UpstreamGap,
         Self::DownstreamTruncated,
         Self::DeltaChanged,
         Self::LagExceeded,
         Self::Quiet,
+        Self::Handover,
     ];
 
     pub fn name(self) -> &'static str {
@@ -126,6 +168,7 @@ impl SyncReason {
             Self::DeltaChanged => "delta_changed",
             Self::LagExceeded => "lag",
             Self::Quiet => "quiet",
+            Self::Handover => "handover",
         }
     }
 }
@@ -220,6 +263,15 @@ impl PartitionRule {
         }
         self.unpublished = None;
         Some(self.point(lifetime, up, down))
+    }
+
+    /// The newest acknowledged position as this lifetime's next sync would carry it (see [`Bridge`]).
+    pub fn bridge(&self, lifetime: u64) -> Option<Bridge> {
+        (self.previous_upstream >= 0 && self.previous_downstream >= 0).then_some(Bridge {
+            upstream: self.previous_upstream,
+            downstream: self.previous_downstream,
+            mark: SyncMark { lifetime, seq: self.next_seq, epoch: self.epoch, dense: self.dense },
+        })
     }
 
     /// Whether an acknowledged position waits to be published (by the lag rule or as a quiet sync).
@@ -330,6 +382,24 @@ mod tests {
         let pairs: Vec<_> = (0..=250).map(|i| (i, i)).collect();
         let got: Vec<_> = run(&mut rule, &pairs, Instant::now()).into_iter().map(|(u, _, _)| u).collect();
         assert_eq!(got, vec![0, 101, 202]);
+    }
+
+    #[test]
+    fn a_bridge_is_the_last_acknowledgement_marked_as_the_next_sync_and_round_trips() {
+        let mut rule = PartitionRule::with_epoch(7);
+        let now = Instant::now();
+        assert_eq!(rule.bridge(9), None, "nothing acknowledged yet");
+        let first = rule.on_ack(9, 1_000, 0, 100, now).expect("the first sync");
+        assert_eq!(first.0.mark.seq, 0);
+        for u in 1..=50 {
+            assert!(rule.on_ack(9, 1_000, u, 100 + u, now).is_none());
+        }
+        let b = rule.bridge(9).expect("a bridge");
+        assert_eq!((b.upstream, b.downstream), (50, 150));
+        assert_eq!(b.mark, SyncMark { lifetime: 9, seq: 1, epoch: 7, dense: true }, "chains to seq 0");
+        assert_eq!(Bridge::decode(&b.encode()), Some(b));
+        assert_eq!(Bridge::decode("1,2,3"), None);
+        assert_eq!(Bridge::decode("-1,2,3,4,5,0"), None);
     }
 
     #[test]

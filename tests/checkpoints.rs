@@ -481,3 +481,107 @@ fn republished_late_and_replaced_owners_syncs_on_the_topic_keep_the_history() {
     }
     ferry.terminate(Duration::from_secs(30));
 }
+
+/// A node is killed (-9) after it persisted its progress and before it published its last position as a
+/// sync (here held back by the `copier-quiet` failpoint: quiet syncs never go out). The next owner
+/// publishes that position for it, as the dead lifetime's next sync, so a group committed between the
+/// dead owner's last sync and the new owner's first fails over with nothing re-read.
+#[test]
+fn a_group_between_two_owners_syncs_fails_over_exactly_after_a_kill_9() {
+    let (east, west) = shared_pair();
+    let topic = support::unique("cp-handover");
+    let remote = format!("east.{topic}");
+    let group = format!("{topic}-g");
+    create_topic(&east.bootstrap, &topic, 1, &[]);
+    let recs: Vec<Rec> = (0..1_000).map(|i| Rec::new(0, format!("v{i}").as_bytes(), 1_700_000_000_000 + i)).collect();
+    produce(&east.bootstrap, &topic, &recs);
+    // Only the first record of a lifetime publishes a sync: no lag syncs, no quiet syncs.
+    let flows = flow(&format!("\"{topic}\""), &format!("\"{group}\""), "offset_lag_max = 1000000");
+    let dir = flows_dir(east, west, &flows);
+    let mut ferry = Ferry::start_env(dir.path(), &[], &[("FAILPOINTS", "copier-quiet=return")]);
+    wait_for(Duration::from_secs(60), "every record copied and its position persisted", || {
+        topic_partitions(&west.bootstrap, &remote).is_some()
+            && support::end_offsets(&west.bootstrap, &remote) == [1_000]
+            && support::scenario::stored_progress(west, &topic).get(&0) == Some(&999)
+    });
+    ferry.kill9();
+    let syncs: Vec<(i64, i64)> = support::scenario::offset_syncs(east, &topic)
+        .iter()
+        .map(|s| (s.upstream_offset, s.downstream_offset))
+        .collect();
+    assert_eq!(syncs, [(0, 0)], "the dead owner published only its first sync");
+    commit_group_offsets(&east.bootstrap, &group, &[(&topic, 0, 500)]);
+    let more: Vec<Rec> = (1_000..1_010).map(|i| Rec::new(0, format!("v{i}").as_bytes(), 1_700_000_000_000 + i)).collect();
+    produce(&east.bootstrap, &topic, &more);
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(Duration::from_secs(60), "the group's checkpoint after the new owner copied", || {
+        support::end_offsets(&west.bootstrap, &remote) == [1_010]
+            && latest(&checkpoints(west, &group)).get(&(remote.clone(), 0)).is_some_and(|c| c.upstream_offset == 500)
+    });
+    let cp = latest(&checkpoints(west, &group))[&(remote.clone(), 0)].clone();
+    let source = consume_all(&east.bootstrap, &topic, Duration::from_secs(30));
+    let target = consume_all(&west.bootstrap, &remote, Duration::from_secs(30));
+    let re_read = reread(&source, &target, 0, 500, cp.downstream_offset);
+    let syncs: Vec<(i64, i64)> = support::scenario::offset_syncs(east, &topic)
+        .iter()
+        .map(|s| (s.upstream_offset, s.downstream_offset))
+        .collect();
+    println!("group at 500: checkpoint {} downstream, {re_read} records re-read; syncs {syncs:?}", cp.downstream_offset);
+    assert_eq!(re_read, 0, "a group between the two owners' syncs fails over re-reading nothing");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// A node whose clock runs half an hour ahead takes a partition, copies it (publishing offset syncs) and
+/// dies before it persisted a position (the `copier-persist` failpoint). The next owner, its clock true,
+/// copies the partition again and on: its syncs must count, so the group's checkpoints follow it to the
+/// end of the remote topic. Ownership epochs come from the progress log, not from clocks; before, the
+/// dead node's clock-based epoch outranked the next owner's for half an hour and its syncs were dropped.
+#[test]
+fn a_node_whose_clock_ran_ahead_does_not_stale_the_next_owners_checkpoints() {
+    const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+    assert!(std::path::Path::new(FAKETIME).exists(), "{FAKETIME} (Debian's faketime) is missing: .ci/run installs it");
+    let (east, west) = shared_pair();
+    let topic = support::unique("cp-clock");
+    let remote = format!("east.{topic}");
+    let group = format!("{topic}-g");
+    create_topic(&east.bootstrap, &topic, 1, &[]);
+    let rec = |i: i64| Rec::new(0, format!("v{i}").as_bytes(), 1_700_000_000_000 + i);
+    produce(&east.bootstrap, &topic, &(0..100).map(rec).collect::<Vec<_>>());
+    let dir = flows_dir(east, west, &flow(&format!("\"{topic}\""), &format!("\"{group}\""), ""));
+    let ahead = [
+        ("LD_PRELOAD", FAKETIME),
+        ("FAKETIME", "+30m"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ("FAILPOINTS", "copier-persist=return"),
+    ];
+    let mut ferry = Ferry::start_env(dir.path(), &[], &ahead);
+    wait_for(Duration::from_secs(60), "the records copied and their offset syncs published", || {
+        topic_partitions(&west.bootstrap, &remote).is_some()
+            && support::end_offsets(&west.bootstrap, &remote) == [100]
+            && !support::scenario::offset_syncs(east, &topic).is_empty()
+    });
+    ferry.kill9();
+    assert!(
+        support::scenario::stored_progress(west, &topic).is_empty(),
+        "the node died before it persisted a position"
+    );
+    // The next owner copies everything again (nothing was persisted), then the new records.
+    produce(&east.bootstrap, &topic, &(100..150).map(rec).collect::<Vec<_>>());
+    commit_group_offsets(&east.bootstrap, &group, &[(&topic, 0, 150)]);
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let mut last = None;
+    let caught_up = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for(Duration::from_secs(60), "the group's checkpoint at the end of the remote topic", || {
+            let end = support::end_offsets(&west.bootstrap, &remote);
+            last = latest(&checkpoints(west, &group)).get(&(remote.clone(), 0)).map(|c| (c.upstream_offset, c.downstream_offset));
+            end == [250] && last == Some((150, 250))
+        })
+    }));
+    let syncs: Vec<(i64, i64)> =
+        support::scenario::offset_syncs(east, &topic).iter().map(|s| (s.upstream_offset, s.downstream_offset)).collect();
+    println!("checkpoint (upstream, downstream) {last:?}; offset syncs {syncs:?}");
+    if let Err(e) = caught_up {
+        std::panic::resume_unwind(e);
+    }
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}

@@ -185,6 +185,19 @@ fn a_record_above_one_megabyte_is_copied_byte_identical() {
 
 #[test]
 fn a_record_the_target_refuses_fails_only_its_partition_visibly() {
+    refused_record_fails_only_its_partition("");
+}
+
+/// The same with exactly-once delivery: the refused record's transaction is aborted, its partition is
+/// held and retried alone, and the other partition goes on copying and committing meanwhile; every
+/// record arrives once for a `read_committed` reader.
+#[test]
+fn an_exactly_once_flow_holds_only_the_partition_of_a_refused_record() {
+    refused_record_fails_only_its_partition("delivery = \"exactly_once\"\n");
+}
+
+fn refused_record_fails_only_its_partition(delivery: &str) {
+    let exactly_once = !delivery.is_empty();
     let (east, west) = shared_pair();
     let topic = unique("refused-record");
     let remote = format!("east.{topic}");
@@ -196,7 +209,8 @@ fn a_record_the_target_refuses_fails_only_its_partition_visibly() {
     recs.extend((11..21).map(|i| Rec::new(0, format!("p0-{i}").as_bytes(), i)));
     recs.extend((0..100).map(|i| Rec::new(1, format!("p1-{i}").as_bytes(), i)));
     produce(&east.bootstrap, &topic, &recs);
-    let dir = pair_dir(east, west, &flow("east", "west", &[&topic], "sync_topic_configs_enabled = false\n"));
+    let extra = format!("sync_topic_configs_enabled = false\n{delivery}");
+    let dir = pair_dir(east, west, &flow("east", "west", &[&topic], &extra));
     let mut ferry = Ferry::start(dir.path(), &[]);
     ferry.wait_log("node started", STARTED);
     let mut problem = serde_json::Value::Null;
@@ -207,8 +221,9 @@ fn a_record_the_target_refuses_fails_only_its_partition_visibly() {
             .and_then(|ps| ps.iter().find(|p| p["topic"] == topic.as_str()).cloned())
             .unwrap_or_default();
         // The target refuses whole batches; ferry then sends record by record until it names the one.
-        let ends = end_offsets(&west.bootstrap, &remote);
-        problem["offset"] == 10 && ends.get(1) == Some(&100)
+        // (Counted as a reader sees them: an exactly-once flow's aborted copies and markers take offsets.)
+        problem["offset"] == 10
+            && consume_all(&west.bootstrap, &remote, READ).iter().filter(|r| r.partition == 1).count() == 100
     });
     println!("partition problem: {problem}");
     assert_eq!(problem["partition"], 0);
@@ -227,12 +242,26 @@ fn a_record_the_target_refuses_fails_only_its_partition_visibly() {
     assert_eq!(actor_restarts(ferry.listen_addr(), FLOW, "copier"), 0.0, "the copier itself never restarts");
     let copier = flow_actors(&health(ferry.listen_addr()), FLOW).remove("copier").expect("copier");
     assert_eq!(copier.state, "degraded", "{copier:?}");
+    // The other partition goes on copying while this one is held.
+    let more: Vec<Rec> = (100..150).map(|i| Rec::new(1, format!("p1-{i}").as_bytes(), i)).collect();
+    produce(&east.bootstrap, &topic, &more);
+    wait_for(ARRIVAL, "partition 1's new records copied while partition 0 is held", || {
+        assert_alive(&mut ferry);
+        end_offsets(&west.bootstrap, &remote).get(1).is_some_and(|e| *e >= 150)
+            && consume_all(&west.bootstrap, &remote, READ).iter().filter(|r| r.partition == 1).count() == 150
+    });
+    assert_eq!(metric(&ferry, "ferry_partitions_failing", &[("flow", FLOW)]), 1.0, "partition 0 is still held");
 
     // The operator raises the remote topic's limit: the partition's retry copies the rest.
     set_topic_configs(&west.bootstrap, &remote, &[("max.message.bytes", "2000000")]);
-    let expected: Vec<Vec<u8>> = recs.iter().filter_map(|r| r.value.clone()).collect();
+    let mut expected: Vec<Vec<u8>> = recs.iter().filter_map(|r| r.value.clone()).collect();
+    expected.extend(more.iter().filter_map(|r| r.value.clone()));
     let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &expected);
-    assert_eq!(counts.len(), 121);
+    assert_eq!(counts.len(), 171);
+    if exactly_once {
+        assert_eq!(duplicates(&counts), 0, "every record once for a read_committed reader");
+        assert_eq!(actor_restarts(ferry.listen_addr(), FLOW, "copier"), 0.0, "the copier never restarted");
+    }
     wait_for(Duration::from_secs(30), "the problem cleared", || {
         flow_status(&ferry, FLOW)["partition_problems"].as_array().is_some_and(Vec::is_empty)
             && metric(&ferry, "ferry_partitions_failing", &[("flow", FLOW)]) == 0.0

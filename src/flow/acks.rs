@@ -13,6 +13,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+use crate::sync_rule::Bridge;
+
 /// A source topic-partition.
 pub type SourcePartition = (String, i32);
 
@@ -37,6 +39,8 @@ pub struct DeliveryFailure {
     pub permanent: bool,
     /// The producer did not know the partition (its metadata predates the partition).
     pub unknown_partition: bool,
+    /// The producer purged the record (an exactly-once transaction was aborted): nothing was refused.
+    pub purged: bool,
 }
 
 /// One source partition's position. Written by the delivery thread (acknowledgements) and by the copy
@@ -70,6 +74,10 @@ pub struct PartitionAck {
     /// commit together or not at all.
     txn_next: AtomicI64,
     in_txn: AtomicBool,
+    /// The previous owner's last acknowledged position, from the progress this node adopted: published
+    /// as a sync when the partition starts right after it, and carried in this node's progress records
+    /// until its own acknowledgements replace it.
+    bridge: Mutex<Option<Bridge>>,
 }
 
 /// The epoch under which a node owns a partition it was just given: one above the highest epoch it
@@ -100,7 +108,13 @@ impl PartitionAck {
             epoch: AtomicU64::new(0),
             txn_next: AtomicI64::new(UNKNOWN),
             in_txn: AtomicBool::new(false),
+            bridge: Mutex::new(None),
         }
+    }
+
+    /// The adopted previous owner's last position (see [`PartitionAck::bridge`] field docs).
+    pub fn bridge(&self) -> Option<Bridge> {
+        *lock(&self.bridge)
     }
 
     /// Exactly-once: the record at `upstream` went into the open transaction. True for the
@@ -108,6 +122,19 @@ impl PartitionAck {
     pub fn sent_in_transaction(&self, upstream: i64) -> bool {
         self.txn_next.store(upstream + 1, Ordering::Release);
         !self.in_txn.swap(true, Ordering::AcqRel)
+    }
+
+    /// Exactly-once: the position after the partition's last record in the open transaction, if it
+    /// has one there.
+    pub fn transaction_position(&self) -> Option<i64> {
+        self.in_txn.load(Ordering::Acquire).then(|| self.txn_next.load(Ordering::Acquire))
+    }
+
+    /// Exactly-once: the transaction was aborted: the position goes back to the committed one (`None`:
+    /// nothing committed yet). Only while nothing is in flight.
+    pub fn back_to_committed(&self) {
+        self.next.store(self.persisted.load(Ordering::Acquire), Ordering::Release);
+        self.skip_to.store(UNKNOWN, Ordering::Release);
     }
 
     /// Exactly-once: the transaction ends; the position after its last record of this partition, if
@@ -273,6 +300,8 @@ pub struct StoredPosition {
     pub topic_id: Option<TopicId>,
     /// The ownership epoch of the node that wrote it (0: unknown, e.g. written by MM2).
     pub epoch: u64,
+    /// Its writer's last acknowledged position before it, as a sync (see [`Bridge`]).
+    pub bridge: Option<Bridge>,
 }
 
 impl AckTable {
@@ -332,6 +361,7 @@ impl AckTable {
             slot.skip_to.store(UNKNOWN, Ordering::Release);
         }
         slot.epoch.store(next_epoch(previous), Ordering::Release);
+        *lock(&slot.bridge) = None;
         let Some(stored) = stored else {
             if committed_wins {
                 // Nothing committed: whatever is in memory came from aborted transactions.
@@ -346,6 +376,8 @@ impl AckTable {
         };
         slot.next.store(next, Ordering::Release);
         slot.persisted.store(stored.next, Ordering::Release);
+        // Only where this node starts right after it: a position in memory past it was copied here.
+        *lock(&slot.bridge) = stored.bridge.filter(|b| b.upstream + 1 == next);
         if stored.topic_id.is_some() {
             slot.set_topic_id(stored.topic_id);
         }
@@ -399,6 +431,11 @@ impl AckTable {
         }
     }
 
+    /// Some slot was frozen by a failed delivery since [`AckTable::take_failed`] was last called.
+    pub fn any_failed(&self) -> bool {
+        self.any_failed.load(Ordering::Acquire)
+    }
+
     /// Slots frozen by a failed delivery since the last call.
     pub fn take_failed(&self) -> Vec<Arc<PartitionAck>> {
         if !self.any_failed.swap(false, Ordering::AcqRel) {
@@ -438,13 +475,20 @@ mod tests {
     use super::*;
 
     fn failure(offset: i64) -> DeliveryFailure {
-        DeliveryFailure { offset, size: 10, error: "boom".into(), permanent: false, unknown_partition: false }
+        DeliveryFailure {
+            offset,
+            size: 10,
+            error: "boom".into(),
+            permanent: false,
+            unknown_partition: false,
+            purged: false,
+        }
     }
 
     #[test]
     fn positions_advance_only_on_acks_and_freeze_on_failure() {
         let t = AckTable::default();
-        t.seed([(("orders".to_string(), 0), StoredPosition { next: 10, topic_id: None, epoch: 0 })]);
+        t.seed([(("orders".to_string(), 0), StoredPosition { next: 10, topic_id: None, epoch: 0, bridge: None })]);
         let s = t.slot("orders", 0);
         assert_eq!(s.next(), Some(10));
         for _ in 0..4 {
@@ -470,7 +514,7 @@ mod tests {
     #[test]
     fn each_adoption_outranks_every_earlier_owner() {
         let t = AckTable::default();
-        let stored = |epoch| Some(StoredPosition { next: 3, topic_id: None, epoch });
+        let stored = |epoch| Some(StoredPosition { next: 3, topic_id: None, epoch, bridge: None });
         t.adopt("a", 0, stored(0), 0, false);
         assert_eq!(t.slot("a", 0).epoch(), 1, "the first owner ever");
         t.adopt("a", 0, stored(1_764_582_000_123), 1_764_582_000_123, false);
@@ -506,8 +550,8 @@ mod tests {
         s.acked(&t, 99);
         let id: TopicId = Arc::from("id");
         t.seed([
-            (("a".to_string(), 1), StoredPosition { next: 50, topic_id: None, epoch: 0 }),
-            (("a".to_string(), 2), StoredPosition { next: 7, topic_id: Some(id.clone()), epoch: 0 }),
+            (("a".to_string(), 1), StoredPosition { next: 50, topic_id: None, epoch: 0, bridge: None }),
+            (("a".to_string(), 2), StoredPosition { next: 7, topic_id: Some(id.clone()), epoch: 0, bridge: None }),
         ]);
         assert_eq!(t.next("a", 1), Some(100));
         assert_eq!(t.next("a", 2), Some(7));

@@ -21,6 +21,7 @@ use crate::config::FlowPlan;
 use crate::kafka::{self, KafkaOpError, TopicSpec};
 use crate::metrics::METRICS;
 use crate::mm2::connect_offsets;
+use crate::sync_rule::Bridge;
 
 /// Header of a progress record naming the source topic id the position belongs to. MM2 reads only the
 /// key and value of Connect's offsets topic, so the record stays MM2's.
@@ -35,6 +36,11 @@ pub const EPOCH_HEADER: &str = "ferry.epoch";
 /// reads -1 as no position and starts at its consumer's `auto.offset.reset` (`earliest` by default):
 /// offset 0 as well.
 pub const NEXT_HEADER: &str = "ferry.next";
+
+/// Header of a progress record with its writer's last acknowledged position before it, as the sync its
+/// lifetime would publish next (`sync_rule::Bridge`): a node that takes the partition after a crash of
+/// the writer publishes it, so translation stays exact across the handover.
+pub const BRIDGE_HEADER: &str = "ferry.sync.last";
 
 /// Header of an exactly-once flow's progress record: the transactional id of the producer that wrote
 /// it, which may still hold the partition (see `copier::transactions`).
@@ -73,6 +79,8 @@ pub struct ProgressRecord {
     pub released: bool,
     /// An exactly-once taker's intent (not a position): see [`intent_connector`].
     pub intent: bool,
+    /// The writer's last acknowledged position as a sync ([`BRIDGE_HEADER`]).
+    pub bridge: Option<Bridge>,
 }
 
 /// What a record of the offsets topic is to this flow.
@@ -122,6 +130,7 @@ pub fn decode(
         writer: transactional.or_else(|| header(OWNER_HEADER)),
         released: header(RELEASED_HEADER).is_some(),
         intent,
+        bridge: header(BRIDGE_HEADER).and_then(|b| Bridge::decode(&b)),
     })
 }
 
@@ -174,7 +183,8 @@ impl Progress {
             }
             self.epoch = r.epoch;
         }
-        self.position = r.next.map(|next| StoredPosition { next, topic_id: r.topic_id.clone(), epoch: r.epoch });
+        self.position =
+            r.next.map(|next| StoredPosition { next, topic_id: r.topic_id.clone(), epoch: r.epoch, bridge: r.bridge });
         self.holder = r.writer.clone().filter(|_| r.transactional && !r.released);
         Applied::Counted
     }
@@ -287,16 +297,26 @@ fn read_records(
 ) -> Result<(), KafkaOpError> {
     let topic = &plan.settings.mm2_offsets_topic;
     let connector = &plan.settings.mm2_source_connector;
-    let consumer = match isolation {
-        Isolation::Committed => kafka::assign_only_consumer(&plan.target, &plan.id, "progress-reader")?,
-        Isolation::Uncommitted => kafka::assign_only_consumer_with(
+    // The ends are the high watermarks, asked of a `read_uncommitted` consumer: a committed read then
+    // waits for the transactions open now instead of stopping before them (their last stable offsets),
+    // which would miss what a fenced writer committed after one of them began.
+    let uncommitted = kafka::assign_only_consumer_with(
+        &plan.target,
+        &plan.id,
+        "progress-scanner",
+        &[("isolation.level", "read_uncommitted")],
+    )?;
+    let committed = match isolation {
+        Isolation::Committed => Some(kafka::assign_only_consumer_with(
             &plan.target,
             &plan.id,
-            "progress-scanner",
-            &[("isolation.level", "read_uncommitted")],
-        )?,
+            "progress-reader",
+            &[("isolation.level", "read_committed")],
+        )?),
+        Isolation::Uncommitted => None,
     };
-    kafka::read_to_end(&consumer, &plan.target.alias, topic, partitions, |msg| {
+    let consumer = committed.as_ref().unwrap_or(&uncommitted);
+    kafka::read_to_end_of(consumer, &uncommitted, &plan.target.alias, topic, partitions, |msg| {
         let header = |name: &str| {
             msg.headers()
                 .and_then(|h| h.iter().find(|h| h.key == name))
@@ -338,6 +358,12 @@ pub fn topic_spec(plan: &FlowPlan) -> TopicSpec {
         connect_offsets::OFFSETS_TOPIC_PARTITIONS,
         plan.settings.replication_factor,
     )
+}
+
+/// Where the progress writer finds a partition's last acknowledged position as a sync, to carry it in
+/// the partition's progress records ([`BRIDGE_HEADER`]): the copier's delivery state.
+pub trait Bridges: Send + Sync {
+    fn bridge(&self, slot: &PartitionAck) -> Option<Bridge>;
 }
 
 /// Who a record names as its writer.
@@ -393,6 +419,7 @@ pub struct ProgressWriter {
     source_alias: String,
     /// This node's name as the flow's writer (`<deployment>.<flow>.copier.<node>`), on every record.
     owner: String,
+    bridges: Option<Arc<dyn Bridges>>,
     flow: String,
     num_partitions: i32,
     last_warning: Option<Instant>,
@@ -435,15 +462,24 @@ impl ProgressWriter {
             connector: plan.settings.mm2_source_connector.clone(),
             source_alias: plan.id.source.clone(),
             owner: owner.to_string(),
+            bridges: None,
             flow,
             num_partitions,
             last_warning: None,
         })
     }
 
+    /// Where the partitions' last acknowledged positions are (see [`Bridges`]).
+    pub fn set_bridges(&mut self, bridges: Arc<dyn Bridges>) {
+        self.bridges = Some(bridges);
+    }
+
     /// Queue a record for every partition whose position moved since it was last persisted. Returns
     /// how many were queued.
     pub fn persist(&mut self, acks: &AckTable) -> usize {
+        if crate::failpoints::held(crate::failpoints::COPIER_PERSIST) {
+            return 0;
+        }
         let mut queued = 0;
         let mut refused = false;
         for slot in acks.take_dirty() {
@@ -542,6 +578,12 @@ impl ProgressWriter {
         }
         if slot.epoch() > 0 {
             headers = headers.insert(Header { key: EPOCH_HEADER, value: Some(epoch.as_bytes()) });
+        }
+        // Only a bridge right before the position: the record it describes is the last one copied.
+        let bridge = self.bridges.as_ref().and_then(|b| b.bridge(slot)).filter(|b| Some(b.upstream + 1) == next);
+        let bridge = bridge.map(|b| b.encode());
+        if let (Kind::Owner | Kind::Transactional(..), Some(b)) = (kind, &bridge) {
+            headers = headers.insert(Header { key: BRIDGE_HEADER, value: Some(b.as_bytes()) });
         }
         match kind {
             Kind::Owner => headers = headers.insert(Header { key: OWNER_HEADER, value: Some(self.owner.as_bytes()) }),
@@ -663,6 +705,7 @@ mod tests {
             transactional: true,
             released: false,
             intent: false,
+            bridge: None,
         }
     }
 

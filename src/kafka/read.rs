@@ -7,8 +7,26 @@ use super::*;
 /// end is where the consumer's *position* reaches the end offset: a topic written transactionally ends
 /// with a commit marker, a control record that is never returned but that the position moves past.
 /// Fails when the topic cannot be read (e.g. not authorised) or stops moving for [`ADMIN_TIMEOUT`].
+///
+/// A consumer reading `read_committed` (librdkafka's default) is told the partitions' *last stable*
+/// offsets as their ends: the read stops before the first record of a transaction still open, and
+/// misses what committed after it. [`read_to_end_of`] reads to ends asked of another consumer.
 pub fn read_to_end<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
+    cluster: &str,
+    topic: &str,
+    partitions: impl IntoIterator<Item = i32>,
+    f: impl FnMut(&BorrowedMessage<'_>),
+) -> Result<(), KafkaOpError> {
+    read_to_end_of(consumer, consumer, cluster, topic, partitions, f)
+}
+
+/// [`read_to_end`] up to the ends `ends_from` reports: a `read_uncommitted` consumer's are the high
+/// watermarks, so a `read_committed` read goes past transactions open now, waiting (within
+/// [`ADMIN_TIMEOUT`] without progress) until they end, and misses nothing committed before it began.
+pub fn read_to_end_of<C: ConsumerContext, E: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    ends_from: &BaseConsumer<E>,
     cluster: &str,
     topic: &str,
     partitions: impl IntoIterator<Item = i32>,
@@ -17,7 +35,7 @@ pub fn read_to_end<C: ConsumerContext>(
     let mut tpl = TopicPartitionList::new();
     let mut ends = HashMap::new();
     for p in partitions {
-        let (low, high) = watermarks(consumer, topic, p)
+        let (low, high) = watermarks(ends_from, topic, p)
             .map_err(|e| KafkaOpError::kafka(cluster, format!("read the end offsets of {topic}-{p}"), e))?;
         if high > low {
             tpl.add_partition_offset(topic, p, Offset::Offset(low))

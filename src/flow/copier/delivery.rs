@@ -99,6 +99,8 @@ pub struct Shared {
     pub lag_max: i64,
     /// Remote topic name → its partitions; written by the copy loop when partitions come and go.
     pub remotes: RwLock<HashMap<String, RemoteTopic>>,
+    /// The same partitions by source topic and partition (for the progress writer's bridges).
+    by_source: RwLock<HashMap<(Arc<str>, i32), Arc<Live>>>,
     /// Partitions with an unpublished acknowledged position, for the quiet rule.
     quiet: Mutex<Vec<Arc<Live>>>,
     /// Connection problems with the target, for degraded reporting.
@@ -131,6 +133,7 @@ impl Shared {
             syncs,
             lifetime,
             remotes: RwLock::new(HashMap::new()),
+            by_source: RwLock::new(HashMap::new()),
             quiet: Mutex::new(Vec::new()),
             watch: Arc::new(ClusterWatch::default()),
             txn_open: AtomicBool::new(false),
@@ -175,7 +178,14 @@ impl Shared {
         }
     }
 
-    /// The transaction was aborted: its syncs point at records nobody will read; dropped.
+    /// After an abort, every report of the aborted records arrived and every partition that had records
+    /// in the transaction starts a new run of syncs: syncs are published again.
+    pub fn syncs_resume(&self) {
+        self.discarding.store(false, Ordering::Release);
+    }
+
+    /// The transaction was aborted: its syncs point at records nobody will read; dropped, and so is
+    /// every sync until [`Shared::syncs_resume`].
     pub fn transaction_aborted(&self) {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         self.discarding.store(true, Ordering::Release);
@@ -190,7 +200,9 @@ impl Shared {
         if topic.parts.len() <= i {
             topic.parts.resize(i + 1, None);
         }
-        topic.parts[i] = Some(live);
+        let source = (live.ack.topic.clone(), live.ack.partition);
+        topic.parts[i] = Some(live.clone());
+        self.by_source.write().unwrap_or_else(|p| p.into_inner()).insert(source, live);
     }
 
     /// Removes a partition (nothing of it is in flight any more).
@@ -198,7 +210,10 @@ impl Shared {
         let mut remotes = self.remotes.write().unwrap_or_else(|p| p.into_inner());
         if let Some(topic) = remotes.get_mut(remote) {
             if let Some(slot) = topic.parts.get_mut(partition as usize) {
-                *slot = None;
+                if let Some(live) = slot.take() {
+                    let source = (live.ack.topic.clone(), live.ack.partition);
+                    self.by_source.write().unwrap_or_else(|p| p.into_inner()).remove(&source);
+                }
             }
             if topic.parts.iter().all(Option::is_none) {
                 remotes.remove(remote);
@@ -206,9 +221,17 @@ impl Shared {
         }
     }
 
+    /// A previous owner's last position, at the start of this ownership (see `sync_rule::Bridge`).
+    pub fn publish_handover(&self, sync: MarkedSync) {
+        self.push_sync(sync, SyncReason::Handover);
+    }
+
     /// Publishes the newest position of every partition in the quiet list that has been quiet long
     /// enough (all of them with `force`). Cost: the partitions that moved since they were last quiet.
     pub fn publish_quiet(&self, now: Instant, force: bool) {
+        if !force && crate::failpoints::held(crate::failpoints::COPIER_QUIET) {
+            return;
+        }
         let candidates = std::mem::take(&mut *self.quiet.lock().unwrap_or_else(|p| p.into_inner()));
         let mut keep = Vec::new();
         for live in candidates {
@@ -307,6 +330,14 @@ pub fn is_permanent(code: Option<RDKafkaErrorCode>) -> bool {
     )
 }
 
+impl crate::flow::progress::Bridges for Shared {
+    /// This lifetime's last acknowledged position of the partition, or the previous owner's it adopted.
+    fn bridge(&self, slot: &PartitionAck) -> Option<crate::sync_rule::Bridge> {
+        let live = self.by_source.read().unwrap_or_else(|p| p.into_inner()).get(&(slot.topic.clone(), slot.partition)).cloned();
+        live.and_then(|l| l.rule().rule.bridge(self.lifetime)).or_else(|| slot.bridge())
+    }
+}
+
 /// This copier lifetime's end of the shared record producer: each delivery report of its records
 /// comes here, to its partition.
 pub struct DeliveryContext(pub Arc<Shared>);
@@ -329,6 +360,7 @@ impl RecordSink for DeliveryContext {
                 error: error.clone(),
                 permanent: false,
                 unknown_partition: false,
+                purged: false,
             };
             live.ack.fail(&shared.acks, failure, false);
         }
@@ -379,6 +411,7 @@ impl RecordSink for DeliveryContext {
                     error: e.to_string(),
                     permanent: is_permanent(code),
                     unknown_partition: code == Some(RDKafkaErrorCode::UnknownPartition),
+                    purged: matches!(code, Some(RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight)),
                 };
                 live.ack.fail(&shared.acks, failure, true);
             }

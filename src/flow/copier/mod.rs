@@ -276,6 +276,8 @@ impl CopyLoop {
         let progress =
             ProgressWriter::new(&plan, &conns.target, offsets_partitions, acks.clone(), &writer).map_err(err)?;
         let shared = Arc::new(Shared::new(acks.clone(), syncs, lifetime_id(), &plan));
+        let mut progress = progress;
+        progress.set_bridges(shared.clone());
         let source_watch = Arc::new(ClusterWatch::default());
         let txn = (plan.settings.delivery == Delivery::ExactlyOnce).then(|| Transactions::new(&plan, identity));
         let sink = Arc::new(DeliveryContext(shared.clone()));
@@ -376,10 +378,8 @@ impl CopyLoop {
             if let Some(why) = self.shared.panicked() {
                 return Err(why);
             }
-            if self.txn.is_some() {
-                // A refused record is in the open transaction's hole: the transaction cannot commit.
-                transactions::check_deliveries(&self.acks)?;
-            }
+            // Exactly-once: a refused record is a hole in the open transaction, which cannot commit.
+            self.refused_in_transaction()?;
             for slot in self.acks.take_failed() {
                 if let Some(remote) = self.book.delivery_failed(&self.flow, &slot) {
                     self.refresh_producer_metadata(&remote);
@@ -638,11 +638,91 @@ impl CopyLoop {
         Ok(folded)
     }
 
-    /// Exactly-once: commit the open transaction (and the marked claims and releases).
+    /// Exactly-once: commit the open transaction (and the marked claims and releases). A record refused
+    /// before or during the commit aborts it instead and holds only its partition
+    /// ([`Self::refused_in_transaction`]); a commit that carried claims, releases or intents then fails.
     fn commit(&mut self) -> Result<(), String> {
+        self.refused_in_transaction()?;
         let (Some(txn), Some(lane)) = (self.txn.as_mut(), self.lane.as_mut()) else { return Ok(()) };
+        let marked = txn.has_marks();
         let deadline = self.stop.map_or_else(transactions::commit_deadline, |d| d.min(transactions::commit_deadline()));
-        txn.commit(&self.plan, lane, &mut self.progress, &self.acks, &self.shared, &self.assigned, deadline)
+        match txn.commit(&self.plan, lane, &mut self.progress, &self.acks, &self.shared, &self.assigned, deadline) {
+            Err(e) if self.acks.any_failed() => {
+                self.refused_in_transaction()?;
+                if marked { Err(e) } else { Ok(()) }
+            }
+            other => other,
+        }
+    }
+
+    /// Exactly-once: a record of the open transaction was refused (the target refused it, or the producer
+    /// did). The transaction is aborted; once every report of its records is in, each partition that had
+    /// records in it copies again from its committed position, with a new run of offset syncs, while the
+    /// refused record's partition is held and retried as an at-least-once flow's is: after a backoff, one
+    /// record at a time, each in a transaction of its own ([`Self::copy_batch`]), so that the same refusal
+    /// aborts nothing else. Only an abort that fails (a fenced or failed producer) ends the lifetime.
+    fn refused_in_transaction(&mut self) -> Result<(), String> {
+        if self.txn.is_none() || !self.acks.any_failed() {
+            return Ok(());
+        }
+        let failed = self.acks.take_failed();
+        if failed.is_empty() {
+            return Ok(());
+        }
+        // A record the producer purged (an abort) was not refused: its partition only copies it again.
+        let (purged, refused): (Vec<_>, Vec<_>) =
+            failed.into_iter().partition(|s| s.failure().is_some_and(|f| f.purged));
+        let first = refused.first().or(purged.first()).expect("a failed slot");
+        let why = format!(
+            "a record of {}-{} was not delivered: {}",
+            first.topic,
+            first.partition,
+            first.failure().map_or_else(|| "refused".to_string(), |f| f.error)
+        );
+        let (Some(txn), Some(lane)) = (self.txn.as_mut(), self.lane.as_mut()) else { return Ok(()) };
+        if refused.is_empty() && !txn.is_open() {
+            for slot in &purged {
+                if slot.in_flight() <= 0 {
+                    slot.clear_failure();
+                    slot.back_to_committed();
+                }
+                self.book.roll_back(&(slot.topic.to_string(), slot.partition));
+            }
+            return Ok(());
+        }
+        let deadline = Instant::now() + kafka::ADMIN_TIMEOUT;
+        let touched = txn.abort(Some(lane), &self.shared, &why, deadline);
+        if lane.client().fatal_error().is_some() {
+            return Err(format!("{why}; the transaction could not be aborted: the producer failed"));
+        }
+        // The aborted records' reports (acknowledged before the abort, or purged) all arrive now; a
+        // purged one froze its partition like a refusal, which it is not.
+        if !lane.wait_idle(kafka::ADMIN_TIMEOUT) {
+            return Err(format!("{why}; the aborted transaction's records are not all reported"));
+        }
+        let genuine: BTreeSet<SourcePartition> = refused.iter().map(|s| (s.topic.to_string(), s.partition)).collect();
+        for slot in self.acks.take_failed() {
+            if !genuine.contains(&(slot.topic.to_string(), slot.partition)) {
+                slot.clear_failure();
+            }
+        }
+        let mut back: BTreeSet<SourcePartition> = touched.iter().map(|s| (s.topic.to_string(), s.partition)).collect();
+        back.extend(genuine.iter().cloned());
+        back.extend(purged.iter().map(|s| (s.topic.to_string(), s.partition)));
+        for tp in &back {
+            self.acks.slot(&tp.0, tp.1).back_to_committed();
+        }
+        for slot in &refused {
+            if let Some(remote) = self.book.delivery_failed(&self.flow, slot) {
+                self.refresh_producer_metadata(&remote);
+            }
+        }
+        for tp in &back {
+            self.book.roll_back(tp);
+        }
+        self.shared.syncs_resume();
+        tracing::warn!(flow = %self.flow, refused = genuine.len(), rolled_back = back.len(), reason = %why, "exactly-once: a record was refused; its transaction is aborted, the refused partition is held and retried alone, the others copy again from their committed positions");
+        Ok(())
     }
 
     /// The group takes `tps` away: stop fetching them, let the target acknowledge what is in flight,
@@ -792,6 +872,18 @@ impl CopyLoop {
                 continue;
             }
             let pause = part.fetched(msg.offset());
+            if pause && self.txn.as_ref().is_some_and(Transactions::is_open) {
+                // One record at a time after a refusal: it goes into a transaction of its own, so that the
+                // same refusal aborts nothing else. The open one is committed first; the record is
+                // fetched again.
+                let (topic, partition, offset) = (msg.topic().to_string(), msg.partition(), msg.offset());
+                drop(msg);
+                self.book.hold_back(&topic, partition, offset);
+                self.commit()?;
+                self.book.release_held();
+                self.book.apply(&self.consumer, self.held)?;
+                return Ok(());
+            }
             if let Some(ts) = msg.timestamp().to_millis() {
                 part.age.observe(delivery::seconds_since(ts, now_ms));
             }
@@ -824,6 +916,12 @@ impl CopyLoop {
                     }
                     if pause {
                         self.book.pause_after_send(msg.topic(), msg.partition());
+                        if self.txn.is_some() {
+                            // Its report comes before any other record joins its transaction: a refusal
+                            // then aborts this record only.
+                            lane.wait_idle(kafka::ADMIN_TIMEOUT);
+                            return Ok(());
+                        }
                     }
                     if self.txn.as_ref().is_some_and(|t| t.due(Instant::now())) {
                         return Ok(()); // the loop commits
@@ -843,6 +941,7 @@ impl CopyLoop {
                         error,
                         permanent: delivery::is_permanent(code),
                         unknown_partition: code == Some(RDKafkaErrorCode::UnknownPartition),
+                        purged: false,
                     };
                     part.ack.fail(&self.acks, failure, true);
                 }

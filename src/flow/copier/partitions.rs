@@ -424,6 +424,11 @@ impl Book {
             ));
             shared.insert(&entry.remote, tp.1, live.clone());
             part.live = Some(live);
+            // The previous owner's last position, which it may not have published (it crashed): as a
+            // sync of its own sequence, translation stays exact up to it.
+            if let Some(bridge) = part.ack.bridge().filter(|b| b.upstream + 1 == at) {
+                shared.publish_handover(bridge.named(&tp.0, tp.1));
+            }
         }
         part.state = State::Copying;
         part.next_fetch = at;
@@ -472,6 +477,21 @@ impl Book {
         self.set_problem(&tp, Some(failure.offset), size, reason, false);
         self.stop_copying(&tp, After::Retry);
         stale
+    }
+
+    /// Exactly-once: the open transaction was aborted while `tp` had records in it: it copies again from
+    /// its committed position (or where it started, if nothing is committed), with a new run of offset
+    /// syncs. A partition being held for a failure is left to its retry.
+    pub fn roll_back(&mut self, tp: &SourcePartition) {
+        let Some(part) = self.part(tp) else { return };
+        if let Some(live) = &part.live {
+            live.rewind_rule();
+        }
+        if matches!(part.state, State::Draining(After::Retry) | State::Backoff { .. }) {
+            return;
+        }
+        let at = part.ack.persisted().unwrap_or(part.started_at);
+        self.stop_copying(tp, After::Resume { at: Some(at), topic_id: None, rewind: true });
     }
 
     /// The copier group took these partitions while records of them may still be queued or in flight

@@ -10,21 +10,27 @@
 //! **A transaction** opens with the first record after a commit and holds records of every partition
 //! the node copies. It is committed after `transaction_interval_ms`, once it holds
 //! `transaction_max_bytes` of records, before a pause is confirmed, before partitions are handed over
-//! and when the copier stops. A commit waits for every record's acknowledgement, writes one progress
-//! record per partition that moved (MM2's Connect-offsets format, in the same transaction), commits,
-//! and only then counts the positions as persisted and lets the records' offset syncs go to the
-//! emitter. Anything that fails (a refused record, a commit that errors or times out, a fence) aborts
-//! the transaction and ends the copier lifetime: its successor resumes from the committed progress.
+//! and when the copier stops. A commit writes one progress record per partition that moved (MM2's
+//! Connect-offsets format, in the same transaction) at the position after the partition's last record
+//! in the transaction (acknowledged or not: records and progress commit together or not at all), then
+//! commits, which sends what is queued and waits for every acknowledgement; only then are the positions
+//! persisted and the records' offset syncs let go to the emitter. A commit never outlives its deadline
+//! (a stop's). A refused record aborts the transaction and holds only its partition (the copier's
+//! `refused_in_transaction`); anything else that fails (a commit that errors or times out, a fence)
+//! aborts it and ends the copier lifetime: its successor resumes from the committed progress.
 //!
-//! **Handing partitions between nodes** without fencing the whole flow: a node that is given a
-//! partition reads who may still write it. Every exactly-once progress record names its writer
-//! (`ferry.writer`), and the record written when a node lets a partition go cleanly (its transaction
-//! with the partition's last records committed before the partition is released to the group) also
-//! says `ferry.released`. The new owner fences the writer named by an unreleased newest record
+//! **Handing partitions between nodes** without fencing the whole flow: every exactly-once progress
+//! record names its writer (`ferry.writer`) and its ownership epoch, and the record written when a node
+//! lets a partition go cleanly (its transaction with the partition's last records committed before the
+//! partition is released to the group) also says `ferry.released`. A node given partitions commits an
+//! *intent* for each first (`progress::intent_connector`), reads their records uncommitted and fences
+//! every writer of its deployment named after the partition's last release and before its intent
 //! (`init_transactions` with that id, which aborts its open transaction and makes every later commit of
-//! it fail), then reads the progress again, and claims the partition (a progress record naming itself,
-//! committed) before it copies a record of it. So at any time at most one producer may write a
-//! partition's records, and a live node that handed partitions over cleanly is never fenced.
+//! it fail), reads the committed progress, and claims the partitions (a progress record naming itself,
+//! one epoch above the log's highest, committed) before it copies a record of them. A node that begins
+//! taking them later sees the intent and fences this one. So at any time at most one producer may write a
+//! partition's records, no claim based on an outdated read ever commits after a newer owner's records,
+//! and a live node that handed partitions over cleanly is never fenced.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -208,14 +214,14 @@ impl Transactions {
         }
         let started = Instant::now();
         self.ensure_open(plan, lane, shared)?;
-        check_deliveries(acks)?;
         // Every partition that moved, once, marked ones with their mark.
         let mut entries: Vec<Entry> = Vec::new();
         let mut seen: HashMap<SourcePartition, usize> = HashMap::new();
-        for slot in std::mem::take(&mut self.touched) {
-            let next = slot.take_transaction();
+        // The touched partitions stay listed until the commit succeeds: an abort rolls them back.
+        for slot in &self.touched {
+            let next = slot.transaction_position();
             seen.insert((slot.topic.to_string(), slot.partition), entries.len());
-            entries.push(Entry::Position(slot, next, false));
+            entries.push(Entry::Position(slot.clone(), next, false));
         }
         for slot in acks.take_dirty() {
             slot.take_dirty();
@@ -244,7 +250,10 @@ impl Transactions {
         }
         entries.extend(std::mem::take(&mut self.intents).into_iter().map(Entry::Intent));
         let written = progress.write_in_transaction(lane, &entries, &self.id, deadline)?;
-        crate::failpoints::hold(crate::failpoints::COPIER_COMMIT);
+        // The test freezes the node with its progress records in the log, their transaction open.
+        crate::failpoints::hold_after(crate::failpoints::COPIER_COMMIT, || {
+            let _ = lane.producer().flush(Duration::from_secs(10));
+        });
         // A commit that timed out is retried once, as librdkafka asks (an abort would not be taken),
         // within the deadline.
         let within = |cap: Duration| cap.min(deadline.saturating_duration_since(Instant::now()));
@@ -255,6 +264,9 @@ impl Transactions {
             other => other,
         };
         committed.map_err(|e| named(plan, &self.id, "commit a transaction", &e))?;
+        for slot in std::mem::take(&mut self.touched) {
+            slot.take_transaction();
+        }
         self.opened = None;
         self.bytes = 0;
         progress.committed(&written);
@@ -267,15 +279,23 @@ impl Transactions {
 
     /// Abort the open transaction (best effort: a fenced or failed producer aborts nothing, and the
     /// coordinator aborts what it left within `transaction.timeout.ms`, or the next owner's fence does).
-    pub fn abort(&mut self, lane: Option<&RecordLane>, shared: &Shared, why: &str, deadline: Instant) {
+    /// Returns the partitions that had records in it.
+    pub fn abort(
+        &mut self,
+        lane: Option<&RecordLane>,
+        shared: &Shared,
+        why: &str,
+        deadline: Instant,
+    ) -> Vec<Arc<PartitionAck>> {
         self.marks.clear();
         self.intents.clear();
-        for slot in std::mem::take(&mut self.touched) {
+        let touched = std::mem::take(&mut self.touched);
+        for slot in &touched {
             slot.take_transaction();
         }
         shared.transaction_aborted();
         if self.opened.take().is_none() {
-            return;
+            return touched;
         }
         self.aborted.inc();
         tracing::warn!(flow = %self.flow, transactional_id = %self.id, reason = why, "aborting the copier's transaction; copying resumes from the last committed progress");
@@ -285,6 +305,12 @@ impl Transactions {
         {
             tracing::warn!(flow = %self.flow, error = %e, "the transaction could not be aborted; the coordinator aborts it when it times out");
         }
+        touched
+    }
+
+    /// Claims, releases or intents wait for the next commit.
+    pub fn has_marks(&self) -> bool {
+        !self.marks.is_empty() || !self.intents.is_empty()
     }
 }
 
@@ -311,18 +337,6 @@ impl Transactions {
             let _ = lane.producer().abort_transaction(left);
         }
         outcome
-    }
-}
-
-/// An error naming the first partition whose record the target refused, if any: the open transaction
-/// has a hole there and cannot commit.
-pub fn check_deliveries(acks: &AckTable) -> Result<(), String> {
-    match acks.take_failed().into_iter().next() {
-        Some(slot) => {
-            let why = slot.failure().map_or_else(|| "refused".to_string(), |f| f.error);
-            Err(format!("a record of {}-{} was not delivered: {why}", slot.topic, slot.partition))
-        }
-        None => Ok(()),
     }
 }
 
