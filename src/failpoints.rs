@@ -43,6 +43,10 @@ pub const COPIER_CLAIM: &str = "copier-claim";
 /// progress records and ending the transaction (a test freezes the node there).
 pub const COPIER_COMMIT: &str = "copier-commit";
 
+/// `copier-rebalance=1*return`: the copy loop fails as it applies a rebalance of the copier group (the
+/// lifetime ends with the rebalance taken in and not applied).
+pub const COPIER_REBALANCE: &str = "copier-rebalance";
+
 /// `copier-quiet=return`: the copier publishes no quiet syncs (a partition's last position stays
 /// unpublished, as when a node dies within the quiet interval).
 pub const COPIER_QUIET: &str = "copier-quiet";

@@ -121,7 +121,11 @@ impl Bridge {
             1 => true,
             _ => return None,
         };
-        (upstream >= 0 && downstream >= 0).then_some(Self { upstream, downstream, mark: SyncMark { lifetime, seq, epoch, dense } })
+        (upstream >= 0 && downstream >= 0).then_some(Self {
+            upstream,
+            downstream,
+            mark: SyncMark { lifetime, seq, epoch, dense },
+        })
     }
 
     pub fn named(self, topic: &str, partition: i32) -> MarkedSync {

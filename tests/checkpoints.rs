@@ -511,7 +511,8 @@ fn a_group_between_two_owners_syncs_fails_over_exactly_after_a_kill_9() {
         .collect();
     assert_eq!(syncs, [(0, 0)], "the dead owner published only its first sync");
     commit_group_offsets(&east.bootstrap, &group, &[(&topic, 0, 500)]);
-    let more: Vec<Rec> = (1_000..1_010).map(|i| Rec::new(0, format!("v{i}").as_bytes(), 1_700_000_000_000 + i)).collect();
+    let more: Vec<Rec> =
+        (1_000..1_010).map(|i| Rec::new(0, format!("v{i}").as_bytes(), 1_700_000_000_000 + i)).collect();
     produce(&east.bootstrap, &topic, &more);
     let mut ferry = Ferry::start(dir.path(), &[]);
     wait_for(Duration::from_secs(60), "the group's checkpoint after the new owner copied", || {
@@ -526,7 +527,10 @@ fn a_group_between_two_owners_syncs_fails_over_exactly_after_a_kill_9() {
         .iter()
         .map(|s| (s.upstream_offset, s.downstream_offset))
         .collect();
-    println!("group at 500: checkpoint {} downstream, {re_read} records re-read; syncs {syncs:?}", cp.downstream_offset);
+    println!(
+        "group at 500: checkpoint {} downstream, {re_read} records re-read; syncs {syncs:?}",
+        cp.downstream_offset
+    );
     assert_eq!(re_read, 0, "a group between the two owners' syncs fails over re-reading nothing");
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }
@@ -573,12 +577,16 @@ fn a_node_whose_clock_ran_ahead_does_not_stale_the_next_owners_checkpoints() {
     let caught_up = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         wait_for(Duration::from_secs(60), "the group's checkpoint at the end of the remote topic", || {
             let end = support::end_offsets(&west.bootstrap, &remote);
-            last = latest(&checkpoints(west, &group)).get(&(remote.clone(), 0)).map(|c| (c.upstream_offset, c.downstream_offset));
+            last = latest(&checkpoints(west, &group))
+                .get(&(remote.clone(), 0))
+                .map(|c| (c.upstream_offset, c.downstream_offset));
             end == [250] && last == Some((150, 250))
         })
     }));
-    let syncs: Vec<(i64, i64)> =
-        support::scenario::offset_syncs(east, &topic).iter().map(|s| (s.upstream_offset, s.downstream_offset)).collect();
+    let syncs: Vec<(i64, i64)> = support::scenario::offset_syncs(east, &topic)
+        .iter()
+        .map(|s| (s.upstream_offset, s.downstream_offset))
+        .collect();
     println!("checkpoint (upstream, downstream) {last:?}; offset syncs {syncs:?}");
     if let Err(e) = caught_up {
         std::panic::resume_unwind(e);

@@ -208,6 +208,28 @@ fn a_copier_panic_anywhere_in_the_copy_path_resumes_within_seconds_and_loses_not
     }
 }
 
+/// A copier lifetime that ends with a rebalance of its group taken in and not applied (here the failpoint
+/// fails the first one; in life an error right after the group declared the assignment lost) must still
+/// close its consumer: librdkafka closes it only once every rebalance is acknowledged. The copier
+/// restarts and copies everything; before, its consumer's close waited forever and nothing was copied.
+#[test]
+fn a_copier_that_fails_with_a_rebalance_pending_restarts_and_copies_everything() {
+    let (east, west) = shared_pair();
+    let topic = unique("faults-rebalance");
+    let remote = format!("east.{topic}");
+    create_topic(&east.bootstrap, &topic, 2, &[]);
+    produce(&east.bootstrap, &topic, &records("r", 0..1_000, 2));
+    let dir = pair_dir(east, west, &flow("east", "west", &[&topic], ""));
+    let mut ferry = Ferry::start_env(dir.path(), &[], &[("FAILPOINTS", "copier-rebalance=1*return")]);
+    ferry.wait_log("node started", STARTED);
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("r", 0..1_000));
+    let restarts = actor_restarts(ferry.listen_addr(), FLOW, "copier");
+    println!("copied every record after {restarts} copier restart(s); {} duplicates", duplicates(&counts));
+    assert!(observe::strip_ansi(&ferry.log()).contains("failpoint copier-rebalance"), "the failpoint fired");
+    assert_eq!(restarts, 1.0, "one restart for the one failure");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // 2. Brokers away: the target restarted mid-stream, the source stopped for 30 s
 // ---------------------------------------------------------------------------------------------------------

@@ -90,6 +90,9 @@ pub struct RemoteTopic {
     pub parts: Vec<Option<Arc<Live>>>,
 }
 
+/// A source partition as [`Shared::by_source`] keys it.
+type LiveKey = (Arc<str>, i32);
+
 /// State shared between the copy loop and the delivery thread, for one copier lifetime.
 pub struct Shared {
     pub acks: Arc<AckTable>,
@@ -100,7 +103,7 @@ pub struct Shared {
     /// Remote topic name → its partitions; written by the copy loop when partitions come and go.
     pub remotes: RwLock<HashMap<String, RemoteTopic>>,
     /// The same partitions by source topic and partition (for the progress writer's bridges).
-    by_source: RwLock<HashMap<(Arc<str>, i32), Arc<Live>>>,
+    by_source: RwLock<HashMap<LiveKey, Arc<Live>>>,
     /// Partitions with an unpublished acknowledged position, for the quiet rule.
     quiet: Mutex<Vec<Arc<Live>>>,
     /// Connection problems with the target, for degraded reporting.
@@ -209,11 +212,9 @@ impl Shared {
     pub fn remove(&self, remote: &str, partition: i32) {
         let mut remotes = self.remotes.write().unwrap_or_else(|p| p.into_inner());
         if let Some(topic) = remotes.get_mut(remote) {
-            if let Some(slot) = topic.parts.get_mut(partition as usize) {
-                if let Some(live) = slot.take() {
-                    let source = (live.ack.topic.clone(), live.ack.partition);
-                    self.by_source.write().unwrap_or_else(|p| p.into_inner()).remove(&source);
-                }
+            if let Some(live) = topic.parts.get_mut(partition as usize).and_then(Option::take) {
+                let source = (live.ack.topic.clone(), live.ack.partition);
+                self.by_source.write().unwrap_or_else(|p| p.into_inner()).remove(&source);
             }
             if topic.parts.iter().all(Option::is_none) {
                 remotes.remove(remote);
@@ -333,7 +334,12 @@ pub fn is_permanent(code: Option<RDKafkaErrorCode>) -> bool {
 impl crate::flow::progress::Bridges for Shared {
     /// This lifetime's last acknowledged position of the partition, or the previous owner's it adopted.
     fn bridge(&self, slot: &PartitionAck) -> Option<crate::sync_rule::Bridge> {
-        let live = self.by_source.read().unwrap_or_else(|p| p.into_inner()).get(&(slot.topic.clone(), slot.partition)).cloned();
+        let live = self
+            .by_source
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(slot.topic.clone(), slot.partition))
+            .cloned();
         live.and_then(|l| l.rule().rule.bridge(self.lifetime)).or_else(|| slot.bridge())
     }
 }

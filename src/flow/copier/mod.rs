@@ -517,14 +517,36 @@ impl CopyLoop {
     /// Apply the copier group's rebalances that arrived during the last poll.
     fn rebalance(&mut self) -> Result<(), String> {
         self.consumer.context().rebalance_pending.store(false, std::sync::atomic::Ordering::Release);
-        let events = std::mem::take(&mut *self.consumer.context().rebalances.lock().unwrap_or_else(|p| p.into_inner()));
-        for event in events {
-            match event {
-                Rebalanced::Assign(tps) => self.assign(tps)?,
-                Rebalanced::Revoke(tps) => self.revoke(tps)?,
-            }
+        let taken = std::mem::take(&mut *self.consumer.context().rebalances.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut events = taken.into_iter();
+        while let Some(event) = events.next() {
+            failpoints::check(failpoints::COPIER_REBALANCE)
+                .and_then(|()| match &event {
+                    Rebalanced::Assign(tps) => self.assign(tps.clone()),
+                    Rebalanced::Revoke(tps) => self.revoke(tps.clone()),
+                })
+                .inspect_err(|_| {
+                    // The lifetime ends: what librdkafka has not seen acknowledged yet (this event, if it
+                    // failed before its (un)assign call, and every later one) waits for the stop, which
+                    // acknowledges it (`acknowledge_pending_rebalances`): a consumer closes only then.
+                    let unacknowledged = !self.acknowledged(&event);
+                    let rest: Vec<Rebalanced> =
+                        unacknowledged.then_some(event).into_iter().chain(events.by_ref()).collect();
+                    let mut pending = self.consumer.context().rebalances.lock().unwrap_or_else(|p| p.into_inner());
+                    pending.splice(0..0, rest);
+                })?;
         }
         Ok(())
+    }
+
+    /// Whether the consumer's assignment already shows `event` applied.
+    fn acknowledged(&self, event: &Rebalanced) -> bool {
+        let Ok(assignment) = self.consumer.assignment() else { return false };
+        let assigned = |(t, p): &SourcePartition| assignment.find_partition(t, *p).is_some();
+        match event {
+            Rebalanced::Assign(tps) => tps.iter().all(assigned),
+            Rebalanced::Revoke(tps) => !tps.iter().any(assigned),
+        }
     }
 
     /// The group gave this node `tps`: read where each was persisted (another node may have copied it
@@ -988,6 +1010,7 @@ impl CopyLoop {
         // Stop fetching. Closing the consumer afterwards leaves the copier group at once, so the other
         // nodes (or this flow's next generation) take the partitions without waiting for a session timeout.
         self.consumer.context().closing.store(true, std::sync::atomic::Ordering::Release);
+        self.acknowledge_pending_rebalances();
         if let Ok(all) = self.consumer.assignment() {
             let _ = self.consumer.pause(&all);
         }
@@ -1016,6 +1039,30 @@ impl CopyLoop {
 }
 
 impl CopyLoop {
+    /// Rebalances the loop took in and never applied (it ended first, e.g. on an error right after a
+    /// lost assignment): librdkafka waits for each to be acknowledged with an (un)assign call, and until
+    /// then the consumer can never close (its drop would wait forever). Acknowledged here; from now on
+    /// the callback applies them itself (`closing`).
+    fn acknowledge_pending_rebalances(&mut self) {
+        let pending =
+            std::mem::take(&mut *self.consumer.context().rebalances.lock().unwrap_or_else(|p| p.into_inner()));
+        for event in pending {
+            let (tps, assign) = match event {
+                Rebalanced::Assign(tps) => (tps, true),
+                Rebalanced::Revoke(tps) => (tps, false),
+            };
+            let mut tpl = rdkafka::TopicPartitionList::new();
+            for (t, p) in &tps {
+                tpl.add_partition(t, *p);
+            }
+            let done =
+                if assign { self.consumer.incremental_assign(&tpl) } else { self.consumer.incremental_unassign(&tpl) };
+            if let Err(e) = done {
+                tracing::warn!(flow = %self.flow, error = %e, assign, "cannot acknowledge a rebalance at stop");
+            }
+        }
+    }
+
     /// Exactly-once stop: commit what is open with every partition released (the consumer leaves the
     /// group next), or abort it after a failure; then publish the committed positions' syncs.
     fn shutdown_in_transaction(&mut self, deadline: Instant, failed: Option<&str>) -> Result<(), String> {
