@@ -23,6 +23,9 @@ pub const CHECKPOINTS_BACKLOG: &str = "checkpoints-backlog";
 pub const COPIER_PROBE: &str = "copier-probe";
 /// Per consumer group: `checkpoints-group-offsets=return(GROUP)` fails reading GROUP's offsets only.
 pub const CHECKPOINTS_GROUP_OFFSETS: &str = "checkpoints-group-offsets";
+/// `kerberos-kinit=return(Cannot contact any KDC)` fails ferry's `kinit` runs as if the KDC did not
+/// answer; `kerberos-kinit=sleep(MS)` makes each take that long first.
+pub const KINIT: &str = "kerberos-kinit";
 
 /// `Err` when the point `name` is configured to return; panics when it is configured to panic.
 #[inline]

@@ -1,19 +1,26 @@
 //! ferry against a Kafka broker that authenticates clients with Kerberos (GSSAPI), with a real MIT KDC.
 //!
 //! - A flow from the Kerberos cluster copies byte for byte, writes checkpoints and syncs group offsets,
-//!   while tickets that live 40 s are renewed by ferry every 10 s and the broker makes every connection
-//!   re-authenticate every 30 s: nothing is lost, nothing copied twice, and copying never stalls.
+//!   while tickets that live 40 s are renewed by ferry at 80 % of their life (the KDC sees the logins
+//!   32 s apart) and the broker makes every connection re-authenticate every 30 s: nothing is lost,
+//!   nothing copied twice, copying never stalls, and a renewal keeps the service tickets the clients
+//!   already hold.
 //! - A keytab whose key was superseded fails its own flow with a reason naming the principal, the keytab
 //!   and kinit's complaint, and that flow copies nothing, although another cluster definition of the
 //!   same principal holds a valid ticket in the same process (what librdkafka's own kinit got wrong:
 //!   the stale flow authenticated with the other flow's ticket). A fresh keytab written over the file
 //!   recovers it (here with a reload; the flow's own retries log in from the file too).
+//! - With `FERRY_KRB5_CCACHE_DIR` set for the node and for a command run beside it (as in the Kubernetes
+//!   example), the command leaves the node's tickets alone and removes its own; a reload that leaves no
+//!   flow of the principal deletes its ticket at once; the node removes its directory at exit.
 //!
-//! One KDC, one GSSAPI cluster (principal `ferry`) and the shared plaintext pair serve both tests,
+//! One KDC, one GSSAPI cluster (principal `ferry`) and the shared plaintext pair serve all the tests,
 //! which take turns.
 
 mod support;
 
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -23,8 +30,8 @@ use support::scenario::{arrivals, assert_alive, by_position, duplicates, keyed_r
 use support::turn::take_turn;
 use support::web::http_post;
 use support::{
-    Cluster, Ferry, cluster_toml, commit_group_offsets, consume_all, create_topic, end_offsets, group_offsets, produce,
-    shared_pair, unique, wait_for,
+    Cluster, Ferry, cluster_toml, commit_group_offsets, consume_all, create_topic, end_offsets, ferry_cli_env,
+    group_offsets, produce, shared_pair, unique, wait_for,
 };
 
 const REALM: &str = "FERRY.TEST";
@@ -65,8 +72,8 @@ fn start_ferry(dir: &std::path::Path, kdc: &Kdc) -> Ferry {
 
 /// Copies from the Kerberos cluster for 90 s of continuous production (over two ticket lifetimes and
 /// three forced re-authentications): every record arrives once, byte for byte, copying never stalls for
-/// long, ferry logged in again and again (the KDC counts the logins), checkpoints and group offsets
-/// follow.
+/// long, ferry renewed its ticket at 80 % of the ticket's life (the KDC's record of its logins), the
+/// first renewal kept the service tickets in the cache, checkpoints and group offsets follow.
 #[test]
 fn a_kerberos_cluster_copies_checkpoints_and_syncs_groups_across_ticket_renewals() {
     let bed = bed();
@@ -75,6 +82,7 @@ fn a_kerberos_cluster_copies_checkpoints_and_syncs_groups_across_ticket_renewals
     let (topic, group) = (unique("krb-copy"), unique("krb-group"));
     let remote = format!("krb.{topic}");
     create_topic(&krb.bootstrap, &topic, 2, &[]);
+    // A minimum below the 32 s at which the ticket is due: the ticket's life decides.
     let props = with(&krb.client_props("ferry"), "sasl.kerberos.min.time.before.relogin", "10000");
     let dir = tempfile::tempdir().expect("flows dir");
     std::fs::write(
@@ -90,17 +98,22 @@ fn a_kerberos_cluster_copies_checkpoints_and_syncs_groups_across_ticket_renewals
     )
     .expect("write flows");
 
-    let logins_before = bed.kdc.initial_tickets("ferry");
+    let logins_before = bed.kdc.login_times("ferry").len();
     let mut ferry = start_ferry(dir.path(), &bed.kdc);
+    let pid = ferry.pid().expect("ferry's pid");
     const BATCH: usize = 20;
     const RUN: Duration = Duration::from_secs(90);
     let start = Instant::now();
     let (mut sent, mut last_seen, mut last_growth, mut longest_stall) = (0usize, 0i64, Instant::now(), Duration::ZERO);
+    let mut renewal = ServiceTicketsAcrossRenewal::default();
     while start.elapsed() < RUN {
         produce(&krb.bootstrap, &topic, &keyed_records("krb", sent..sent + BATCH));
         sent += BATCH;
         std::thread::sleep(Duration::from_millis(500)); // the production rate, not a synchronisation
         assert_alive(&mut ferry);
+        if let [node] = cache_dirs(&std::env::temp_dir(), pid).as_slice() {
+            renewal.look(&bed.kdc.klist_collection(node));
+        }
         let seen = total(&west.bootstrap, &remote);
         if seen > last_seen || seen >= sent as i64 {
             last_seen = seen;
@@ -121,10 +134,17 @@ fn a_kerberos_cluster_copies_checkpoints_and_syncs_groups_across_ticket_renewals
         by_position(consume_all(&west.bootstrap, &remote, READ)),
         by_position(consume_all(&krb.bootstrap, &topic, READ))
     );
-    let logins = bed.kdc.initial_tickets("ferry") - logins_before;
-    eprintln!("{sent} records in {RUN:?}; ferry logged in {logins} times; longest stall {longest_stall:?}");
-    // 90 s with a renewal every 10 s: about 9 logins; fewer than 5 means tickets were not renewed.
-    assert!(logins >= 5, "ferry logged in {logins} times in {RUN:?} (renewal every 10 s)");
+    let logins = bed.kdc.login_times("ferry").split_off(logins_before);
+    let gaps: Vec<u64> = logins.windows(2).map(|w| w[1] - w[0]).collect();
+    eprintln!(
+        "{sent} records in {RUN:?}; ferry's logins at {logins:?} ({gaps:?} s apart); longest stall {longest_stall:?}"
+    );
+    renewal.assert_kept();
+    // 40 s tickets, renewed at 80 % of their life: logins 32 s apart (the renewer looks every second).
+    assert!(
+        gaps.len() >= 2 && gaps.iter().all(|g| (30..=36).contains(g)),
+        "ferry's logins of 40 s tickets came {gaps:?} s apart in {RUN:?}, not at 80 % of the ticket's life (32 s)"
+    );
     assert!(longest_stall < Duration::from_secs(15), "copying stalled for {longest_stall:?}");
 
     // The group consumed everything on the source: checkpoints and the synced group on the target say so.
@@ -152,18 +172,58 @@ fn a_kerberos_cluster_copies_checkpoints_and_syncs_groups_across_ticket_renewals
     let flows = observe::flows(ferry.listen_addr());
     assert_eq!(flows["flows"]["krb->west"]["state"], "running", "{}", flows["flows"]["krb->west"]);
     // The tickets live in the node's own cache directory while it runs, and go with it.
-    let pid = ferry.pid().expect("ferry's pid");
-    let caches = || -> Vec<std::path::PathBuf> {
-        std::fs::read_dir(std::env::temp_dir())
-            .expect("temp dir")
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("ferry-krb5cc-{pid}-")))
-            .map(|e| e.path())
-            .collect()
-    };
+    let caches = || cache_dirs(&std::env::temp_dir(), pid);
     assert_eq!(caches().len(), 1, "one ticket cache directory while ferry runs: {:?}", caches());
     assert!(ferry.terminate(Duration::from_secs(30)).success());
     assert!(caches().is_empty(), "ticket caches left behind: {:?}", caches());
+}
+
+/// The ticket-cache directories of ferry process `pid` under `parent`.
+fn cache_dirs(parent: &Path, pid: u32) -> Vec<PathBuf> {
+    std::fs::read_dir(parent)
+        .map(|dir| {
+            dir.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("ferry-krb5cc-{pid}-")))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Watches a node's tickets (`klist -A` of its collection) across its first renewal: every service
+/// ticket the node held with its first ticket-granting ticket (all valid until that ticket's end, after
+/// the renewal at 80 % of its life) is still in the cache with the new one.
+#[derive(Default)]
+struct ServiceTicketsAcrossRenewal {
+    /// The first ticket-granting ticket and the service tickets seen with it.
+    first: Option<(String, BTreeSet<String>)>,
+    /// After the renewal: the new ticket-granting ticket and the service tickets then.
+    renewed: Option<(String, BTreeSet<String>)>,
+}
+
+impl ServiceTicketsAcrossRenewal {
+    fn look(&mut self, klist: &str) {
+        let lines = || klist.lines().map(str::trim);
+        let Some(tgt) = lines().find(|l| l.contains("krbtgt/")).map(str::to_string) else { return };
+        let services: BTreeSet<String> = lines().filter(|l| l.contains("kafka/")).map(str::to_string).collect();
+        match &mut self.first {
+            _ if self.renewed.is_some() => {}
+            None => self.first = Some((tgt, services)),
+            Some((first, seen)) if *first == tgt => seen.extend(services),
+            Some(_) => self.renewed = Some((tgt, services)),
+        }
+    }
+
+    fn assert_kept(&self) {
+        let (Some((_, before)), Some((tgt, after))) = (&self.first, &self.renewed) else {
+            panic!("no renewal of the node's ticket seen in its cache: {:?}", self.first)
+        };
+        assert!(!before.is_empty(), "the node held no service ticket before its first renewal");
+        assert!(
+            before.is_subset(after),
+            "the renewal ({tgt}) dropped the service tickets the node held: before it {before:?}, after it {after:?}"
+        );
+    }
 }
 
 /// Two cluster definitions of the same principal: one with the current keytab, one with a keytab whose
@@ -238,4 +298,94 @@ fn a_superseded_keytab_fails_its_own_flow_and_never_borrows_another_ticket() {
     let counts = arrivals(&west.bootstrap, &format!("krbold.{bad}"));
     assert_eq!(duplicates(&counts), 0);
     assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// `FERRY_KRB5_CCACHE_DIR` names where the ferry processes of a pod keep their tickets: the Kubernetes
+/// example sets it for the container, so the `ferry translate` that the failover runbook runs there
+/// (`kubectl exec`) has it too. That command logs in as well; it leaves the node's tickets as they were
+/// and takes its own with it. A reload that leaves no flow of the node's principal deletes that
+/// principal's ticket, and the node takes its directory with it when it exits.
+#[test]
+fn a_command_run_beside_the_node_leaves_the_nodes_tickets_alone() {
+    let bed = bed();
+    let _turn = take_turn("kerberos cache dir");
+    let (krb, west, kdc) = (&bed.krb, bed.west, &bed.kdc);
+    let topic = unique("krb-beside");
+    let remote = format!("krb.{topic}");
+    create_topic(&krb.bootstrap, &topic, 2, &[]);
+    let volume = tempfile::tempdir().expect("the pod's ticket volume");
+    let mut env = kdc.client_env();
+    env.push(("FERRY_KRB5_CCACHE_DIR".into(), volume.path().to_str().expect("utf-8").into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let clusters =
+        [cluster_toml("krb", &krb.bootstrap, &krb.client_props("ferry")), cluster_toml("west", &west.bootstrap, &[])]
+            .concat();
+    let node_flows = tempfile::tempdir().expect("flows dir");
+    let flow = format!("[[flows]]\nsource = \"krb\"\ntarget = \"west\"\ntopics = [\"{topic}\"]\n{FAST}");
+    std::fs::write(node_flows.path().join("flows.toml"), format!("{clusters}{flow}")).expect("write flows");
+    let mut ferry = Ferry::start_env(node_flows.path(), &[], &env);
+    produce(&krb.bootstrap, &topic, &keyed_records("beside", 0..20));
+    wait_for(ARRIVAL, &format!("20 records on {remote}"), || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote) >= 20
+    });
+    let node = tickets(volume.path());
+    assert!(!node.is_empty(), "no ticket of the node under {}", volume.path().display());
+
+    // The runbook's command with the pod's environment, on a flow whose target is the Kerberos cluster:
+    // it logs in to read the checkpoints there (none of the group: it fails after logging in).
+    create_topic(&krb.bootstrap, "west.checkpoints.internal", 1, &[]);
+    let command_flows = tempfile::tempdir().expect("flows dir");
+    let reverse = format!("[[flows]]\nsource = \"west\"\ntarget = \"krb\"\ntopics = [\"{}\"]\n", unique("krb-none"));
+    std::fs::write(command_flows.path().join("flows.toml"), format!("{clusters}{reverse}")).expect("write flows");
+    let logins_before = kdc.login_times("ferry").len();
+    let flows_arg = command_flows.path().to_str().expect("utf-8");
+    let group = unique("krb-group");
+    let args = ["translate", "--flows", flows_arg, "--flow", "west->krb", "--group", &group];
+    let ran = Instant::now();
+    let (code, out, err) = ferry_cli_env(&args, &env);
+    let (ran, logins) = (ran.elapsed(), kdc.login_times("ferry").len() - logins_before);
+    let ran =
+        format!("ferry logged in {logins} times during the {ran:?} of `ferry translate` (exit {code}: {out}{err})");
+    assert!(logins >= 1, "`ferry translate` did not log in: {ran}");
+    let after = tickets(volume.path());
+    let touched: Vec<String> = node
+        .iter()
+        .filter(|(path, bytes)| after.get(*path) != Some(bytes))
+        .map(|(path, _)| format!("{} {}", if after.contains_key(path) { "rewrote" } else { "deleted" }, path.display()))
+        .collect();
+    assert!(touched.is_empty(), "`ferry translate` {touched:?} of the node's tickets; {ran}");
+    let left: Vec<&PathBuf> = after.keys().filter(|p| !node.contains_key(*p)).collect();
+    assert!(left.is_empty(), "`ferry translate` left tickets behind: {left:?}");
+    produce(&krb.bootstrap, &topic, &keyed_records("beside", 20..40));
+    wait_for(ARRIVAL, &format!("40 records on {remote}"), || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote) >= 40
+    });
+
+    // No flow of the node uses the principal any more: its ticket goes at once, not when the node exits.
+    std::fs::write(node_flows.path().join("flows.toml"), cluster_toml("west", &west.bootstrap, &[])).expect("write");
+    let (status, body) = http_post(ferry.listen_addr(), "/reload");
+    assert!(status < 300, "POST /reload: {status} {body}");
+    wait_for(Duration::from_secs(30), "the node's ticket deleted after its last Kerberos cluster went", || {
+        tickets(volume.path()).keys().all(|p| p.file_name().is_some_and(|n| n == "primary"))
+    });
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+    let remains: Vec<PathBuf> =
+        std::fs::read_dir(volume.path()).expect("the volume").flatten().map(|e| e.path()).collect();
+    assert!(remains.is_empty(), "left in {} after the node exited: {remains:?}", volume.path().display());
+}
+
+/// Every ticket cache (and collection's primary) under `dir` and one level below, with its bytes.
+fn tickets(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let entries = |d: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(d).map(|r| r.flatten().map(|e| e.path()).collect()).unwrap_or_default()
+    };
+    let mut files = entries(dir);
+    files.extend(entries(dir).iter().filter(|p| p.is_dir()).flat_map(|d| entries(d)));
+    files
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("tkt") || n == "primary"))
+        .filter_map(|p| Some((p.clone(), std::fs::read(&p).ok()?)))
+        .collect()
 }
