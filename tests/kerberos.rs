@@ -9,10 +9,16 @@
 //!   and kinit's complaint, and that flow copies nothing, although another cluster definition of the
 //!   same principal holds a valid ticket in the same process (what librdkafka's own kinit got wrong:
 //!   the stale flow authenticated with the other flow's ticket). A fresh keytab written over the file
-//!   recovers it (here with a reload; the flow's own retries log in from the file too).
+//!   recovers it (here with a reload; the flow's own retries log in from the file too). A superseded
+//!   keytab written over a good one is refused by the reload, which names it (the keytab's content is
+//!   part of the login), and the running flow goes on.
 //! - With `FERRY_KRB5_CCACHE_DIR` set for the node and for a command run beside it (as in the Kubernetes
 //!   example), the command leaves the node's tickets alone and removes its own; a reload that leaves no
 //!   flow of the principal deletes its ticket at once; the node removes its directory at exit.
+//! - A node whose first login fails starts once the KDC answers, all its clients on one login, and a
+//!   pause is recorded on the Kerberos cluster (the control topic's producer is made when first needed).
+//! - With a `krb5.conf` that tells no broker's realm, the node's single principal still serves (its cache
+//!   is the collection's primary).
 //!
 //! One KDC, one GSSAPI cluster (principal `ferry`) and the shared plaintext pair serve all the tests,
 //! which take turns.
@@ -170,7 +176,7 @@ fn a_kerberos_cluster_copies_checkpoints_and_syncs_groups_across_ticket_renewals
         );
     }
     let flows = observe::flows(ferry.listen_addr());
-    assert_eq!(flows["flows"]["krb->west"]["state"], "running", "{}", flows["flows"]["krb->west"]);
+    assert_eq!(flows["flows"]["krb->west"]["state"], "running", "the flow kept: {}", flows["flows"]["krb->west"]);
     // The tickets live in the node's own cache directory while it runs, and go with it.
     let caches = || cache_dirs(&std::env::temp_dir(), pid);
     assert_eq!(caches().len(), 1, "one ticket cache directory while ferry runs: {:?}", caches());
@@ -282,12 +288,14 @@ fn a_superseded_keytab_fails_its_own_flow_and_never_borrows_another_ticket() {
         }) && flow["state"] != "running"
     });
     eprintln!("krbold->west: {shown}");
-    let flows = observe::flows(ferry.listen_addr());
-    assert_eq!(flows["flows"]["krb->west"]["state"], "running", "{}", flows["flows"]["krb->west"]);
+    wait_for(ARRIVAL, "krb->west running", || {
+        observe::flows(ferry.listen_addr())["flows"]["krb->west"]["state"] == "running"
+    });
     // Well after the good flow copied: the stale one never authenticated, with any ticket.
     assert_eq!(total(&west.bootstrap, &format!("krbold.{bad}")), 0, "the stale keytab's flow copied records");
 
     // The fix an operator makes: a fresh keytab over the file, then a reload.
+    let superseded = std::fs::read(&stale).expect("read the stale keytab");
     std::fs::copy(&current, &stale).expect("write the fresh keytab");
     let (status, body) = http_post(ferry.listen_addr(), "/reload");
     assert!(status < 300, "POST /reload: {status} {body}");
@@ -297,6 +305,22 @@ fn a_superseded_keytab_fails_its_own_flow_and_never_borrows_another_ticket() {
     });
     let counts = arrivals(&west.bootstrap, &format!("krbold.{bad}"));
     assert_eq!(duplicates(&counts), 0);
+
+    // The other way round: a superseded key written over the good file. The keytab's content is part of
+    // the login, so the reload logs in from the new content at once and, as that fails, keeps the
+    // cluster's flow as it was, naming why (the ticket from the file's earlier content does not pass
+    // for the new content's login).
+    std::fs::write(&current, superseded).expect("write the superseded keytab");
+    let (status, body) = http_post(ferry.listen_addr(), "/reload");
+    assert!(status < 300, "POST /reload: {status} {body}");
+    let reload: serde_json::Value = serde_json::from_str(&body).expect("the reload's answer");
+    let error = reload["error"].as_str().unwrap_or_default();
+    assert!(
+        reload["result"] == "rolled_back" && error.contains(&path(&current)) && error.contains("export a new keytab"),
+        "the reload took a superseded keytab: {body}"
+    );
+    let flows = observe::flows(ferry.listen_addr());
+    assert_eq!(flows["flows"]["krb->west"]["state"], "running", "{}", flows["flows"]["krb->west"]);
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }
 
@@ -388,4 +412,91 @@ fn tickets(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
         .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("tkt") || n == "primary"))
         .filter_map(|p| Some((p.clone(), std::fs::read(&p).ok()?)))
         .collect()
+}
+
+/// A node whose first login fails (the KDC does not answer: a failure point in ferry's kinit) starts
+/// anyway: its flow's clients retry, and once a login works they all share that one login (the KDC
+/// issued one ticket, although kinit takes 1.5 s here and every client asks for it at once). A pause of
+/// the flow is recorded on its target, the Kerberos cluster: the producer of the control topic is made
+/// when the first pause is written, not at the node's start when the login failed.
+#[test]
+fn a_node_whose_first_login_fails_starts_on_one_shared_login_and_records_a_pause() {
+    let bed = bed();
+    let _turn = take_turn("kerberos first login fails");
+    let (krb, west, kdc) = (&bed.krb, bed.west, &bed.kdc);
+    let topic = unique("krb-start");
+    let remote = format!("west.{topic}");
+    create_topic(&west.bootstrap, &topic, 2, &[]);
+    produce(&west.bootstrap, &topic, &keyed_records("start", 0..20));
+    let dir = tempfile::tempdir().expect("flows dir");
+    std::fs::write(
+        dir.path().join("flows.toml"),
+        [
+            cluster_toml("krb", &krb.bootstrap, &krb.client_props("ferry")),
+            cluster_toml("west", &west.bootstrap, &[]),
+            format!("[[flows]]\nsource = \"west\"\ntarget = \"krb\"\ntopics = [\"{topic}\"]\n{FAST}"),
+        ]
+        .concat(),
+    )
+    .expect("write flows");
+    let mut env = kdc.client_env();
+    let kdc_away = "Cannot contact any KDC for realm FERRY.TEST";
+    env.push(("FAILPOINTS".into(), format!("kerberos-kinit=1*return({kdc_away})->sleep(1500)")));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let logins_before = kdc.login_times("ferry").len();
+    let mut ferry = Ferry::start_env(dir.path(), &[], &env);
+    wait_for(ARRIVAL, &format!("20 records on {remote}"), || {
+        assert_alive(&mut ferry);
+        total(&krb.bootstrap, &remote) >= 20
+    });
+    let text = observe::metrics(ferry.listen_addr());
+    let failed = observe::metric_sum(&text, "ferry_kerberos_logins_total", &[("result", "failed")]);
+    assert!(failed >= 1.0, "the first login did not fail: {failed} failed logins");
+    let logins = kdc.login_times("ferry").len() - logins_before;
+    assert_eq!(logins, 1, "the node's clients logged in {logins} times: one login serves them all");
+
+    let (status, body) = http_post(ferry.listen_addr(), "/flows/west-%3Ekrb/pause");
+    assert_eq!(status, 200, "pause: {body}");
+    wait_for(Duration::from_secs(10), "west->krb paused in /flows", || {
+        observe::flows(ferry.listen_addr())["flows"]["west->krb"]["state"] == "paused"
+    });
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// A `krb5.conf` that names no realm for the brokers (no `[domain_realm]` entry, no default realm: the
+/// library cannot pick a cache by realm): the node's one principal has the collection's primary cache,
+/// which the library uses then, and the flow copies.
+#[test]
+fn a_single_principal_serves_brokers_whose_realm_the_node_cannot_tell() {
+    let bed = bed();
+    let _turn = take_turn("kerberos primary cache");
+    let (krb, west, kdc) = (&bed.krb, bed.west, &bed.kdc);
+    let topic = unique("krb-primary");
+    let remote = format!("krb.{topic}");
+    create_topic(&krb.bootstrap, &topic, 2, &[]);
+    produce(&krb.bootstrap, &topic, &keyed_records("primary", 0..20));
+    let dir = tempfile::tempdir().expect("flows dir");
+    std::fs::write(
+        dir.path().join("flows.toml"),
+        [
+            cluster_toml("krb", &krb.bootstrap, &krb.client_props("ferry")),
+            cluster_toml("west", &west.bootstrap, &[]),
+            format!("[[flows]]\nsource = \"krb\"\ntarget = \"west\"\ntopics = [\"{topic}\"]\n{FAST}"),
+        ]
+        .concat(),
+    )
+    .expect("write flows");
+    let env = kdc.client_env_without_realm_hints();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut ferry = Ferry::start_env(dir.path(), &[], &env);
+    let start = Instant::now();
+    while total(&west.bootstrap, &remote) < 20 {
+        assert_alive(&mut ferry);
+        if start.elapsed() > ARRIVAL {
+            let flows = observe::flows(ferry.listen_addr());
+            panic!("no 20 records on {remote} within {ARRIVAL:?}; krb->west: {}", flows["flows"]["krb->west"]);
+        }
+        std::thread::sleep(Duration::from_millis(250)); // the polling interval
+    }
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
 }

@@ -92,9 +92,16 @@ pub fn ensure(login: &Login) -> Result<(), String> {
 }
 
 /// A KDC that does not answer says nothing about the keytab: while the ticket of this login's last
-/// success is valid, clients use it.
+/// success is valid, clients use it (a renewal failed during a KDC outage, and a flow restarts).
 fn still_valid(login: &Login, logged_in: bool, reason: String) -> Result<(), String> {
-    if logged_in && transient(&reason) && ticket_valid(login) { Ok(()) } else { Err(reason) }
+    if stands_in(logged_in, &reason, || ticket_valid(login)) { Ok(()) } else { Err(reason) }
+}
+
+/// Whether the cached ticket stands in for a login that failed for `reason`. Only for a login (keytab
+/// content) that worked before: one that never did may be a stale keytab's, and must not use the ticket
+/// that another keytab of the principal obtained.
+fn stands_in(logged_in: bool, reason: &str, ticket_valid: impl FnOnce() -> bool) -> bool {
+    logged_in && transient(reason) && ticket_valid()
 }
 
 /// A failure that says nothing about the keytab: the KDC did not answer.
@@ -365,6 +372,17 @@ mod tests {
         // sasl.kerberos.min.time.before.relogin is a minimum between relogins, as librdkafka documents it.
         assert_eq!(renew_after(Some(secs(40)), min), min);
         assert_eq!(renew_after(None, min), min);
+    }
+
+    #[test]
+    fn a_kdc_that_does_not_answer_lets_a_login_that_worked_use_its_valid_ticket() {
+        let away = "kinit: Cannot contact any KDC for realm 'CORP' while getting initial credentials";
+        assert!(stands_in(true, away, || true));
+        assert!(stands_in(true, "kinit did not finish within 30s (is the KDC reachable?)", || true));
+        // The ticket expired; the login never worked; the KDC answered and refused the key.
+        assert!(!stands_in(true, away, || false));
+        assert!(!stands_in(false, away, || true));
+        assert!(!stands_in(true, "kinit: Preauthentication failed while getting initial credentials", || true));
     }
 
     #[test]

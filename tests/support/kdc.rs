@@ -85,6 +85,20 @@ impl Kdc {
         vec![("KRB5_CONFIG".into(), self.krb5_conf().to_str().expect("utf-8").into())]
     }
 
+    /// [`Kdc::client_env`] with a `krb5.conf` that names the realm's KDC but neither a default realm
+    /// nor the realm of any host: the library cannot tell which realm a broker is in.
+    pub fn client_env_without_realm_hints(&self) -> Vec<(String, String)> {
+        let conf = self.dir.path().join("krb5-no-realm-hints.conf");
+        let full = std::fs::read_to_string(self.krb5_conf()).expect("read krb5.conf");
+        let kept: String = full
+            .split_inclusive('\n')
+            .take_while(|l| !l.starts_with("[domain_realm]"))
+            .filter(|l| !l.trim_start().starts_with("default_realm"))
+            .collect();
+        std::fs::write(&conf, kept).expect("write krb5.conf");
+        vec![("KRB5_CONFIG".into(), conf.to_str().expect("utf-8").into())]
+    }
+
     /// JVM options for a Java client or broker of the realm.
     pub fn java_options(&self) -> String {
         format!("-Djava.security.krb5.conf={}", self.krb5_conf().display())
