@@ -71,9 +71,33 @@ fn with(props: &[(String, String)], key: &str, value: &str) -> Vec<(String, Stri
 }
 
 fn start_ferry(dir: &std::path::Path, kdc: &Kdc) -> Ferry {
-    let env = kdc.client_env();
+    start_with_env(dir, &kdc.client_env())
+}
+
+fn start_with_env(dir: &Path, env: &[(String, String)]) -> Ferry {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     Ferry::start_env(dir, &[], &env)
+}
+
+/// The clusters `krb` (logged in as `ferry`) and `west` of a flows file.
+fn clusters_toml(bed: &Bed) -> String {
+    [
+        cluster_toml("krb", &bed.krb.bootstrap, &bed.krb.client_props("ferry")),
+        cluster_toml("west", &bed.west.bootstrap, &[]),
+    ]
+    .concat()
+}
+
+/// A flow `source` -> `target` of `topic` that checkpoints and refreshes fast.
+fn flow_toml(source: &str, target: &str, topic: &str) -> String {
+    format!("[[flows]]\nsource = \"{source}\"\ntarget = \"{target}\"\ntopics = [\"{topic}\"]\n{FAST}")
+}
+
+/// A flows directory with `toml` as its flows file.
+fn flows_dir_of(toml: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("flows dir");
+    std::fs::write(dir.path().join("flows.toml"), toml).expect("write flows");
+    dir
 }
 
 /// Copies from the Kerberos cluster for 90 s of continuous production (over two ticket lifetimes and
@@ -340,14 +364,9 @@ fn a_command_run_beside_the_node_leaves_the_nodes_tickets_alone() {
     let volume = tempfile::tempdir().expect("the pod's ticket volume");
     let mut env = kdc.client_env();
     env.push(("FERRY_KRB5_CCACHE_DIR".into(), volume.path().to_str().expect("utf-8").into()));
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let clusters =
-        [cluster_toml("krb", &krb.bootstrap, &krb.client_props("ferry")), cluster_toml("west", &west.bootstrap, &[])]
-            .concat();
-    let node_flows = tempfile::tempdir().expect("flows dir");
-    let flow = format!("[[flows]]\nsource = \"krb\"\ntarget = \"west\"\ntopics = [\"{topic}\"]\n{FAST}");
-    std::fs::write(node_flows.path().join("flows.toml"), format!("{clusters}{flow}")).expect("write flows");
-    let mut ferry = Ferry::start_env(node_flows.path(), &[], &env);
+    let clusters = clusters_toml(bed);
+    let node_flows = flows_dir_of(&(clusters.clone() + &flow_toml("krb", "west", &topic)));
+    let mut ferry = start_with_env(node_flows.path(), &env);
     produce(&krb.bootstrap, &topic, &keyed_records("beside", 0..20));
     wait_for(ARRIVAL, &format!("20 records on {remote}"), || {
         assert_alive(&mut ferry);
@@ -359,14 +378,13 @@ fn a_command_run_beside_the_node_leaves_the_nodes_tickets_alone() {
     // The runbook's command with the pod's environment, on a flow whose target is the Kerberos cluster:
     // it logs in to read the checkpoints there (none of the group: it fails after logging in).
     create_topic(&krb.bootstrap, "west.checkpoints.internal", 1, &[]);
-    let command_flows = tempfile::tempdir().expect("flows dir");
-    let reverse = format!("[[flows]]\nsource = \"west\"\ntarget = \"krb\"\ntopics = [\"{}\"]\n", unique("krb-none"));
-    std::fs::write(command_flows.path().join("flows.toml"), format!("{clusters}{reverse}")).expect("write flows");
+    let command_flows = flows_dir_of(&(clusters + &flow_toml("west", "krb", &unique("krb-none"))));
     let logins_before = kdc.login_times("ferry").len();
     let flows_arg = command_flows.path().to_str().expect("utf-8");
     let group = unique("krb-group");
     let args = ["translate", "--flows", flows_arg, "--flow", "west->krb", "--group", &group];
     let ran = Instant::now();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let (code, out, err) = ferry_cli_env(&args, &env);
     let (ran, logins) = (ran.elapsed(), kdc.login_times("ferry").len() - logins_before);
     let ran =
@@ -428,23 +446,12 @@ fn a_node_whose_first_login_fails_starts_on_one_shared_login_and_records_a_pause
     let remote = format!("west.{topic}");
     create_topic(&west.bootstrap, &topic, 2, &[]);
     produce(&west.bootstrap, &topic, &keyed_records("start", 0..20));
-    let dir = tempfile::tempdir().expect("flows dir");
-    std::fs::write(
-        dir.path().join("flows.toml"),
-        [
-            cluster_toml("krb", &krb.bootstrap, &krb.client_props("ferry")),
-            cluster_toml("west", &west.bootstrap, &[]),
-            format!("[[flows]]\nsource = \"west\"\ntarget = \"krb\"\ntopics = [\"{topic}\"]\n{FAST}"),
-        ]
-        .concat(),
-    )
-    .expect("write flows");
+    let dir = flows_dir_of(&(clusters_toml(bed) + &flow_toml("west", "krb", &topic)));
     let mut env = kdc.client_env();
     let kdc_away = "Cannot contact any KDC for realm FERRY.TEST";
     env.push(("FAILPOINTS".into(), format!("kerberos-kinit=1*return({kdc_away})->sleep(1500)")));
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let logins_before = kdc.login_times("ferry").len();
-    let mut ferry = Ferry::start_env(dir.path(), &[], &env);
+    let mut ferry = start_with_env(dir.path(), &env);
     wait_for(ARRIVAL, &format!("20 records on {remote}"), || {
         assert_alive(&mut ferry);
         total(&krb.bootstrap, &remote) >= 20
@@ -475,20 +482,8 @@ fn a_single_principal_serves_brokers_whose_realm_the_node_cannot_tell() {
     let remote = format!("krb.{topic}");
     create_topic(&krb.bootstrap, &topic, 2, &[]);
     produce(&krb.bootstrap, &topic, &keyed_records("primary", 0..20));
-    let dir = tempfile::tempdir().expect("flows dir");
-    std::fs::write(
-        dir.path().join("flows.toml"),
-        [
-            cluster_toml("krb", &krb.bootstrap, &krb.client_props("ferry")),
-            cluster_toml("west", &west.bootstrap, &[]),
-            format!("[[flows]]\nsource = \"krb\"\ntarget = \"west\"\ntopics = [\"{topic}\"]\n{FAST}"),
-        ]
-        .concat(),
-    )
-    .expect("write flows");
-    let env = kdc.client_env_without_realm_hints();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let mut ferry = Ferry::start_env(dir.path(), &[], &env);
+    let dir = flows_dir_of(&(clusters_toml(bed) + &flow_toml("krb", "west", &topic)));
+    let mut ferry = start_with_env(dir.path(), &kdc.client_env_without_realm_hints());
     let start = Instant::now();
     while total(&west.bootstrap, &remote) < 20 {
         assert_alive(&mut ferry);
