@@ -15,8 +15,9 @@
 //! - With `FERRY_KRB5_CCACHE_DIR` set for the node and for a command run beside it (as in the Kubernetes
 //!   example), the command leaves the node's tickets alone and removes its own; a reload that leaves no
 //!   flow of the principal deletes its ticket at once; the node removes its directory at exit.
-//! - A node whose first login fails starts once the KDC answers, all its clients on one login, and a
-//!   pause is recorded on the Kerberos cluster (the control topic's producer is made when first needed).
+//! - The clients of a starting node share one login (one kinit at a time per login).
+//! - A node whose first login failed records a pause on its Kerberos target (the control topic's
+//!   producer is made when first needed).
 //! - With a `krb5.conf` that tells no broker's realm, the node's single principal still serves (its cache
 //!   is the collection's primary).
 //!
@@ -432,13 +433,38 @@ fn tickets(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
         .collect()
 }
 
-/// A node whose first login fails (the KDC does not answer: a failure point in ferry's kinit) starts
-/// anyway: its flow's clients retry, and once a login works they all share that one login (the KDC
-/// issued one ticket, although kinit takes 1.5 s here and every client asks for it at once). A pause of
-/// the flow is recorded on its target, the Kerberos cluster: the producer of the control topic is made
-/// when the first pause is written, not at the node's start when the login failed.
+/// The clients of a starting node (consumers, producers, admin clients of several threads) all ask for
+/// the login at once: one `kinit` runs, the others wait for its result, and the KDC issues one ticket
+/// (a failure point makes each kinit take 1.5 s).
 #[test]
-fn a_node_whose_first_login_fails_starts_on_one_shared_login_and_records_a_pause() {
+fn the_clients_of_a_starting_node_share_one_login() {
+    let bed = bed();
+    let _turn = take_turn("kerberos one login at start");
+    let (krb, west, kdc) = (&bed.krb, bed.west, &bed.kdc);
+    let topic = unique("krb-once");
+    let remote = format!("krb.{topic}");
+    create_topic(&krb.bootstrap, &topic, 2, &[]);
+    produce(&krb.bootstrap, &topic, &keyed_records("once", 0..20));
+    let dir = flows_dir_of(&(clusters_toml(bed) + &flow_toml("krb", "west", &topic)));
+    let mut env = kdc.client_env();
+    env.push(("FAILPOINTS".into(), "kerberos-kinit=sleep(1500)".into()));
+    let logins_before = kdc.login_times("ferry").len();
+    let mut ferry = start_with_env(dir.path(), &env);
+    wait_for(ARRIVAL, &format!("20 records on {remote}"), || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote) >= 20
+    });
+    let logins = kdc.login_times("ferry").len() - logins_before;
+    assert_eq!(logins, 1, "the node's clients logged in {logins} times: one login serves them all");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
+/// A node whose first login fails (the KDC does not answer: a failure point in ferry's kinit) starts
+/// anyway, its flow's clients retrying. A pause of the flow is then recorded on its target, the Kerberos
+/// cluster: the producer of the control topic is made when the first pause is written, not at the
+/// node's start, when the login failed.
+#[test]
+fn a_node_whose_first_login_failed_records_a_pause_on_a_kerberos_target() {
     let bed = bed();
     let _turn = take_turn("kerberos first login fails");
     let (krb, west, kdc) = (&bed.krb, bed.west, &bed.kdc);
@@ -448,9 +474,7 @@ fn a_node_whose_first_login_fails_starts_on_one_shared_login_and_records_a_pause
     produce(&west.bootstrap, &topic, &keyed_records("start", 0..20));
     let dir = flows_dir_of(&(clusters_toml(bed) + &flow_toml("west", "krb", &topic)));
     let mut env = kdc.client_env();
-    let kdc_away = "Cannot contact any KDC for realm FERRY.TEST";
-    env.push(("FAILPOINTS".into(), format!("kerberos-kinit=1*return({kdc_away})->sleep(1500)")));
-    let logins_before = kdc.login_times("ferry").len();
+    env.push(("FAILPOINTS".into(), "kerberos-kinit=1*return(Cannot contact any KDC for realm FERRY.TEST)".into()));
     let mut ferry = start_with_env(dir.path(), &env);
     wait_for(ARRIVAL, &format!("20 records on {remote}"), || {
         assert_alive(&mut ferry);
@@ -459,8 +483,6 @@ fn a_node_whose_first_login_fails_starts_on_one_shared_login_and_records_a_pause
     let text = observe::metrics(ferry.listen_addr());
     let failed = observe::metric_sum(&text, "ferry_kerberos_logins_total", &[("result", "failed")]);
     assert!(failed >= 1.0, "the first login did not fail: {failed} failed logins");
-    let logins = kdc.login_times("ferry").len() - logins_before;
-    assert_eq!(logins, 1, "the node's clients logged in {logins} times: one login serves them all");
 
     let (status, body) = http_post(ferry.listen_addr(), "/flows/west-%3Ekrb/pause");
     assert_eq!(status, 200, "pause: {body}");
