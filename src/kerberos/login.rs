@@ -32,8 +32,11 @@ struct State {
     failed: Option<(Instant, String)>,
     /// A `kinit` of it is running: others wait for its result instead of running their own.
     in_flight: bool,
-    /// Who still needs it renewed: the connections of its clusters.
+    /// Who still needs it: the node's connections of its clusters.
     holders: Vec<Weak<Hold>>,
+    /// Whether a connection held it: it is forgotten when none does any more. (A one-shot command's
+    /// logins are never held, and go when it exits.)
+    held: bool,
 }
 
 static LOGINS: LazyLock<Mutex<HashMap<Login, State>>> = LazyLock::new(Default::default);
@@ -45,17 +48,20 @@ fn logins() -> std::sync::MutexGuard<'static, HashMap<Login, State>> {
     LOGINS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Keeps a login renewed while it lives (a cluster connection holds one).
+/// Keeps a login while it lives (a node's cluster connection holds one). When the last holder of a
+/// login goes, the login is forgotten, and its principal's ticket deleted unless another login of the
+/// principal remains.
 #[derive(Debug)]
 pub struct Hold;
 
-/// Keeps `login` renewed for as long as the returned value lives.
+/// Keeps `login` for as long as the returned value lives.
 pub fn hold(login: &Login) -> Arc<Hold> {
     let h = Arc::new(Hold);
     let mut logins = logins();
     let state = logins.entry(login.clone()).or_default();
     state.holders.retain(|w| w.strong_count() > 0);
     state.holders.push(Arc::downgrade(&h));
+    state.held = true;
     h
 }
 
@@ -218,14 +224,14 @@ fn start_renewer() {
     }
 }
 
-/// The held logins due for renewal. Logins nobody holds any more (their clusters' flows went) are
+/// The logins due for renewal. Logins nobody holds any more (their clusters' flows went) are
 /// forgotten, and a principal no login uses loses its ticket at once: it must not serve anyone else.
 fn due() -> Vec<Login> {
     let mut logins = logins();
     let before: Vec<Login> = logins.keys().cloned().collect();
     logins.retain(|_, s| {
         s.holders.retain(|w| w.strong_count() > 0);
-        s.in_flight || !s.holders.is_empty()
+        s.in_flight || !s.holders.is_empty() || !s.held
     });
     for gone in before.iter().filter(|l| !logins.keys().any(|k| k.principal == l.principal)) {
         let _ = std::fs::remove_file(cache_dir::path().join(gone.cache_file()));
