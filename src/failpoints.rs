@@ -34,6 +34,9 @@ pub const CONTROL_ACK: &str = "control-ack";
 /// `reload-preflight=return`: a reload's check that a changed flow's clusters answer fails at once, as if
 /// they did not (the real check takes its full 10 s against a cluster that is away).
 pub const RELOAD_PREFLIGHT: &str = "reload-preflight";
+/// `kerberos-kinit=return(Cannot contact any KDC)` fails ferry's `kinit` runs as if the KDC did not
+/// answer; `kerberos-kinit=sleep(MS)` makes each take that long first.
+pub const KINIT: &str = "kerberos-kinit";
 
 /// `copier-claim=1*return(MILLIS)`: the copier holds MILLIS between reading the progress of partitions
 /// the group gave it and committing its claim of them (a test freezes the node there).

@@ -186,8 +186,12 @@ impl fmt::Debug for Connection {
 impl Connection {
     fn new(cluster: ClusterSpec) -> Self {
         let kerberos = crate::kerberos::Login::of_cluster(&cluster).ok().flatten().map(|l| crate::kerberos::hold(&l));
+        Self { _kerberos: kerberos, ..Self::unheld(cluster) }
+    }
+
+    fn unheld(cluster: ClusterSpec) -> Self {
         Self {
-            _kerberos: kerberos,
+            _kerberos: None,
             cluster,
             admin: Slot::new(),
             meta: Slot::new(),
@@ -197,9 +201,12 @@ impl Connection {
         }
     }
 
-    /// A connection of its own, outside any registry (one-shot commands such as `ferry translate`).
+    /// A connection of its own, outside any registry (one-shot commands such as `ferry translate`). It
+    /// holds no Kerberos login: a held login is forgotten, and its ticket deleted, when its last holder
+    /// goes, and a command's clients outlive the connection that made them. The command's tickets go
+    /// when it exits.
     pub fn standalone(cluster: &ClusterSpec) -> Arc<Self> {
-        Arc::new(Self::new(cluster.clone()))
+        Arc::new(Self::unheld(cluster.clone()))
     }
 
     pub fn alias(&self) -> &str {

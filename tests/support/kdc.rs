@@ -4,7 +4,7 @@
 //! the KDC, a database made by `kdb5_util`), then runs `krb5kdc -n` on a free loopback port (TCP and
 //! UDP; clients are told to use TCP). Principals and keytabs are made with `kadmin.local`, which works
 //! on the database directly: no admin server runs. The KDC logs every ticket it issues to `kdc.log`;
-//! [`Kdc::initial_tickets`] counts the logins of a principal there (each `kinit` is one AS exchange).
+//! [`Kdc::login_times`] dates the logins of a principal there (each `kinit` is one AS exchange).
 //!
 //! Clients find the realm through `KRB5_CONFIG` ([`Kdc::client_env`]); the Kafka broker's JVM through
 //! `-Djava.security.krb5.conf` ([`Kdc::java_options`]). The test process itself never talks Kerberos.
@@ -85,6 +85,20 @@ impl Kdc {
         vec![("KRB5_CONFIG".into(), self.krb5_conf().to_str().expect("utf-8").into())]
     }
 
+    /// [`Kdc::client_env`] with a `krb5.conf` that names the realm's KDC but neither a default realm
+    /// nor the realm of any host: the library cannot tell which realm a broker is in.
+    pub fn client_env_without_realm_hints(&self) -> Vec<(String, String)> {
+        let conf = self.dir.path().join("krb5-no-realm-hints.conf");
+        let full = std::fs::read_to_string(self.krb5_conf()).expect("read krb5.conf");
+        let kept: String = full
+            .split_inclusive('\n')
+            .take_while(|l| !l.starts_with("[domain_realm]"))
+            .filter(|l| !l.trim_start().starts_with("default_realm"))
+            .collect();
+        std::fs::write(&conf, kept).expect("write krb5.conf");
+        vec![("KRB5_CONFIG".into(), conf.to_str().expect("utf-8").into())]
+    }
+
     /// JVM options for a Java client or broker of the realm.
     pub fn java_options(&self) -> String {
         format!("-Djava.security.krb5.conf={}", self.krb5_conf().display())
@@ -95,10 +109,14 @@ impl Kdc {
         format!("{name}@{}", self.realm)
     }
 
-    /// Creates principal `name` with a random key (nothing happens if it exists).
+    /// Creates principal `name` with a random key (nothing happens if it exists). It needs
+    /// pre-authentication, as in production realms: the KDC issues tickets only to a client that proved
+    /// it holds the key, so the issued tickets it logs are logins. (MIT's GSS library, near a ticket's
+    /// end, asks for one without proof, meaning to refresh it from a default client keytab that ferry's
+    /// processes do not have.)
     pub fn add_principal(&self, name: &str) {
         let principal = self.principal(name);
-        let out = self.kadmin(&format!("addprinc -randkey {principal}"));
+        let out = self.kadmin(&format!("addprinc -randkey +requires_preauth {principal}"));
         assert!(!out.contains("rror") || out.contains("already exists"), "addprinc {principal}: {out}");
     }
 
@@ -112,11 +130,28 @@ impl Kdc {
         assert!(path.exists(), "ktadd {principal} to {}: {out}", path.display());
     }
 
-    /// How many initial tickets (logins: AS requests answered with a ticket) the KDC issued to
-    /// principal `name` so far.
-    pub fn initial_tickets(&self, name: &str) -> usize {
+    /// When the KDC issued each of principal `name`'s initial tickets so far (their `authtime`, Unix
+    /// seconds), oldest first: one per login.
+    pub fn login_times(&self, name: &str) -> Vec<u64> {
         let issued = format!("{} for krbtgt/", self.principal(name));
-        self.log().lines().filter(|l| l.contains("AS_REQ") && l.contains("ISSUE:") && l.contains(&issued)).count()
+        self.log()
+            .lines()
+            .filter(|l| l.contains("AS_REQ") && l.contains("ISSUE:") && l.contains(&issued))
+            .filter_map(|l| l.split("authtime ").nth(1)?.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+            .collect()
+    }
+
+    /// `klist -A` of the ticket-cache collection `DIR:<dir>` (C locale): every cache's tickets, one line each.
+    pub fn klist_collection(&self, dir: &Path) -> String {
+        let out = Command::new("klist")
+            .arg("-A")
+            .envs(self.client_env())
+            .env("KRB5CCNAME", format!("DIR:{}", dir.display()))
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run klist (Debian: krb5-user)");
+        String::from_utf8_lossy(&out.stdout).to_string()
     }
 
     /// The KDC's log.
