@@ -512,6 +512,18 @@ mod tests {
     }
 
     #[test]
+    fn an_epoch_is_the_logs_highest_plus_one_whatever_the_clock() {
+        // A node whose clock runs ahead must not take an epoch that outranks the owners after it: the
+        // epoch follows the progress log only (issue 31 item 5: it was the wall clock in milliseconds).
+        let t = AckTable::default();
+        let stored = Some(StoredPosition { next: 3, topic_id: None, epoch: 5, bridge: None });
+        t.adopt("a", 0, stored, 5, false);
+        assert_eq!(t.slot("a", 0).epoch(), 6);
+        t.adopt("b", 0, None, 0, false);
+        assert_eq!(t.slot("b", 0).epoch(), 1, "a partition nobody owned yet");
+    }
+
+    #[test]
     fn each_adoption_outranks_every_earlier_owner() {
         let t = AckTable::default();
         let stored = |epoch| Some(StoredPosition { next: 3, topic_id: None, epoch, bridge: None });
