@@ -603,14 +603,14 @@ impl ProgressWriter {
     /// Exactly-once: the records of `slots` into the open transaction of `lane`, as `writer`: each
     /// partition's position (every partition whose position moved in the transaction, and those claimed
     /// or released by it, with `true` for a release), or an intent ([`Entry::Intent`]). Nothing counts
-    /// as persisted until [`ProgressWriter::committed`] after the commit. Gives up at `deadline` while
-    /// the producer's queue stays full.
+    /// as persisted until [`ProgressWriter::committed`] after the commit. Gives up at `deadline()` (asked
+    /// again while it waits) while the producer's queue stays full.
     pub fn write_in_transaction(
         &mut self,
         lane: &mut crate::clients::RecordLane,
         entries: &[Entry],
         writer: &str,
-        deadline: Instant,
+        deadline: &mut dyn FnMut() -> Instant,
     ) -> Result<Vec<(Arc<PartitionAck>, i64)>, String> {
         let mut written = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -632,7 +632,7 @@ impl ProgressWriter {
                         rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
                         back,
                     )) => {
-                        if Instant::now() >= deadline {
+                        if Instant::now() >= deadline() {
                             return Err(format!(
                                 "write copy progress to {}: the producer's queue stayed full until the deadline",
                                 self.topic

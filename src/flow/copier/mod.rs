@@ -667,8 +667,19 @@ impl CopyLoop {
         self.refused_in_transaction()?;
         let (Some(txn), Some(lane)) = (self.txn.as_mut(), self.lane.as_mut()) else { return Ok(()) };
         let marked = txn.has_marks();
-        let deadline = self.stop.map_or_else(transactions::commit_deadline, |d| d.min(transactions::commit_deadline()));
-        match txn.commit(&self.plan, lane, &mut self.progress, &self.acks, &self.shared, &self.assigned, deadline) {
+        // The commit's own timeout, or a stop's deadline, also one that arrives while it waits.
+        let timeout = Instant::now() + transactions::COMMIT_TIMEOUT;
+        let (control, stop, pending) = (&self.control, &mut self.stop, &mut self.pending);
+        let mut deadline = || {
+            match control.try_next() {
+                Some(Signal::Stop { deadline }) => *stop = Some(stop.map_or(deadline, |d| d.min(deadline))),
+                Some(Signal::Msg(a)) => *pending = Some(a),
+                None => {}
+            }
+            stop.map_or(timeout, |d| d.min(timeout))
+        };
+        match txn.commit(&self.plan, lane, &mut self.progress, &self.acks, &self.shared, &self.assigned, &mut deadline)
+        {
             Err(e) if self.acks.any_failed() => {
                 self.refused_in_transaction()?;
                 if marked { Err(e) } else { Ok(()) }

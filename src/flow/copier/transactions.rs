@@ -50,13 +50,12 @@ use crate::flow::progress::{Entry, ProgressWriter};
 use crate::kafka;
 use crate::metrics::METRICS;
 
-/// How long a commit (records acknowledged, progress written, commit returned) may take; a commit that
-/// timed out is retried once.
-const COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
-/// The deadline of a commit while the copier runs: the timeout and its one retry.
-pub fn commit_deadline() -> Instant {
-    Instant::now() + 2 * COMMIT_TIMEOUT
-}
+/// How long a commit (records acknowledged, progress written, commit returned) may take while the copier
+/// runs (a stop's deadline cuts it short).
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(60);
+/// A commit waits in slices this long, looking for a stop between them: a commit that times out is
+/// asked again, as librdkafka allows, until the deadline.
+const COMMIT_SLICE: Duration = Duration::from_secs(1);
 
 /// The copier's transactional id on the target: one per deployment, flow and node.
 pub fn transactional_id(identity: &Identity, plan: &FlowPlan) -> String {
@@ -196,8 +195,9 @@ impl Transactions {
     /// at the position after their last one, acknowledged or not: the records and the progress commit
     /// together or not at all), of the claims and releases marked, and the intents; commit (which sends
     /// what is queued at once and waits for every acknowledgement); then count the positions as
-    /// persisted and publish the records' offset syncs. Never past `deadline` (a stop's): what cannot
-    /// be written or committed by then is an error. An error leaves the transaction for [`Self::abort`].
+    /// persisted and publish the records' offset syncs. Never past `deadline()`, asked again while it
+    /// waits (a stop that arrives meanwhile brings it forward): what cannot be written or committed by
+    /// then is an error. An error leaves the transaction for [`Self::abort`].
     #[allow(clippy::too_many_arguments)] // the copier's parts a commit touches, each separate
     pub fn commit(
         &mut self,
@@ -207,7 +207,7 @@ impl Transactions {
         acks: &AckTable,
         shared: &Shared,
         owned: &std::collections::BTreeSet<SourcePartition>,
-        deadline: Instant,
+        deadline: &mut dyn FnMut() -> Instant,
     ) -> Result<(), String> {
         if self.opened.is_none() && self.marks.is_empty() && self.intents.is_empty() && !acks.any_dirty() {
             return Ok(());
@@ -254,16 +254,23 @@ impl Transactions {
         crate::failpoints::hold_after(crate::failpoints::COPIER_COMMIT, || {
             let _ = lane.producer().flush(Duration::from_secs(10));
         });
-        // A commit that timed out is retried once, as librdkafka asks (an abort would not be taken),
-        // within the deadline.
-        let within = |cap: Duration| cap.min(deadline.saturating_duration_since(Instant::now()));
-        let committed = match lane.producer().commit_transaction(within(COMMIT_TIMEOUT)) {
-            Err(KafkaError::Transaction(e)) if e.is_retriable() && Instant::now() < deadline => {
-                lane.producer().commit_transaction(within(COMMIT_TIMEOUT))
+        // A commit that timed out is asked again, as librdkafka asks (an abort would not be taken).
+        loop {
+            let left = deadline().saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!(
+                    "cluster `{}`: commit a transaction (transactional id {}): not committed by the deadline",
+                    plan.target.alias, self.id
+                ));
             }
-            other => other,
-        };
-        committed.map_err(|e| named(plan, &self.id, "commit a transaction", &e))?;
+            match lane.producer().commit_transaction(left.min(COMMIT_SLICE)) {
+                Err(KafkaError::Transaction(e)) if e.is_retriable() => {}
+                other => {
+                    other.map_err(|e| named(plan, &self.id, "commit a transaction", &e))?;
+                    break;
+                }
+            }
+        }
         for slot in std::mem::take(&mut self.touched) {
             slot.take_transaction();
         }
@@ -327,7 +334,7 @@ impl Transactions {
     ) -> Result<(), String> {
         self.ensure_open(plan, lane, shared)?;
         let entries: Vec<Entry> = slots.iter().map(|s| Entry::Position(s.clone(), s.persisted(), true)).collect();
-        let outcome = progress.write_in_transaction(lane, &entries, &self.id, deadline).and_then(|_| {
+        let outcome = progress.write_in_transaction(lane, &entries, &self.id, &mut || deadline).and_then(|_| {
             let left = COMMIT_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
             lane.producer().commit_transaction(left).map_err(|e| named(plan, &self.id, "release partitions", &e))
         });
