@@ -15,13 +15,13 @@
 #                         after FERRY_KAFKA_STOP_TIMEOUT seconds; removes their run dirs
 #   status [NAME...]      one line per cluster: name, state, pid, bootstrap, RSS
 #   log NAME              print the broker log of a cluster started by `up`
-# Used by tests/support (so that the Rust harness and this script share one definition):
+# Used by tests/integration/support (so that the Rust harness and this script share one definition):
 #   broker-cmd            print the java command line of a broker, one argument per line, without
 #                         the trailing server.properties path
 #   prepare DIR PORT CONTROLLER_PORT
 #                         write DIR/server.properties for a node on 127.0.0.1:PORT (controller on
 #                         CONTROLLER_PORT) with its data in DIR/data, and format DIR/data
-# Secured clusters (tests/support/cluster.rs `Cluster::start_secured`; usable by hand, see below):
+# Secured clusters (tests/integration/support/cluster.rs `Cluster::start_secured`; usable by hand, see below):
 #   certs DIR [CLIENT...] make a throwaway CA and PEM files in DIR: the broker's keystore, one client
 #                         certificate per CLIENT (CN=CLIENT), and an untrusted CA with a client
 #                         certificate of its own. EC P-256 keys, unencrypted; valid 30 days
@@ -293,7 +293,7 @@ EOF
 
 # A SASL_PLAINTEXT listener with GSSAPI only. The broker is kafka/localhost@REALM (REALM is the sixth
 # argument), with its key in DIR/kafka.keytab; its JVM must be started with
-# -Djava.security.krb5.conf pointing at the KDC (JDK_JAVA_OPTIONS, see tests/support/kdc.rs). The
+# -Djava.security.krb5.conf pointing at the KDC (JDK_JAVA_OPTIONS, see tests/integration/support/kdc.rs). The
 # listener is advertised as `localhost`: clients ask the KDC for a ticket to kafka/<advertised host>.
 # Re-authentication every 30 s makes clients present fresh tickets while they copy.
 gssapi_properties() { # DIR PORT CONTROLLER_PORT INTERNAL_PORT MODE REALM

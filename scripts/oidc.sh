@@ -8,7 +8,7 @@
 # Keycloak rejects them with 401 invalid_client. Measured on the 2-core test machine: mock-oauth2-server
 # ready in 1.5 s at 125 MiB RSS; Keycloak 26.4 `start --optimized` (after a one-time `kc.sh build` at
 # fetch time, ~12 s) ready in ~18 s with the realm imported, ~500 MiB RSS. One provider per test binary
-# (tests/oidc.rs), started in parallel with its brokers, so the cost is paid once.
+# (tests/integration/oidc.rs), started in parallel with its brokers, so the cost is paid once.
 #
 # Keycloak's distribution zip comes from Maven Central (org.keycloak:keycloak-quarkus-dist, the version
 # below is the only pin) through `mvn dependency:copy`; it is unpacked and built once into the cache.

@@ -2,7 +2,7 @@
 # scripts/prometheus-rule.sh: prints docker/kubernetes/prometheus-rule.yaml, the Prometheus Operator's
 # PrometheusRule holding exactly the groups of dashboards/prometheus-rules.yaml. After editing the rules:
 #   scripts/prometheus-rule.sh > docker/kubernetes/prometheus-rule.yaml
-# tests/packaging.rs fails when the two files' groups differ.
+# tests/integration/packaging.rs fails when the two files' groups differ.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -1,16 +1,49 @@
 #!/usr/bin/env bash
 # scripts/test.sh: the whole test suite, as CI runs it.
 #   1. fetch the Kafka jars once (scripts/kafka.sh fetch; a no-op when cached), and Keycloak, the OIDC
-#      provider of tests/oidc.rs (scripts/oidc.sh fetch: download and build once, ~20 s)
+#      provider of the OIDC tests (scripts/oidc.sh fetch: download and build once, ~20 s)
 #   2. lint: rustfmt and clippy with warnings as errors
-#   3. cargo test: unit tests beside the code, then integration tests in tests/ against real KRaft
-#      clusters that the harness (tests/support) starts and stops by itself.
-# Extra arguments go to `cargo test` (e.g. `scripts/test.sh --test copy`).
+#   3. cargo test: the unit tests beside the code, then the integration tests (one binary,
+#      tests/integration/, a module per file) against real KRaft clusters that the harness starts and
+#      stops by itself, FERRY_TEST_THREADS of them at a time (default 4: most of a test is waiting)
+#   4. a table of the ten slowest tests (also after a failure)
+#
+# scripts/test.sh --quick: the inner loop, minutes instead of the suite's half hour: format, lint, the unit
+# tests and one end-to-end copy against real brokers.
+#
+# Other arguments filter the tests by name, as cargo test's filter does: `scripts/test.sh copy::` runs the
+# module tests/integration/copy.rs (and the unit tests whose names contain it), `scripts/test.sh
+# copy::ten_thousand` one test.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+quick=false
+if [[ "${1:-}" == "--quick" ]]; then
+  quick=true
+  shift
+fi
+
 scripts/kafka.sh fetch
-scripts/oidc.sh fetch
 cargo fmt --check
 cargo clippy --locked --all-targets --features failpoints -- -D warnings
-cargo test --locked --features failpoints "$@"
+
+if $quick; then
+  cargo test --locked --features failpoints --lib
+  exec cargo test --locked --features failpoints --test integration -- --exact copy::ten_thousand_records_arrive_byte_identical_in_partition_order
+fi
+
+scripts/oidc.sh fetch
+times="${CARGO_TARGET_DIR:-target}/test-times.tsv"
+[[ "$times" == /* ]] || times="$PWD/$times"
+mkdir -p "$(dirname "$times")"
+rm -f "$times"
+status=0
+FERRY_TEST_TIMES="$times" cargo test --locked --features failpoints -- --test-threads "${FERRY_TEST_THREADS:-4}" "$@" \
+  || status=$?
+if [[ -s "$times" ]]; then
+  echo
+  echo "the ten slowest tests (seconds, from their first use of the test harness):"
+  sort -rn "$times" | head -10 | awk -F'\t' '{ printf "  %7.1f  %s\n", $1, $2 }'
+  awk -F'\t' '{ n++; s += $1 } END { printf "  %d tests timed, %.0f s of test time in all\n", n, s }' "$times"
+fi
+exit "$status"

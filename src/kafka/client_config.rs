@@ -39,7 +39,7 @@ pub fn property_refusal(result: RDKafkaConfRes, key: &str, desc: &str, value: &s
 /// rdkafka's `BaseConsumer`/`BaseProducer` enable the `OAUTHBEARER_TOKEN_REFRESH` event on their
 /// configs and drop that event unless the context opts in, which looks as if it would swallow
 /// librdkafka's built-in OIDC refresh. It does not (librdkafka 2.12, read in its source and
-/// measured by tests/oidc.rs): with no application refresh callback set — rdkafka sets none —
+/// measured by tests/integration/oidc.rs): with no application refresh callback set — rdkafka sets none —
 /// librdkafka installs its own client-credentials callback, routes its refresh ops to a SASL queue
 /// forwarded to its background thread (`rd_kafka_conf_finalize_oauthbearer_oidc`,
 /// `rd_kafka_sasl_background_callbacks_enable`) and marks them `RD_KAFKA_OP_F_FORCE_CB`, so they

@@ -12,7 +12,7 @@
 //!
 //! **Idle groups only.** ferry commits only to target groups that are Empty or unknown there, as MM2
 //! does. The broker refuses a plain commit from outside a group that has members (what MM2 relies on),
-//! but takes a transactional one (measured on Kafka 4.3 with a classic group, `tests/leader_fence.rs`),
+//! but takes a transactional one (measured on Kafka 4.3 with a classic group, `tests/integration/leader_fence.rs`),
 //! so the check is ferry's own, made again right before each group's transaction: a consumer that joins
 //! within those few milliseconds starts from the translated offsets, as if it had joined just after.
 

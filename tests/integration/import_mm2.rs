@@ -1,0 +1,313 @@
+//! `ferry import-mm2` as an operator moving from MM2 uses it: a realistic `mm2.properties` and a Strimzi
+//! `KafkaMirrorMaker2` in the shape of Strimzi's published examples become a flows directory that
+//! `ferry validate` accepts, with every mapped key's value, every other key reported, and no secret.
+
+use crate::support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn ferry(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("ferry runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The flow table of `dir/name` (one flow per file).
+fn flow(dir: &Path, name: &str) -> toml::Table {
+    let file: toml::Table = std::fs::read_to_string(dir.join(name)).expect("read").parse().expect("TOML");
+    file["flows"].as_array().expect("flows")[0].as_table().expect("table").clone()
+}
+
+fn strings(v: &toml::Value) -> Vec<String> {
+    v.as_array().expect("array").iter().map(|s| s.as_str().expect("string").to_string()).collect()
+}
+
+const EAST_PW: &str = "East-Scram-Pass-31";
+const WEST_PW: &str = "West-Scram-Pass-47";
+
+fn mm2_properties() -> String {
+    format!(
+        r#"# Active-active between two data centres (connect-mirror-maker.properties style)
+clusters = east, west
+east.bootstrap.servers = east-kafka-1:9093, east-kafka-2:9093
+west.bootstrap.servers = west-kafka-1:9093
+
+security.protocol = SASL_SSL
+sasl.mechanism = SCRAM-SHA-512
+east.sasl.jaas.config = org.apache.kafka.common.security.scram.ScramLoginModule required \
+    username="mm2-east" \
+    password="{EAST_PW}";
+west.sasl.jaas.config = org.apache.kafka.common.security.scram.ScramLoginModule required username="mm2-west" password="{WEST_PW}";
+ssl.truststore.location = /etc/kafka/secrets/truststore.jks
+ssl.truststore.password = changeit-truststore
+
+east->west.enabled = true
+west->east.enabled = true
+
+topics = orders\\..*, payments, inventory-.*
+topics.exclude = .*[\\-\\.]internal, .*\\.replica, __.*, orders\\.test
+east->west.groups = billing-.*, shipping
+groups.exclude = console-consumer-.*, connect-.*, __.*, tmp-.*
+
+emit.checkpoints.interval.seconds = 20
+emit.heartbeats.interval.seconds = 5
+refresh.topics.interval.seconds = 300
+east->west.sync.group.offsets.enabled = true
+sync.group.offsets.interval.seconds = 30
+offset-syncs.topic.location = target
+replication.factor = 3
+replication.policy.separator = .
+tasks.max = 4
+sync.topic.acls.enabled = false
+checkpoints.topic.replication.factor = 3
+west->east.transforms = dropTest
+west->east.transforms.dropTest.type = org.apache.kafka.connect.transforms.Filter
+"#
+    )
+}
+
+#[test]
+fn an_mm2_properties_file_becomes_a_valid_flows_directory_without_its_secrets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("mm2.properties");
+    std::fs::write(&file, mm2_properties()).expect("write");
+    let out = dir.path().join("flows");
+    let started = std::time::Instant::now();
+    let run = ferry(&["import-mm2", file.to_str().expect("path"), "--out", out.to_str().expect("path")], &[]);
+    let (stdout, stderr) = (text(&run.stdout), text(&run.stderr));
+    assert!(run.status.success(), "{stderr}");
+    eprintln!("import-mm2 took {:?}", started.elapsed());
+
+    // Every key without an equivalent is reported, with why.
+    for (key, why) in [
+        ("ssl.truststore.location", "Java key store"),
+        ("ssl.truststore.password", "PEM CA files have none"),
+        ("tasks.max", "no task count"),
+        ("west->east.transforms", "SMTs"),
+        ("west->east.transforms.dropTest.type", "SMTs"),
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.trim_start().starts_with(&format!("{key}: ")) && l.contains(why)),
+            "{key}: {stdout}"
+        );
+    }
+    assert!(stdout.contains("FERRY_EAST_SASL_PASSWORD") && stdout.contains("FERRY_WEST_SASL_PASSWORD"), "{stdout}");
+
+    // Each mapped key has its value.
+    let clusters: toml::Table =
+        std::fs::read_to_string(out.join("clusters.toml")).expect("read").parse().expect("TOML");
+    let east = &clusters["clusters"]["east"];
+    assert_eq!(east["bootstrap_servers"].as_str(), Some("east-kafka-1:9093, east-kafka-2:9093"));
+    let client = &east["client"];
+    assert_eq!(client["security.protocol"].as_str(), Some("sasl_ssl"));
+    assert_eq!(client["sasl.mechanism"].as_str(), Some("SCRAM-SHA-512"));
+    assert_eq!(client["sasl.username"].as_str(), Some("mm2-east"));
+    assert_eq!(client["sasl.password"].as_str(), Some("${FERRY_EAST_SASL_PASSWORD}"));
+    assert_eq!(clusters["clusters"]["west"]["client"]["sasl.username"].as_str(), Some("mm2-west"));
+
+    let ew = flow(&out, "east-to-west.toml");
+    assert_eq!(strings(&ew["topics"]), ["orders\\..*", "payments", "inventory-.*"]);
+    assert_eq!(strings(&ew["topics_exclude"]), [".*[\\-\\.]internal", ".*\\.replica", "__.*", "orders\\.test"]);
+    assert_eq!(strings(&ew["groups"]), ["billing-.*", "shipping"]);
+    assert_eq!(strings(&ew["groups_exclude"]), ["console-consumer-.*", "connect-.*", "__.*", "tmp-.*"]);
+    for (key, value) in [
+        ("emit_checkpoints_interval_seconds", "20"),
+        ("emit_heartbeats_interval_seconds", "5"),
+        ("refresh_topics_interval_seconds", "300"),
+        ("sync_group_offsets_enabled", "true"),
+        ("sync_group_offsets_interval_seconds", "30"),
+        ("offset_syncs_topic_location", "\"target\""),
+        ("replication_factor", "3"),
+        ("sync_topic_acls_enabled", "false"),
+        ("checkpoints_topic_replication_factor", "3"),
+        ("replication_policy_separator", "\".\""),
+        ("mm2_offsets_topic", "\"mm2-offsets.east.internal\""),
+        ("mm2_source_connector", "\"MirrorSourceConnector\""),
+    ] {
+        assert_eq!(ew.get(key).map(|v| v.to_string()).as_deref(), Some(value), "{key}");
+    }
+    let we = flow(&out, "west-to-east.toml");
+    assert!(we.get("groups").is_none() && we.get("sync_group_offsets_enabled").is_none(), "{we:?}");
+    assert_eq!(we["mm2_offsets_topic"].as_str(), Some("mm2-offsets.west.internal"));
+    assert_eq!(we.get("sync_topic_acls_enabled").and_then(|v| v.as_bool()), Some(false), "{we:?}");
+
+    // No secret literal anywhere the operator (or a log) sees.
+    for f in ["clusters.toml", "east-to-west.toml", "west-to-east.toml"] {
+        let content = std::fs::read_to_string(out.join(f)).expect("read");
+        for secret in [EAST_PW, WEST_PW, "changeit-truststore"] {
+            assert!(!content.contains(secret), "{f} holds a secret");
+        }
+    }
+    let json = ferry(
+        &["import-mm2", file.to_str().expect("path"), "--out", out.to_str().expect("path"), "--force", "-o", "json"],
+        &[],
+    );
+    assert!(json.status.success(), "{}", text(&json.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    let unmapped: Vec<&str> =
+        doc["unmapped"].as_array().expect("list").iter().filter_map(|u| u["key"].as_str()).collect();
+    assert!(unmapped.contains(&"tasks.max") && unmapped.contains(&"west->east.transforms"), "{unmapped:?}");
+    for output in [&stdout, &stderr, &text(&json.stdout), &text(&json.stderr)] {
+        for secret in [EAST_PW, WEST_PW, "changeit-truststore"] {
+            assert!(!output.contains(secret), "output holds a secret: {output}");
+        }
+    }
+
+    // `ferry validate` accepts the result once the variables it names are set.
+    let env = [("FERRY_EAST_SASL_PASSWORD", EAST_PW), ("FERRY_WEST_SASL_PASSWORD", WEST_PW)];
+    let valid = ferry(&["validate", "--flows", out.to_str().expect("path")], &env);
+    assert!(valid.status.success(), "{}", text(&valid.stderr));
+    assert!(text(&valid.stdout).contains("2 cluster(s), 2 flow(s): valid"), "{}", text(&valid.stdout));
+    assert!(!text(&valid.stdout).contains(EAST_PW));
+}
+
+#[test]
+fn a_java_only_pattern_is_refused_by_key_and_nothing_is_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("mm2.properties");
+    std::fs::write(&file, format!("{}east->west.topics = orders(?!\\\\.test).*\n", mm2_properties())).expect("write");
+    let out = dir.path().join("flows");
+    let run = ferry(&["import-mm2", file.to_str().expect("path"), "--out", out.to_str().expect("path")], &[]);
+    assert_eq!(run.status.code(), Some(1));
+    let stderr = text(&run.stderr);
+    assert!(stderr.contains("east->west.topics: pattern `orders(?!\\.test).*` uses negative lookahead"), "{stderr}");
+    assert!(!out.join("clusters.toml").exists());
+}
+
+/// Strimzi's `kafka-mirror-maker-2-tls.yaml` example in its `v1beta2` shape, with SCRAM on the source and
+/// mutual TLS on the target.
+const STRIMZI: &str = r#"
+apiVersion: kafka.strimzi.io/v1beta2
+kind: KafkaMirrorMaker2
+metadata:
+  name: my-mirror-maker-2
+spec:
+  version: 3.9.0
+  replicas: 1
+  connectCluster: "cluster-b"
+  clusters:
+  - alias: "cluster-a"
+    bootstrapServers: cluster-a-kafka-bootstrap:9093
+    tls:
+      trustedCertificates:
+        - secretName: cluster-a-cluster-ca-cert
+          certificate: ca.crt
+    authentication:
+      type: scram-sha-512
+      username: mm2-user
+      passwordSecret:
+        secretName: mm2-user
+        password: password
+  - alias: "cluster-b"
+    bootstrapServers: cluster-b-kafka-bootstrap:9093
+    tls:
+      trustedCertificates:
+        - secretName: cluster-b-cluster-ca-cert
+          pattern: "*.crt"
+    authentication:
+      type: tls
+      certificateAndKey:
+        secretName: mm2-tls-user
+        certificate: user.crt
+        key: user.key
+    config:
+      # -1 means it will use the default replication factor configured in the broker
+      config.storage.replication.factor: -1
+      offset.storage.replication.factor: -1
+      status.storage.replication.factor: -1
+  mirrors:
+  - sourceCluster: "cluster-a"
+    targetCluster: "cluster-b"
+    sourceConnector:
+      tasksMax: 1
+      config:
+        replication.factor: -1
+        offset-syncs.topic.replication.factor: -1
+        sync.topic.acls.enabled: "false"
+        refresh.topics.interval.seconds: 600
+    checkpointConnector:
+      tasksMax: 1
+      config:
+        checkpoints.topic.replication.factor: -1
+        sync.group.offsets.enabled: "false"
+        refresh.groups.interval.seconds: 600
+    topicsPattern: "orders.*|payments"
+    groupsPattern: ".*"
+"#;
+
+#[test]
+fn a_strimzi_resource_becomes_flows_that_take_over_from_its_connectors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("mm2.yaml");
+    std::fs::write(&file, STRIMZI).expect("write");
+    let (out, secrets) = (dir.path().join("flows"), dir.path().join("secrets"));
+    let run = ferry(
+        &[
+            "import-mm2",
+            file.to_str().expect("path"),
+            "--out",
+            out.to_str().expect("path"),
+            "--secrets-dir",
+            secrets.to_str().expect("path"),
+        ],
+        &[],
+    );
+    let stdout = text(&run.stdout);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    for key in [
+        "spec.version",
+        "spec.replicas",
+        "spec.clusters[1].config.offset.storage.replication.factor",
+        "spec.mirrors[0].sourceConnector.tasksMax",
+    ] {
+        assert!(stdout.lines().any(|l| l.trim_start().starts_with(&format!("{key}: "))), "{key}: {stdout}");
+    }
+    let f = flow(&out, "cluster-a-to-cluster-b.toml");
+    assert_eq!(f["mm2_source_connector"].as_str(), Some("cluster-a->cluster-b.MirrorSourceConnector"));
+    assert_eq!(f["mm2_offsets_topic"].as_str(), Some("mirrormaker2-cluster-offsets"));
+    assert_eq!(strings(&f["topics"]), ["orders.*|payments"]);
+    assert_eq!(f["replication_factor"].as_integer(), Some(-1));
+    assert_eq!(f["sync_group_offsets_enabled"].as_bool(), Some(false));
+    assert_eq!(f["sync_topic_acls_enabled"].as_bool(), Some(false));
+    // No heartbeat connector in the resource, and Strimzi writes nothing into the source.
+    assert_eq!(f["emit_heartbeats_enabled"].as_bool(), Some(false));
+    assert_eq!(f["emit_reverse_heartbeats_enabled"].as_bool(), Some(false));
+    assert_eq!(f["offset_syncs_topic_replication_factor"].as_integer(), Some(-1));
+    let clusters = std::fs::read_to_string(out.join("clusters.toml")).expect("read");
+    let at = |p: &str| secrets.join(p).display().to_string();
+    for needle in [
+        format!("\"sasl.password\" = \"${{file:{}}}\"", at("mm2-user/password")),
+        format!("\"ssl.ca.location\" = \"{}\"", at("cluster-a-cluster-ca-cert/ca.crt")),
+        format!("\"ssl.key.location\" = \"{}\"", at("mm2-tls-user/user.key")),
+        "\"security.protocol\" = \"sasl_ssl\"".to_string(),
+        "\"sasl.mechanism\" = \"SCRAM-SHA-512\"".to_string(),
+    ] {
+        assert!(clusters.contains(&needle), "{needle} not in {clusters}");
+    }
+
+    // Mount the secrets where the import said they would be, and `ferry validate` accepts the result.
+    let tls = support::tls::Tls::generate(&dir.path().join("pki"), &["mm2-tls-user"]);
+    let (cert, key) = tls.client("mm2-tls-user");
+    for (from, to) in [
+        (tls.ca(), "cluster-a-cluster-ca-cert/ca.crt"),
+        (tls.ca(), "cluster-b-cluster-ca-cert/ca.crt"),
+        (cert, "mm2-tls-user/user.crt"),
+        (key, "mm2-tls-user/user.key"),
+    ] {
+        std::fs::create_dir_all(secrets.join(to).parent().expect("dir")).expect("mkdir");
+        std::fs::copy(from, secrets.join(to)).expect("copy");
+    }
+    std::fs::create_dir_all(secrets.join("mm2-user")).expect("mkdir");
+    std::fs::write(secrets.join("mm2-user/password"), "Scram-Pass-From-Secret\n").expect("write");
+    let valid = ferry(&["validate", "--flows", out.to_str().expect("path")], &[]);
+    assert!(valid.status.success(), "{}", text(&valid.stderr));
+    assert!(!text(&valid.stdout).contains("Scram-Pass-From-Secret"));
+}

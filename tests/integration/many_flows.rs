@@ -1,0 +1,213 @@
+//! A node that carries many flows shares its Kafka clients per cluster connection (`src/clients/`):
+//! threads stay bounded as flows are added, each flow still copies exactly its own topics, one flow whose
+//! target refuses its records holds up nobody else, a reload that changes one cluster's properties
+//! restarts only that cluster's flows, and the last flow of a connection takes its clients with it.
+
+use crate::support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use support::observe::health;
+use support::scenario::*;
+use support::{Ferry, create_topic, end_offsets, produce, shared_pair, unique, wait_for};
+
+/// Threads of a node running 20 idle-ish flows between two clusters, the bound README states
+/// ("Many flows per node"). Each flow keeps its own copier consumer, lease consumer, offset-sync reader
+/// and checkpoint producer (librdkafka: 2 threads per client plus one per broker) and ferry's own actor
+/// threads; everything else, the record producer included, is shared per connection (measured: 646
+/// threads with a record producer per flow, 593 with one shared).
+const THREADS_AT_20_FLOWS: usize = 700;
+
+fn threads(ferry: &Ferry) -> usize {
+    let pid = ferry.pid().expect("ferry runs");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|n| n.trim().parse().ok()).expect("Threads line")
+}
+
+fn write(dir: &Path, file: &str, text: &str) {
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, text).expect("write flow file");
+    std::fs::rename(&tmp, dir.join(file)).expect("rename flow file");
+}
+
+fn flow_info(ferry: &Ferry, flow: &str) -> (u64, String) {
+    // The node answers HTTP a moment after it starts.
+    wait_for(Duration::from_secs(30), "the node serving HTTP", || {
+        std::net::TcpStream::connect(ferry.listen_addr()).is_ok()
+    });
+    let h = health(ferry.listen_addr());
+    let f = &h["flows"][flow];
+    (f["generation"].as_u64().unwrap_or(0), f["state"].as_str().unwrap_or_default().to_string())
+}
+
+#[test]
+fn twenty_flows_share_their_clients_and_a_refusing_target_holds_up_only_its_own_flow() {
+    const FLOWS: usize = 20;
+    const RECORDS: usize = 200;
+    let (east, west) = shared_pair();
+    let dir = tempfile::tempdir().expect("flows dir");
+    let mut clusters = String::new();
+    let mut topics = Vec::new();
+    for k in 1..=FLOWS {
+        clusters += &format!("[clusters.e{k}]\nbootstrap_servers = \"{}\"\n", east.bootstrap);
+        clusters += &format!("[clusters.w{k}]\nbootstrap_servers = \"{}\"\n", west.bootstrap);
+        let topic = unique(&format!("many-{k}"));
+        create_topic(&east.bootstrap, &topic, 2, &[]);
+        if k > 1 {
+            produce(&east.bootstrap, &topic, &records(&format!("f{k}-"), 0..RECORDS, 2));
+        }
+        topics.push(topic);
+    }
+    // Flow 1's remote topic refuses the records of its partition 0 (each larger than the topic's
+    // max.message.bytes; its config sync is off, so the override stays) and takes those of partition 1.
+    let refusing = format!("e1.{}", topics[0]);
+    create_topic(&west.bootstrap, &refusing, 2, &[("max.message.bytes", "20000")]);
+    // Incompressible (the flow compresses its batches): a simple LCG's bytes.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut noise = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                (seed >> 56) as u8
+            })
+            .collect()
+    };
+    let big: Vec<_> = (0..20).map(|i| support::Rec::new(0, &noise(50_000), 1_000 + i)).collect();
+    produce(&east.bootstrap, &topics[0], &big);
+    produce(
+        &east.bootstrap,
+        &topics[0],
+        &records("f1-", 0..100, 1)
+            .into_iter()
+            .map(|mut r| {
+                r.partition = 1;
+                r
+            })
+            .collect::<Vec<_>>(),
+    );
+    write(dir.path(), "clusters.toml", &clusters);
+    for (i, topic) in topics.iter().enumerate() {
+        let k = i + 1;
+        let extra = if k == 1 { "sync_topic_configs_enabled = false\n" } else { "" };
+        write(dir.path(), &format!("f{k}.toml"), &flow(&format!("e{k}"), &format!("w{k}"), &[topic], extra));
+    }
+    let started = Instant::now();
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let mut peak = 0;
+    wait_for(Duration::from_secs(180), "flows 2..20 copied their topics", || {
+        assert_alive(&mut ferry);
+        peak = peak.max(threads(&ferry));
+        (2..=FLOWS).all(|k| total(&west.bootstrap, &format!("e{k}.{}", topics[k - 1])) >= RECORDS as i64)
+    });
+    println!("19 flows copied {RECORDS} records each within {:?}", started.elapsed());
+    // Settled: every flow's actors started (heartbeats flowing), then the thread count over a few seconds.
+    wait_for(Duration::from_secs(60), "every flow running", || {
+        (1..=FLOWS).all(|k| flow_info(&ferry, &format!("e{k}->w{k}")).1 != "starting")
+    });
+    for _ in 0..10 {
+        peak = peak.max(threads(&ferry));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    println!("threads with {FLOWS} flows: {} now, {peak} at most", threads(&ferry));
+    assert!(
+        peak < THREADS_AT_20_FLOWS,
+        "{peak} threads with {FLOWS} flows: the README promises fewer than {THREADS_AT_20_FLOWS}"
+    );
+
+    // Exactly: every record of each flow's own topic, once, on its own remote topic.
+    for k in 2..=FLOWS {
+        let remote = format!("e{k}.{}", topics[k - 1]);
+        let arrived = arrivals(&west.bootstrap, &remote);
+        assert_eq!(arrived.len(), RECORDS, "flow {k}: every record of its own topic on {remote}");
+        assert_eq!(duplicates(&arrived), 0, "flow {k}: no duplicates");
+        assert!(arrived.keys().all(|v| v.starts_with(format!("f{k}-").as_bytes())), "flow {k}: only its own records");
+    }
+    wait_for(Duration::from_secs(60), "flow 1's partition 1 copied", || {
+        end_offsets(&west.bootstrap, &refusing).get(1) == Some(&100)
+    });
+    assert_eq!(end_offsets(&west.bootstrap, &refusing)[0], 0, "the refused partition took nothing");
+
+    // The refusing flow kept refusing while the others copied more: a second round reaches all 19.
+    for (i, topic) in topics.iter().enumerate().skip(1) {
+        produce(&east.bootstrap, topic, &records(&format!("f{}-more-", i + 1), 0..50, 2));
+    }
+    wait_for(Duration::from_secs(60), "the second round on flows 2..20", || {
+        (2..=FLOWS).all(|k| total(&west.bootstrap, &format!("e{k}.{}", topics[k - 1])) >= RECORDS as i64 + 50)
+    });
+    assert_eq!(
+        end_offsets(&west.bootstrap, &refusing),
+        vec![0, 100],
+        "flow 1: partition 0 refused, partition 1 copied"
+    );
+}
+
+#[test]
+fn a_changed_cluster_restarts_only_its_flows_and_its_last_flow_takes_the_clients_along() {
+    let (east, west) = shared_pair();
+    let (a, b) = (unique("conn-a"), unique("conn-b"));
+    for t in [&a, &b] {
+        create_topic(&east.bootstrap, t, 1, &[]);
+    }
+    // Two connections to the same brokers: `east2` carries a property `east` does not.
+    let clusters = |rack: &str| {
+        format!(
+            "[clusters.east]\nbootstrap_servers = \"{e}\"\n[clusters.west]\nbootstrap_servers = \"{w}\"\n\
+             [clusters.east2]\nbootstrap_servers = \"{e}\"\n[clusters.east2.client]\n\"client.rack\" = \"{rack}\"\n\
+             [clusters.west2]\nbootstrap_servers = \"{w}\"\n",
+            e = east.bootstrap,
+            w = west.bootstrap
+        )
+    };
+    let dir = tempfile::tempdir().expect("flows dir");
+    write(dir.path(), "clusters.toml", &clusters("r1"));
+    write(dir.path(), "a.toml", &flow("east", "west", &[&a], ""));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(Duration::from_secs(60), "east->west running", || {
+        assert_alive(&mut ferry);
+        flow_info(&ferry, "east->west").1 == "running"
+    });
+    // Threads of a node with one flow, settled.
+    let settle = |ferry: &Ferry| {
+        let mut last = threads(ferry);
+        let start = Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_secs(2));
+            let now = threads(ferry);
+            if now == last || start.elapsed() > Duration::from_secs(30) {
+                return now;
+            }
+            last = now;
+        }
+    };
+    let one_flow = settle(&ferry);
+
+    write(dir.path(), "b.toml", &flow("east2", "west2", &[&b], ""));
+    wait_for(Duration::from_secs(60), "east2->west2 running", || flow_info(&ferry, "east2->west2").1 == "running");
+    let two_flows = settle(&ferry);
+    println!("threads: one flow {one_flow}, with a flow on a second source connection {two_flows}");
+    assert!(two_flows > one_flow, "a second connection's flow brings threads: {one_flow} -> {two_flows}");
+
+    // east2's properties change: its flow restarts on a new connection, east->west keeps running.
+    let untouched = flow_info(&ferry, "east->west");
+    produce(&east.bootstrap, &a, &records("a", 0..100, 1));
+    write(dir.path(), "clusters.toml", &clusters("r2"));
+    wait_for(Duration::from_secs(60), "east2->west2 restarted", || flow_info(&ferry, "east2->west2").0 == 2);
+    assert_eq!(flow_info(&ferry, "east->west"), untouched, "the flow on the other connection keeps its generation");
+    wait_for(Duration::from_secs(60), "east->west copies across the reload", || {
+        total(&west.bootstrap, &format!("east.{a}")) >= 100
+    });
+
+    // The last flow of east2's connection goes: so do its clients.
+    std::fs::remove_file(dir.path().join("b.toml")).expect("remove b.toml");
+    wait_for(Duration::from_secs(60), "east2->west2 stopped", || {
+        health(ferry.listen_addr())["flows"].get("east2->west2").is_none()
+    });
+    let mut after = threads(&ferry);
+    wait_for(Duration::from_secs(60), "threads back to one flow's", || {
+        after = threads(&ferry);
+        after <= one_flow + 2
+    });
+    println!("threads after the second connection's last flow went: {after} (one flow: {one_flow})");
+    assert_eq!(flow_info(&ferry, "east->west"), untouched);
+}

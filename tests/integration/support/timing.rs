@@ -1,0 +1,43 @@
+//! How long each test took, for the table of the slowest tests that `scripts/test.sh` prints.
+//!
+//! libtest runs each test on a thread named after it. The first call of a test into the harness (a
+//! cluster, a ferry process, a topic, a wait) starts that thread's clock; the thread's end (when the test
+//! returned or panicked) stops it and appends `seconds<TAB>test` to the file `FERRY_TEST_TIMES` names, if
+//! any. Helper threads a test spawns have no name and are not timed.
+
+use std::cell::RefCell;
+use std::io::Write;
+use std::time::Instant;
+
+struct Clock {
+    test: String,
+    started: Instant,
+}
+
+impl Drop for Clock {
+    fn drop(&mut self) {
+        let Some(path) = std::env::var_os("FERRY_TEST_TIMES") else { return };
+        let line = format!("{:.1}\t{}\n", self.started.elapsed().as_secs_f64(), self.test);
+        // One short write with O_APPEND: lines of tests ending together do not interleave.
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = f.write_all(line.as_bytes());
+        }
+    }
+}
+
+thread_local! {
+    static CLOCK: RefCell<Option<Clock>> = const { RefCell::new(None) };
+}
+
+/// Starts the current test's clock unless it runs already (cheap: called from the harness's common
+/// entry points).
+pub fn touch() {
+    let _ = CLOCK.try_with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none()
+            && let Some(test) = std::thread::current().name().filter(|n| *n != "main")
+        {
+            *c = Some(Clock { test: test.to_string(), started: Instant::now() });
+        }
+    });
+}
