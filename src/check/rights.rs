@@ -560,11 +560,14 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_readme_tables_say_what_the_code_checks() {
-        let readme = include_str!("../../README.md");
+    fn the_docs_acl_tables_say_what_the_code_checks() {
+        let page = include_str!("../../docs/security.md");
         for row in RIGHTS {
             let line = row.readme_line("east", "west", "D");
-            assert!(readme.contains(&line), "README's ACL tables lack this row (or word it otherwise):\n{line}");
+            assert!(
+                page.contains(&line),
+                "docs/security.md's ACL tables lack this row (or word it otherwise):\n{line}"
+            );
         }
     }
 
