@@ -26,6 +26,8 @@ pub mod panics;
 pub mod policy;
 #[allow(unsafe_code)] // the one module that calls librdkafka directly; see its docs
 pub mod raw_admin;
+#[cfg(test)]
+mod reference_docs;
 pub mod reload;
 pub mod restart_policy;
 pub mod settings;

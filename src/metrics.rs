@@ -857,4 +857,43 @@ mod tests {
         );
         assert!(!text.contains("certs-b") && !text.contains("/c/ca.pem"), "{text}");
     }
+
+    /// Every metric name `Metrics::new` registers: its name literals (each helper call names its metric
+    /// with one), each confirmed by the registry, and the families the registry gathers by itself
+    /// (the process collector's).
+    fn registered_names() -> Vec<String> {
+        let m = Metrics::new();
+        let source = include_str!("metrics.rs");
+        let definitions = &source[..source.find("#[cfg(test)]").expect("tests")];
+        let mut names: Vec<String> = definitions
+            .split('"')
+            .skip(1)
+            .step_by(2)
+            .filter(|s| {
+                s.starts_with("ferry_") && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            })
+            .map(str::to_string)
+            .collect();
+        for name in &names {
+            // A name the registry holds refuses a second collector with other labels.
+            let probe = IntCounterVec::new(Opts::new(name.as_str(), "probe"), &["probe"]).expect("probe");
+            assert!(m.registry.register(Box::new(probe)).is_err(), "{name} is named in metrics.rs but not registered");
+        }
+        names.extend(m.registry.gather().iter().map(|f| f.name().to_string()));
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    #[test]
+    fn every_metric_is_in_the_metrics_reference() {
+        let documented = crate::reference_docs::documented(&crate::reference_docs::page("docs/metrics.md"));
+        let names = registered_names();
+        assert!(names.len() > 50 && names.iter().any(|n| n.starts_with("process_")), "{names:?}");
+        let missing: Vec<_> = names.iter().filter(|n| !crate::reference_docs::is_documented(&documented, n)).collect();
+        assert!(
+            missing.is_empty(),
+            "metrics the node registers that docs/metrics.md's table does not name: {missing:?}"
+        );
+    }
 }

@@ -609,4 +609,31 @@ mod tests {
         let s = resolve_in(Some("tls_cert = \"cert.pem\"\n"), &[], &flags).expect("both");
         assert_eq!(s.tls, Some(TlsFiles { cert: "/etc/ferry/cert.pem".into(), key: "/k.pem".into() }));
     }
+
+    #[test]
+    fn every_setting_is_in_the_configuration_reference() {
+        let text = crate::reference_docs::page("docs/configuration.md");
+        let documented = crate::reference_docs::documented(&text);
+        let rows = crate::reference_docs::table_rows(&text);
+        let mut problems = Vec::new();
+        for name in crate::reference_docs::serde_fields::<FileSettings>() {
+            if !documented.contains(*name) {
+                problems.push(format!("file key `{name}`: no table row names it in its first column"));
+            }
+        }
+        for key in &KEYS {
+            let named = |row: &&Vec<String>| row[0].split('`').skip(1).step_by(2).any(|s| s == key.name);
+            match rows.iter().find(named) {
+                None => problems.push(format!("setting `{}`: no table row names it in its first column", key.name)),
+                Some(row) => {
+                    for other in [key.env, key.flag] {
+                        if !row.iter().any(|cell| cell.contains(&format!("`{other}`"))) {
+                            problems.push(format!("setting `{}`: its row does not name `{other}`", key.name));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(problems.is_empty(), "docs/configuration.md, node settings:\n{}", problems.join("\n"));
+    }
 }
