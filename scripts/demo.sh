@@ -3,7 +3,8 @@
 #
 # Starts two local Kafka clusters (east 127.0.0.1:19092, west 127.0.0.1:29092) with scripts/kafka.sh,
 # writes sample orders (keys, headers, a tombstone) to `orders` on east, runs ferry with the flows in
-# flows/, and shows the records arriving on west as `east.orders`. Then stops ferry gracefully.
+# flows/, shows the records arriving on west as `east.orders` and the flows as `ferry status` shows them.
+# Then stops ferry gracefully.
 # The clusters keep running so you can look around; `scripts/kafka.sh down` stops them.
 #
 #   scripts/demo.sh            run the demo
@@ -28,7 +29,7 @@ tool() { java -cp "$LIB/*" -Dlog4j2.configurationFile="$ROOT/scripts/kafka/log4j
 
 say "Building ferry (release)"
 cargo build --release --quiet
-FERRY=$ROOT/target/release/ferry
+FERRY=${CARGO_TARGET_DIR:-$ROOT/target}/release/ferry
 "$FERRY" validate --flows flows
 
 say "Writing 1,000 sample orders to east/orders (3 partitions)"
@@ -72,9 +73,14 @@ tool org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$WEST" 
   --formatter-property print.key=true --formatter-property print.headers=true \
   --formatter-property print.timestamp=true 2>/dev/null
 
-say "Metrics"
+say "Metrics (all of them: curl http://127.0.0.1:9464/metrics)"
 curl -s http://127.0.0.1:9464/metrics | grep -E '^ferry_(records|bytes)_copied_total' || true
-curl -s http://127.0.0.1:9464/health; echo
+
+say "The flows, as ferry status shows them (ferry status --watch redraws every 2 s)"
+# The lag is measured every 5 s: wait until it shows everything copied.
+deadline=$((SECONDS + 30))
+until "$FERRY" status -o json | grep -Eq '"lag_records": *0[,}[:space:]]' || ((SECONDS >= deadline)); do sleep 1; done
+"$FERRY" status
 
 if [[ $KEEP == 1 ]]; then
   say "ferry keeps running (pid $(cat "$WORK/ferry.pid")); stop the clusters with: scripts/kafka.sh down"
