@@ -1,8 +1,8 @@
-//! The rights a flow needs on its clusters: README's "## ACLs" tables as one table in code ([`RIGHTS`]),
+//! The rights a flow needs on its clusters: the ACL tables of docs/security.md as one table in code ([`RIGHTS`]),
 //! resolved for a flow and a deployment into concrete resources ([`needs`]), and judged against what the
 //! brokers report this principal may do ([`judge`]). Names come from the functions the actors use
 //! (copier and lease groups, transactional id, internal topics), never re-derived here; a unit test
-//! checks that the README's tables say the same.
+//! checks that those tables say the same.
 
 use serde::Serialize;
 

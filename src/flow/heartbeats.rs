@@ -88,9 +88,20 @@ fn run(plan: &FlowPlan, conns: &FlowConnections, control: Control<()>) -> Result
                 .map_err(|e| format!("cluster `{}`: queue heartbeat: {e}", b.cluster))?;
         }
         let wait = Duration::from_secs(30).max(interval);
+        let until = Instant::now() + wait;
         for b in &beats {
-            if !b.lane.wait_idle(wait) {
-                return Err(format!("cluster `{}`: publish heartbeat: not acknowledged within {wait:?}", b.cluster));
+            // In slices, so that a stop (its cluster may be away) is not kept waiting: a heartbeat in
+            // flight needs no flush, the next emitter sends a fresh one.
+            while !b.lane.wait_idle(Duration::from_millis(200).min(until.saturating_duration_since(Instant::now()))) {
+                if Instant::now() >= until {
+                    return Err(format!(
+                        "cluster `{}`: publish heartbeat: not acknowledged within {wait:?}",
+                        b.cluster
+                    ));
+                }
+                if let Some(Signal::Stop { .. }) = control.try_next() {
+                    return Ok(());
+                }
             }
         }
         if let Some((cluster, e)) = failed.lock().unwrap_or_else(|p| p.into_inner()).take() {

@@ -72,8 +72,8 @@ impl Login {
         if client.contains_key("sasl.kerberos.kinit.cmd") {
             return Err((
                 "sasl.kerberos.kinit.cmd".into(),
-                "ferry logs Kerberos principals in itself (one ticket cache per principal, see README \
-                 \"Kerberos\"); remove this property"
+                "ferry logs Kerberos principals in itself (one ticket cache per principal, see docs/security.md, \
+                 \"Kerberos (GSSAPI)\"); remove this property"
                     .into(),
             ));
         }

@@ -38,15 +38,25 @@ struct SyncRecord {
     mark: SyncMark,
 }
 
-/// Every record of the offset-syncs topic on east, in topic order. Panics unless the topic has the
-/// single partition MM2's readers read and every record decodes as an OffsetSync carrying exactly one
-/// valid `ferry.sync` mark (every writer of this topic in these tests is ferry).
-fn read_syncs(east: &Cluster) -> Vec<SyncRecord> {
+/// Every record of the offset-syncs topic on east for source topic `topic`, in topic order. Panics unless
+/// the topic has the single partition MM2's readers read and each of those records carries exactly one
+/// valid `ferry.sync` mark (ferry is their only writer; other tests on the shared pair write syncs of
+/// their own topics there, some in MM2's format).
+fn read_syncs(east: &Cluster, topic: &str) -> Vec<SyncRecord> {
     match topic_partitions(&east.bootstrap, SYNCS_TOPIC) {
         None => return Vec::new(),
         Some(n) => assert_eq!(n, 1, "{SYNCS_TOPIC} must have exactly one partition (MM2 reads partition 0)"),
     }
-    consume_all(&east.bootstrap, SYNCS_TOPIC, READ).into_iter().map(|r| decode_sync(&r)).collect()
+    consume_all(&east.bootstrap, SYNCS_TOPIC, READ)
+        .into_iter()
+        .filter(|r| {
+            r.key
+                .as_deref()
+                .and_then(|k| OffsetSync::decode(k, r.value.as_deref()).ok())
+                .is_some_and(|s| s.topic == topic)
+        })
+        .map(|r| decode_sync(&r))
+        .collect()
 }
 
 fn decode_sync(r: &Rec) -> SyncRecord {
@@ -81,7 +91,7 @@ fn last_offsets(recs: &HashMap<(i32, i64), Rec>) -> BTreeMap<i32, i64> {
 fn wait_for_final_syncs(east: &Cluster, topic: &str, last: &BTreeMap<i32, i64>) -> Vec<SyncRecord> {
     let mut mine = Vec::new();
     wait_for(Duration::from_secs(60), &format!("a sync for the last record of every partition of {topic}"), || {
-        mine = read_syncs(east).into_iter().filter(|s| s.sync.topic == topic).collect();
+        mine = read_syncs(east, topic);
         last.iter().all(|(&p, &o)| mine.iter().any(|s| s.sync.partition == p && s.sync.upstream_offset == o))
     });
     mine
