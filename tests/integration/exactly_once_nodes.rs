@@ -233,16 +233,12 @@ impl Nodes {
 
     /// Source partitions `node` copies (its copier group share).
     fn share(&self, node: &str) -> i64 {
-        self.metric(node, "ferry_partitions_assigned", &[("flow", FLOW)]) as i64
+        self.assigned(node).len() as i64
     }
 
-    /// The partitions `node` says it copies (`/health` `assigned`).
+    /// The partitions `node` says it copies (`/health` `assigned`, without other tests' remote heartbeats).
     fn assigned(&self, node: &str) -> BTreeSet<String> {
-        let flow = observe::health(self.nodes[node].listen_addr())["flows"][FLOW].clone();
-        flow["assigned"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
-            .unwrap_or_default()
+        observe::assigned_partitions(self.nodes[node].listen_addr(), FLOW)
     }
 
     /// The partitions of the test's topic `node` copies.

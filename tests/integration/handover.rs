@@ -54,8 +54,9 @@ fn start_node_env(dir: &std::path::Path, node: &str, deployment: &str, extra: &[
     ferry
 }
 
+/// Source partitions `flow` copies on `ferry`, of this test's topic and the source's `heartbeats`.
 fn assigned(ferry: &Ferry, flow: &str) -> i64 {
-    metric_sum(&observe::metrics(ferry.listen_addr()), "ferry_partitions_assigned", &[("flow", flow)]) as i64
+    observe::assigned_partitions(ferry.listen_addr(), flow).len() as i64
 }
 
 /// Commits `group` on the source, every half second, at the end offsets the topic had `lag` ago: a

@@ -103,7 +103,10 @@ fn adding_a_flow_starts_it_within_seconds_and_leaves_the_running_flow_untouched(
     let gap = tail.largest_gap(t0 - Duration::from_secs(1), Instant::now());
     println!("reload latency (file written -> the new flow's records on the target): {latency:?}");
     println!("largest copy pause of the untouched flow across the reload: {gap:?} ({} arrivals)", tail.count());
-    assert!(latency <= Duration::from_secs(5), "west's topics appear on east within 5 s: {latency:?}");
+    // Seconds, not a refresh interval: the watch sees the file at once. 10 s, not 5: on the shared pair the
+    // new flow also creates remote topics for every `x.heartbeats` other tests left on west, with three
+    // other tests running beside it on two cores (6.6 s seen).
+    assert!(latency <= Duration::from_secs(10), "west's topics appear on east within 10 s: {latency:?}");
     assert!(gap < NO_PAUSE, "the untouched flow never pauses: {gap:?}");
     assert_eq!(flow_info(&ferry, "east->west"), before, "generation and started_at unchanged");
     assert_eq!(flow_info(&ferry, "west->east").0, 1);
@@ -216,14 +219,17 @@ fn changing_a_flow_restarts_only_it_and_removing_it_stops_it_gracefully() {
             > 0.0
     });
     // A start emits twice: once the newest offset syncs are in, and again once the whole history is
-    // (right after the history's "offset syncs read" line). Wait for the second, or a slow box lets it
-    // pick up the commit below (seen under load).
+    // (right after the history's "offset syncs read" line, or "offset-sync backlog read" when the history
+    // was long enough to be read in the background, as on the shared pair's offset-syncs topic that every
+    // test writes). Wait for the second, or a slow box lets it pick up the commit below (seen under load).
     let history_read = || -> Option<u64> {
         let log = ferry.log();
         let line = log
             .lines()
-            .filter(|l| l.contains("offset syncs read") && l.contains("mm2-offset-syncs.west.internal"))
-            .filter(|l| l.contains("side=Forward"))
+            .filter(|l| l.contains("mm2-offset-syncs.west.internal"))
+            .filter(|l| {
+                (l.contains("offset syncs read") && l.contains("side=Forward")) || l.contains("offset-sync backlog read")
+            })
             .nth(1)?; // generation 2's
         ferry::status::parse_rfc3339(line.get(..19)?)
     };

@@ -353,12 +353,14 @@ fn ferry_continues_a_stopped_mm2_without_recopying_or_regressing_checkpoints() {
     let log = strip_ansi(&ferry.log());
     let recovered = log.lines().find(|l| l.contains("recovered copy progress")).expect("recovery line");
     println!("ferry log: {recovered}");
-    // Every partition of TOPIC, and `heartbeats` too when MM2 copied east's heartbeats (other tests on
-    // this shared pair write reverse heartbeats there, depending on the order they run in).
-    assert!(
-        [PARTITIONS, PARTITIONS + 1].iter().any(|n| recovered.contains(&format!("partitions={n}"))),
-        "ferry recovered every partition: {recovered}"
-    );
+    // Every partition of TOPIC at least; the count also holds the `*.heartbeats` topics that other tests on
+    // this shared pair leave on east and whose progress their flows stored in the same offsets topic. That
+    // TOPIC's copy resumed exactly where MM2 stopped is asserted on the records below.
+    let recovered_count: i32 = recovered
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("partitions=")?.parse().ok())
+        .expect("a partitions= count in the recovery line");
+    assert!(recovered_count >= PARTITIONS, "ferry recovered every partition: {recovered}");
     let source = consume_all(&east.bootstrap, TOPIC, READ);
     let target = consume_all(&west.bootstrap, REMOTE, READ);
     let distinct: BTreeSet<&[u8]> = target.iter().map(|r| r.value.as_deref().unwrap_or_default()).collect();
@@ -824,7 +826,10 @@ fn mm2_and_ferry_both_exactly_once_take_over_from_each_other_copying_nothing_twi
     };
     let properties = support::mm2::dedicated_properties_as(source, east, target, west, &topic, "none")
         // A worker setting of the target cluster's herder: MM2 takes those with the target's prefix.
-        + &format!("{target}.exactly.once.source.support = enabled\n");
+        + &format!("{target}.exactly.once.source.support = enabled\n")
+        // Other tests leave hundreds of `*.heartbeats` topics on the shared pair's east; MM2 would create and
+        // copy every one of them (Kafka 4.0's switch turns that off; the test's topic is what it is about).
+        + "heartbeats.replication.enabled = false\n";
     let run_mm2 = |produced: usize, when: &str| {
         let mut mm2 = Mm2::start(&properties);
         wait_for(Duration::from_secs(120), &format!("{when}: MM2 to copy every record"), || {

@@ -113,7 +113,10 @@ fn active_active_with_the_default_policy_under_load_both_ways() {
 
 #[test]
 fn active_active_with_the_identity_policy_under_load_both_ways() {
-    let (east, west) = shared_pair();
+    // A pair of its own: under the identity policy each side's `heartbeats` (and every `x.heartbeats` other
+    // tests leave) is copied into the same name on the other side, which would mix this test's copies into
+    // the topics every other test on the shared pair reads.
+    let (east, west) = &start_pair("aa-identity");
     let topic = unique("aa-identity");
     for c in [east, west] {
         create_topic(&c.bootstrap, &topic, 2, &[]);
@@ -179,9 +182,16 @@ fn active_active_with_the_identity_policy_under_load_both_ways() {
 // Three clusters: a chain and a ring (MM2's default policy)
 // ---------------------------------------------------------------------------------------------------------
 
-fn three(name: &str) -> (&'static Cluster, &'static Cluster, Cluster) {
-    let (east, west) = shared_pair();
-    (east, west, Cluster::start(name))
+/// Three clusters of the test's own, started side by side. Not the shared pair: a chain or a ring over it
+/// would copy every `*.heartbeats` topic other tests leave there around the ring, and leave hundreds of
+/// new ones (`c.b.x.heartbeats`) for every later test to copy.
+fn three(name: &str) -> (Cluster, Cluster, Cluster) {
+    std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start(&format!("{name}-a")));
+        let b = s.spawn(|| Cluster::start(&format!("{name}-b")));
+        let c = Cluster::start(&format!("{name}-c"));
+        (a.join().expect("cluster a"), b.join().expect("cluster b"), c)
+    })
 }
 
 fn three_dir(a: &Cluster, b: &Cluster, c: &Cluster, flows: &str) -> tempfile::TempDir {
@@ -190,7 +200,7 @@ fn three_dir(a: &Cluster, b: &Cluster, c: &Cluster, flows: &str) -> tempfile::Te
 
 #[test]
 fn a_chain_of_three_clusters_copies_two_hops() {
-    let (a, b, c) = three("chain-c");
+    let (a, b, c) = three("chain");
     let topic = unique("chain");
     create_topic(&a.bootstrap, &topic, 1, &[]);
     produce(&a.bootstrap, &topic, &records("x", 0..100, 1));
@@ -198,7 +208,7 @@ fn a_chain_of_three_clusters_copies_two_hops() {
     // b->c refreshes every second: `a.heartbeats` appears on b only after a->b started.
     let flows = flow("a", "b", &[&topic], "")
         + &flow("b", "c", &[&format!("a\\\\.{topic}")], "refresh_topics_interval_seconds = 1\n");
-    let dir = three_dir(a, b, &c, &flows);
+    let dir = three_dir(&a, &b, &c, &flows);
     let mut ferry = Ferry::start(dir.path(), &[]);
     let two_hops = format!("b.a.{topic}");
     let counts = wait_all_arrived(&mut ferry, &c.bootstrap, &two_hops, &values("x", 0..100));
@@ -209,14 +219,14 @@ fn a_chain_of_three_clusters_copies_two_hops() {
 
 #[test]
 fn a_ring_of_three_clusters_never_brings_a_record_home() {
-    let (a, b, c) = three("ring-c");
+    let (a, b, c) = three("ring");
     let topic = unique("ring");
     create_topic(&a.bootstrap, &topic, 1, &[]);
     produce(&a.bootstrap, &topic, &[Rec::new(0, b"from-a", 1)]);
     let flows = flow("a", "b", &[".*ring.*"], "refresh_topics_interval_seconds = 1\n")
         + &flow("b", "c", &[".*ring.*"], "refresh_topics_interval_seconds = 1\n")
         + &flow("c", "a", &[".*ring.*"], "refresh_topics_interval_seconds = 1\n");
-    let dir = three_dir(a, b, &c, &flows);
+    let dir = three_dir(&a, &b, &c, &flows);
     let mut ferry = Ferry::start(dir.path(), &[]);
     let (on_b, on_c) = (format!("a.{topic}"), format!("b.a.{topic}"));
     wait_for(ARRIVAL, "the record two hops away", || {

@@ -70,6 +70,23 @@ pub fn health(addr: SocketAddr) -> serde_json::Value {
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("/health is not JSON ({e}): {body}"))
 }
 
+/// The source partitions (`topic-partition`) flow `flow` of the node at `addr` says it copies (`/health`
+/// `assigned`), without other tests' remote heartbeats topics: tests on the shared pair leave `x.heartbeats`
+/// topics on east, and every flow copies heartbeats topics (as MM2 does) whatever its topic list says. The
+/// source's own `heartbeats` stays in.
+pub fn assigned_partitions(addr: SocketAddr, flow: &str) -> std::collections::BTreeSet<String> {
+    health(addr)["flows"][flow]["assigned"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str())
+                .filter(|p| !p.rsplit_once('-').map_or(*p, |(t, _)| t).ends_with(".heartbeats"))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// `GET /flows` of the node at `addr`, parsed.
 pub fn flows(addr: SocketAddr) -> serde_json::Value {
     let body = http_get(addr, "/flows");
