@@ -228,7 +228,8 @@ fn changing_a_flow_restarts_only_it_and_removing_it_stops_it_gracefully() {
             .lines()
             .filter(|l| l.contains("mm2-offset-syncs.west.internal"))
             .filter(|l| {
-                (l.contains("offset syncs read") && l.contains("side=Forward")) || l.contains("offset-sync backlog read")
+                (l.contains("offset syncs read") && l.contains("side=Forward"))
+                    || l.contains("offset-sync backlog read")
             })
             .nth(1)?; // generation 2's
         ferry::status::parse_rfc3339(line.get(..19)?)
