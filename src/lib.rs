@@ -16,6 +16,8 @@ pub mod failpoints;
 pub mod filter;
 pub mod flow;
 pub mod http;
+#[cfg(test)]
+mod import_map;
 pub mod import_mm2;
 pub mod kafka;
 pub mod kerberos;

@@ -1,378 +1,25 @@
 //! The `ferry` command: `run` a node, `validate` a flows directory, `check` it against its clusters,
 //! `translate` groups' offsets; talk to a running node (`status`, `pause`, `resume`, `reload`, and
 //! `health`, the container's HEALTHCHECK);
-//! `completions` and `man`, generated from the definitions below.
+//! `completions` and `man`, generated from the command line's definition (`ferry::cli::args`).
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use actix::Actor;
 use anyhow::Context as _;
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, Parser};
 
+use ferry::cli::args::{Cli, Command};
+use ferry::cli::logging::init_logging;
 use ferry::cli::{self, Output, client};
 use ferry::config;
+use ferry::kafka;
 use ferry::node::{Node, Shutdown};
 use ferry::reload::Reload;
 use ferry::reload::Trigger;
-use ferry::settings::{self, LogFormat, ReloadMode};
+use ferry::settings::{self, ReloadMode};
 use ferry::status::StatusBoard;
-
-#[derive(Parser)]
-#[command(name = "ferry", version, about = "A Kafka replication node, wire-compatible with MirrorMaker 2")]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-    /// Log format on stderr. For `run` also FERRY_LOG_FORMAT or `log_format` in the settings file;
-    /// default: text.
-    #[arg(long, value_enum, global = true)]
-    log_format: Option<LogFormat>,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run the node: every flow defined in the flows directory.
-    ///
-    /// Each setting comes from the command line, else its FERRY_* environment variable, else the node
-    /// settings file (--config), else its default.
-    Run {
-        /// Node settings file (TOML): any of `flows`, `listen`, `node_id`, `deployment`,
-        /// `shutdown_timeout_seconds`, `log_format`, `admin_token_file`, `tls_cert`, `tls_key`, `reload`;
-        /// relative paths in it are from its directory.
-        #[arg(long, value_name = "FILE", env = "FERRY_CONFIG")]
-        config: Option<PathBuf>,
-        /// Print the settings the node would run with, and where each came from, then exit.
-        #[arg(long)]
-        print_settings: bool,
-        /// Directory of `*.toml` flow files. Env FERRY_FLOWS; required (here, there or in the settings file).
-        #[arg(long)]
-        flows: Option<PathBuf>,
-        /// Address of the HTTP endpoint (/health, /flows, /metrics, POST /reload). Loopback by default;
-        /// on any other address, mutating endpoints need --admin-token-file. Env FERRY_LISTEN; default:
-        /// 127.0.0.1:9464.
-        #[arg(long)]
-        listen: Option<SocketAddr>,
-        /// Seconds a graceful stop (SIGTERM/SIGINT) may take before the node exits anyway. Env
-        /// FERRY_SHUTDOWN_TIMEOUT_SECONDS; default: 30.
-        #[arg(long, value_name = "SECONDS")]
-        shutdown_timeout: Option<f64>,
-        /// File holding the bearer token that mutating endpoints (POST /reload, ...) require; re-read
-        /// on every such request. Reads stay open. Env FERRY_ADMIN_TOKEN_FILE.
-        #[arg(long)]
-        admin_token_file: Option<PathBuf>,
-        /// PEM certificate chain: serve HTTPS (with --tls-key). Env FERRY_TLS_CERT.
-        #[arg(long)]
-        tls_cert: Option<PathBuf>,
-        /// PEM private key of --tls-cert. Env FERRY_TLS_KEY.
-        #[arg(long)]
-        tls_key: Option<PathBuf>,
-        /// This node's id among the nodes sharing its flows (static membership in each flow's copier
-        /// group): stable across restarts of the same node. Env FERRY_NODE_ID; default: the host name.
-        #[arg(long)]
-        node_id: Option<String>,
-        /// The deployment: nodes that share flows use the same name; independent deployments on the same
-        /// clusters use different ones (it prefixes the groups ferry uses). Env FERRY_DEPLOYMENT;
-        /// default: ferry.
-        #[arg(long)]
-        deployment: Option<String>,
-        /// When the flows directory is read again: `auto` on every change (watched, and rescanned every
-        /// 30 s) and on SIGHUP or POST /reload; `manual` only on SIGHUP or POST /reload, so that an edit
-        /// can be reviewed with `ferry reload --dry-run` before it applies. Env FERRY_RELOAD; default:
-        /// auto.
-        #[arg(long, value_enum)]
-        reload: Option<ReloadMode>,
-    },
-    /// Print a node's flows as a table: state, lag, records/s, last checkpoint.
-    Status {
-        #[command(flatten)]
-        node: NodeArgs,
-        /// `table` for people, `json` for scripts (the same facts).
-        #[arg(short, long, value_enum, default_value_t = Output::Table)]
-        output: Output,
-        /// Redraw every --interval seconds until interrupted (a node that does not answer is shown as
-        /// such, and asked again).
-        #[arg(long)]
-        watch: bool,
-        /// Seconds between two redraws of --watch.
-        #[arg(long, default_value_t = 2.0, requires = "watch")]
-        interval: f64,
-    },
-    /// Pause a flow for the whole deployment (POST /flows/FLOW/pause).
-    ///
-    /// Its copiers stop fetching, positions kept, across reloads and restarts, until resumed. Exit 0 when
-    /// the pause is recorded for the deployment and applied on the node, 3 when the node accepted it but
-    /// one of the two is not done yet (the answer says which), 1 on failure.
-    Pause {
-        /// The flow, as SOURCE->TARGET.
-        #[arg(value_parser = parse_flow)]
-        flow: config::FlowId,
-        #[command(flatten)]
-        admin: AdminArgs,
-    },
-    /// Resume a paused flow (POST /flows/FLOW/resume).
-    ///
-    /// Exit codes as for `pause`.
-    Resume {
-        /// The flow, as SOURCE->TARGET.
-        #[arg(value_parser = parse_flow)]
-        flow: config::FlowId,
-        #[command(flatten)]
-        admin: AdminArgs,
-    },
-    /// Reload a node's flows directory now (POST /reload), or with --dry-run say what a reload would do.
-    ///
-    /// Prints which flows started, stopped and restarted; with --dry-run, which ones a reload would start,
-    /// stop or restart, changing nothing. Exit 0 when applied (for a dry run: when the directory is
-    /// valid), 1 otherwise (refused, rolled back, or no answer).
-    Reload {
-        /// Answer what a reload would do; apply nothing.
-        #[arg(long)]
-        dry_run: bool,
-        #[command(flatten)]
-        admin: AdminArgs,
-        /// `table` for people, `json` for scripts (the same facts).
-        #[arg(short, long, value_enum, default_value_t = Output::Table)]
-        output: Output,
-    },
-    /// GET a node's /health: exit 0 when it answers 200 (degraded flows included), 1 otherwise.
-    Health {
-        #[arg(long, default_value = "http://127.0.0.1:9464/health")]
-        url: String,
-        /// PEM CA certificate(s) to verify an https:// node with (e.g. its self-signed certificate).
-        #[arg(long)]
-        ca: Option<PathBuf>,
-        /// Do not verify an https:// node's certificate.
-        #[arg(long)]
-        insecure: bool,
-        /// Seconds to wait for the answer.
-        #[arg(long, default_value_t = 5.0)]
-        timeout: f64,
-    },
-    /// Parse and validate the flows directory, print the flow set, exit non-zero on any error.
-    Validate {
-        #[arg(long)]
-        flows: PathBuf,
-        /// `table` for people, `json` for scripts (the same facts).
-        #[arg(short, long, value_enum, default_value_t = Output::Table)]
-        output: Output,
-    },
-    /// Preflight: connect to each cluster and say whether the flows would run, changing nothing.
-    ///
-    /// For each flow: the topics it would copy and their remote names, the groups it would checkpoint,
-    /// whether every right it needs is granted (from the operations the brokers report for this
-    /// principal, and a validate-only CreateTopics for a topic that does not exist; rights on a
-    /// transactional id cannot be asked and are shown as unchecked), and the state of its internal
-    /// topics (exists, compacted, partitions). Exit status: 0 when nothing checked would fail; 1 when
-    /// something would (a missing right, a wrong internal topic, a cluster that does not answer within
-    /// a few seconds); 2 for an invalid flows directory or an unknown --flow.
-    Check {
-        #[arg(long)]
-        flows: PathBuf,
-        /// Check only this flow (SOURCE->TARGET), enabled or not. Default: every enabled flow.
-        #[arg(long)]
-        flow: Option<config::FlowId>,
-        /// The deployment the flows run as (`ferry run --deployment`): it prefixes the groups and the
-        /// transactional id whose rights are checked.
-        #[arg(long, env = "FERRY_DEPLOYMENT", default_value = "ferry")]
-        deployment: String,
-        /// `table` for people, `json` for scripts (the same facts).
-        #[arg(short, long, value_enum, default_value_t = Output::Table)]
-        output: Output,
-    },
-    /// Print consumer groups' translated offsets on a flow's target (from its checkpoints); with --apply,
-    /// commit them to the groups on the target.
-    ///
-    /// Each group is judged first and refused (named, with the reason, on stderr) when its consumers
-    /// still have members on the target, or when its newest checkpoint is older than --max-age and the
-    /// source does not show the group exactly where that checkpoint translated it from (the source is
-    /// gone, or the group moved since). --apply commits every other group. Exit status: 0 when every
-    /// selected group was shown (and, with --apply, committed); 3 when --apply refused a group; 1 on an
-    /// error (checkpoints or target unreadable, no checkpointed group selected, a commit failed); 2 on
-    /// a usage error.
-    #[command(group(clap::ArgGroup::new("which").required(true).args(["group", "groups", "all_groups"])))]
-    Translate {
-        #[arg(long)]
-        flows: PathBuf,
-        /// The flow, as SOURCE->TARGET.
-        #[arg(long)]
-        flow: config::FlowId,
-        /// One group (whether or not the flow's `groups` still select it).
-        #[arg(long)]
-        group: Option<String>,
-        /// Every checkpointed group of the flow whose whole name matches this regular expression.
-        #[arg(long, value_name = "REGEX")]
-        groups: Option<String>,
-        /// Every checkpointed group of the flow (among those its `groups` select).
-        #[arg(long)]
-        all_groups: bool,
-        /// Commit the translated offsets of every group not refused to that group on the target.
-        #[arg(long)]
-        apply: bool,
-        /// The oldest checkpoint taken without the source's confirmation, e.g. 90s, 5m, 2h. Default:
-        /// three of the flow's checkpoint intervals (3 x emit_checkpoints_interval_seconds, rounded up
-        /// to whole seconds; 180s with the default interval of 60s).
-        #[arg(long, value_name = "DURATION", value_parser = parse_max_age)]
-        max_age: Option<Duration>,
-        /// `table` for people, `json` for scripts (the same facts).
-        #[arg(short, long, value_enum, default_value_t = Output::Table)]
-        output: Output,
-    },
-    /// Write a flows directory from an MM2 configuration: an `mm2.properties` (dedicated mode) or a Strimzi
-    /// `KafkaMirrorMaker2` resource (YAML).
-    ///
-    /// Writes `clusters.toml` and one `SOURCE-to-TARGET.toml` per enabled flow into --out, validated
-    /// before anything is written; secrets become `${VAR}` or `${file:PATH}` references (never the
-    /// literal), and the report names each variable to set and each key not carried over, with why.
-    /// Exit 0 when written, 1 otherwise.
-    ImportMm2 {
-        /// The MM2 configuration file.
-        file: PathBuf,
-        /// The flows directory to write to (created if missing).
-        #[arg(long, default_value = ".")]
-        out: PathBuf,
-        /// Overwrite files that already exist there.
-        #[arg(long)]
-        force: bool,
-        /// Strimzi only: where ferry's pod mounts each Kubernetes secret the resource names, as
-        /// DIR/SECRET/KEY.
-        #[arg(long, value_name = "DIR", default_value = ferry::import_mm2::DEFAULT_SECRETS_DIR)]
-        secrets_dir: PathBuf,
-        /// `table` for people, `json` for scripts (the same facts).
-        #[arg(short, long, value_enum, default_value_t = Output::Table)]
-        output: Output,
-    },
-    /// Print a shell completion script for ferry.
-    ///
-    /// E.g. `ferry completions bash > /etc/bash_completion.d/ferry`, or `ferry completions zsh >
-    /// "${fpath[1]}/_ferry"`.
-    Completions {
-        /// The shell to complete for.
-        shell: clap_complete::Shell,
-    },
-    /// Print ferry's man page (roff).
-    ///
-    /// E.g. `ferry man | man -l -`. With --dir, write one page per command there instead (ferry.1,
-    /// ferry-run.1, ferry-pause.1, ...).
-    Man {
-        /// Directory to write the pages to (created if missing).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-    },
-}
-
-/// How to reach a node's HTTP listener.
-#[derive(Args)]
-struct NodeArgs {
-    /// The node's HTTP listener.
-    #[arg(long, default_value = "http://127.0.0.1:9464")]
-    url: String,
-    /// PEM CA certificate(s) to verify an https:// node with.
-    #[arg(long)]
-    ca: Option<PathBuf>,
-    /// Do not verify an https:// node's certificate.
-    #[arg(long)]
-    insecure: bool,
-}
-
-/// A node's listener and the authority its mutating endpoints need.
-#[derive(Args)]
-struct AdminArgs {
-    #[command(flatten)]
-    node: NodeArgs,
-    /// File holding the node's admin token (its --admin-token-file), sent as a bearer token. Needed
-    /// when the node has one.
-    #[arg(long, env = "FERRY_ADMIN_TOKEN_FILE")]
-    token_file: Option<PathBuf>,
-    /// Seconds to wait for the node's answer (a reload stops and starts flows first).
-    #[arg(long, default_value_t = 60.0)]
-    timeout: f64,
-}
-
-impl NodeArgs {
-    fn client(self, token_file: Option<PathBuf>, timeout: f64) -> client::Node {
-        client::Node {
-            url: self.url,
-            ca: self.ca,
-            insecure: self.insecure,
-            token_file,
-            timeout: Duration::from_secs_f64(timeout.clamp(0.1, 3600.0)),
-        }
-    }
-}
-
-impl AdminArgs {
-    fn client(self) -> client::Node {
-        self.node.client(self.token_file, self.timeout)
-    }
-}
-
-/// A flow id as the node's endpoints check it (aliases of letters, digits, `_` and `-`).
-fn parse_flow(raw: &str) -> Result<config::FlowId, String> {
-    ferry::http::flow_id(raw)
-}
-
-fn init_logging(format: LogFormat) {
-    use tracing_subscriber::prelude::*;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,librdkafka=warn,rdkafka=warn"));
-    // Colours only for a terminal: a log file or a log collector gets plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
-    let fmt = match format {
-        LogFormat::Text => fmt.boxed(),
-        LogFormat::Json => fmt.json().boxed(),
-    };
-    // The filter applies to what is printed only: librdkafka's connection errors always reach
-    // `ClientCauses`, whatever RUST_LOG says.
-    tracing_subscriber::registry().with(fmt.with_filter(filter)).with(ClientCauses).init();
-    // rdkafka logs through the `log` crate, with trace records on every poll and delivery; bridged to
-    // tracing at every level they cost about 6 % of the copier's CPU (bench/profile-*.md). Only its
-    // warnings and errors are wanted, unless RUST_LOG asks for more.
-    if std::env::var_os("RUST_LOG").is_none() {
-        log::set_max_level(log::LevelFilter::Warn);
-    }
-}
-
-/// Hands librdkafka's warnings and errors (logged through the `log` crate by rdkafka's default client
-/// context) to [`ferry::kafka::note_client_log`], so that a failed Kafka operation can name why its
-/// cluster did not answer (a wrong password, an untrusted certificate) instead of only "timed out".
-struct ClientCauses;
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ClientCauses {
-    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        if *event.metadata().level() > tracing::Level::WARN {
-            return;
-        }
-        #[derive(Default)]
-        struct Fields {
-            message: String,
-            target: String,
-        }
-        impl tracing::field::Visit for Fields {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                match field.name() {
-                    "message" => self.message = format!("{value:?}"),
-                    "log.target" => self.target = format!("{value:?}"),
-                    _ => {}
-                }
-            }
-            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-                match field.name() {
-                    "message" => self.message = value.to_string(),
-                    "log.target" => self.target = value.to_string(),
-                    _ => {}
-                }
-            }
-        }
-        let mut fields = Fields::default();
-        event.record(&mut fields);
-        if fields.target.contains("rdkafka") || event.metadata().target().contains("rdkafka") {
-            ferry::kafka::note_client_log(&fields.message);
-        }
-    }
-}
 
 /// Exit code of `ferry pause` and `resume` when the node accepted but has not completed the request (202).
 const EXIT_INCOMPLETE: u8 = 3;
@@ -388,7 +35,7 @@ fn main() -> ExitCode {
         Command::Validate { flows, output } => validate(&flows, output),
         Command::Check { flows, flow, deployment, output } => check(&flows, flow.as_ref(), &deployment, output),
         Command::Translate { flows, flow, group, groups, all_groups, apply, max_age, output } => {
-            let set = match config::load_dir(&flows) {
+            let set = match config::load_dir(&flows, kafka::check_client_properties) {
                 Ok(set) => set,
                 Err(errors) => {
                     eprint!("{errors}");
@@ -553,7 +200,7 @@ fn main() -> ExitCode {
                 from = node.sources(),
                 "node settings"
             );
-            let set = match config::load_dir(&node.flows) {
+            let set = match config::load_dir(&node.flows, kafka::check_client_properties) {
                 Ok(set) => set,
                 Err(errors) => {
                     eprint!("{errors}");
@@ -586,7 +233,7 @@ fn write_stdout(bytes: &[u8]) -> ExitCode {
 }
 
 fn validate(flows: &std::path::Path, output: Output) -> ExitCode {
-    match (config::load_dir(flows), output) {
+    match (config::load_dir(flows, kafka::check_client_properties), output) {
         (Ok(set), Output::Table) => {
             print!("{}", set.describe());
             println!("{}: {} cluster(s), {} flow(s): valid", flows.display(), set.clusters.len(), set.flows.len());
@@ -611,7 +258,7 @@ fn validate(flows: &std::path::Path, output: Output) -> ExitCode {
 
 /// `ferry check`: 0 when nothing would fail, 1 when something would, 2 for an invalid directory or flow.
 fn check(flows: &std::path::Path, flow: Option<&config::FlowId>, deployment: &str, output: Output) -> ExitCode {
-    let set = match config::load_dir(flows) {
+    let set = match config::load_dir(flows, kafka::check_client_properties) {
         Ok(set) => set,
         Err(errors) => {
             eprint!("{errors}");
@@ -693,10 +340,6 @@ fn watch_status(node: &client::Node, output: Output, interval: Duration) -> Exit
 
 /// Exit code of `ferry translate --apply` when it refused a group (and applied the others).
 const EXIT_REFUSED: u8 = 3;
-
-fn parse_max_age(s: &str) -> Result<Duration, String> {
-    ferry::translate::select::parse_duration(s)
-}
 
 fn translate(
     plan: &config::FlowPlan,

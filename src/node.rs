@@ -369,7 +369,7 @@ impl Handler<Reload> for Node {
         }
         self.loaded_hash = Some(hash);
         // Exactly the code `ferry validate` runs.
-        match config::load_dir(&self.flows_dir) {
+        match config::load_dir(&self.flows_dir, kafka::check_client_properties) {
             Err(errors) => {
                 let o = outcome(trigger, ReloadResult::Rejected, Some(errors.to_string().trim_end().to_string()));
                 self.report(&o);
@@ -392,7 +392,7 @@ impl Handler<PlanReload> for Node {
     /// no flow, hash, metric, status or `last_reload` changes, and nothing connects to a cluster. Reading
     /// the files is no change for the watcher either (see `reload::changes_content`).
     fn handle(&mut self, _: PlanReload, _: &mut Context<Self>) -> Self::Result {
-        let plan = match config::load_dir(&self.flows_dir) {
+        let plan = match config::load_dir(&self.flows_dir, kafka::check_client_properties) {
             Ok(set) => ReloadPlan::of_diff(&config::diff(&self.running_plans(), &set)),
             Err(errors) => ReloadPlan::rejected(&errors),
         };

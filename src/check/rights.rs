@@ -546,7 +546,7 @@ pub(crate) mod tests {
             ),
         )
         .expect("write");
-        let set = crate::config::load_dir(dir.path()).expect("valid");
+        let set = crate::config::load_dir(dir.path(), crate::kafka::check_client_properties).expect("valid");
         set.flows.into_values().next().expect("a flow")
     }
 

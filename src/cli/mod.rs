@@ -2,8 +2,10 @@
 //! running node ([`client`]: `pause`, `resume`, `reload`, `status`) and printing what they (and `check`)
 //! found, as a table for people or as JSON for scripts (`-o json`: the same facts, from the same values).
 
+pub mod args;
 pub mod check;
 pub mod client;
+pub mod logging;
 pub mod reload;
 pub mod status;
 pub mod translate;

@@ -77,7 +77,7 @@ mod tests {
              [[flows]]\nsource = \"east\"\ntarget = \"west\"\ntopics = [\"orders\"]\nenabled = false\n",
         )
         .expect("write");
-        let set = crate::config::load_dir(dir.path()).expect("valid");
+        let set = crate::config::load_dir(dir.path(), crate::kafka::check_client_properties).expect("valid");
         let text = set.describe();
         let v = set_json(dir.path(), &set);
         let dumped = v.to_string();
@@ -94,7 +94,7 @@ mod tests {
 
         std::fs::write(dir.path().join("bad.toml"), "[[flows]]\nsource = \"east\"\ntarget = \"nowhere\"\n")
             .expect("write");
-        let errors = crate::config::load_dir(dir.path()).expect_err("invalid");
+        let errors = crate::config::load_dir(dir.path(), crate::kafka::check_client_properties).expect_err("invalid");
         let v = errors_json(dir.path(), &errors);
         assert_eq!(v["valid"], false);
         assert!(v["errors"][0]["file"].as_str().is_some_and(|f| f.ends_with("bad.toml")), "{v}");
@@ -104,7 +104,10 @@ mod tests {
         // A value refused while parsing carries its line.
         std::fs::write(dir.path().join("bad.toml"), "[[flows]]\nsource = \"east\"\ntarget = \"west\"\nenabled = 0\n")
             .expect("write");
-        let v = errors_json(dir.path(), &crate::config::load_dir(dir.path()).expect_err("invalid"));
+        let v = errors_json(
+            dir.path(),
+            &crate::config::load_dir(dir.path(), crate::kafka::check_client_properties).expect_err("invalid"),
+        );
         let e = &v["errors"][0];
         assert_eq!((&e["line"], &e["key"]), (&json!(4), &json!("flows[0].enabled")), "{v}");
     }

@@ -16,8 +16,6 @@ use openssl::asn1::Asn1Time;
 use openssl::pkey::{PKey, Private};
 use openssl::x509::X509;
 
-use super::validate::io_reason;
-
 /// Client properties whose value is a file librdkafka reads (and re-reads only for a new client).
 pub const FILE_KEYS: [&str; 6] = [
     "ssl.certificate.location",
@@ -205,6 +203,15 @@ pub fn paths_in(files: &[PathBuf]) -> Vec<PathBuf> {
         }
     }
     out.into_iter().collect()
+}
+
+/// An I/O error's reason without its OS error number, e.g. "No such file or directory"; invalid UTF-8
+/// is named as such (the bytes are not shown).
+pub(super) fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::InvalidData => "not UTF-8 text".into(),
+        _ => e.to_string().split(" (os error").next().unwrap_or_default().to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -65,7 +65,7 @@ mod tests {
             .iter()
             .map(|(name, text)| (PathBuf::from(name), toml::from_str::<RawFile>(text).expect("test TOML parses")))
             .collect();
-        validate(parsed, &|_: &str| None).expect("valid")
+        validate(parsed, &|_: &str| None, crate::kafka::check_client_properties).expect("valid")
     }
 
     const CLUSTERS: &str = r#"

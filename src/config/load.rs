@@ -9,11 +9,11 @@ use super::locate::{key_at, line_at};
 use super::raw::{RawFile, RawValue};
 use super::secrets::unquote_values;
 use super::validate::validate;
-use super::{ConfigError, ConfigErrors, FlowSet};
+use super::{ClientCheck, ConfigError, ConfigErrors, FlowSet};
 
 /// Load and validate every `*.toml` file in `dir`. Either the whole set is valid, or every error found
 /// is returned (a syntax error in one file does not hide problems in the others).
-pub fn load_dir(dir: &Path) -> Result<FlowSet, ConfigErrors> {
+pub fn load_dir(dir: &Path, check: ClientCheck) -> Result<FlowSet, ConfigErrors> {
     let files = list_flow_files(dir).map_err(|e| ConfigErrors(vec![e]))?;
     let mut errors = Vec::new();
     let mut parsed = Vec::new();
@@ -24,7 +24,7 @@ pub fn load_dir(dir: &Path) -> Result<FlowSet, ConfigErrors> {
         }
     }
     let env = |name: &str| std::env::var(name).ok();
-    match validate(parsed, &env) {
+    match validate(parsed, &env, check) {
         Ok(set) if errors.is_empty() => return Ok(set),
         Ok(_) => {}
         Err(ConfigErrors(more)) => errors.extend(more),
@@ -37,7 +37,7 @@ pub fn load_dir(dir: &Path) -> Result<FlowSet, ConfigErrors> {
 /// freshly generated directory (`ferry import-mm2`) is checked on a machine that has neither. Every
 /// `${VAR}` and `${file:PATH}` stands for a placeholder, and the files of `*.location` properties
 /// (certificates, keys) and keytabs are not opened; everything else is checked, librdkafka's property checks included.
-pub fn check_dir_offline(dir: &Path) -> Result<FlowSet, ConfigErrors> {
+pub fn check_dir_offline(dir: &Path, check: ClientCheck) -> Result<FlowSet, ConfigErrors> {
     let files = list_flow_files(dir).map_err(|e| ConfigErrors(vec![e]))?;
     let mut errors = Vec::new();
     let mut parsed = Vec::new();
@@ -59,7 +59,7 @@ pub fn check_dir_offline(dir: &Path) -> Result<FlowSet, ConfigErrors> {
             Err(e) => errors.push(e),
         }
     }
-    match validate(parsed, &|_: &str| Some("placeholder".to_string())) {
+    match validate(parsed, &|_: &str| Some("placeholder".to_string()), check) {
         Ok(set) if errors.is_empty() => Ok(set),
         Ok(_) => Err(ConfigErrors(errors)),
         Err(ConfigErrors(more)) => {

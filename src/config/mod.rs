@@ -13,13 +13,17 @@
 
 pub mod client_files;
 pub mod diff;
+mod fields;
 mod load;
 pub(crate) mod locate;
+pub mod login;
 pub mod raw;
 pub mod secrets;
 mod start_from;
 pub mod topology;
 mod validate;
+mod validate_cluster;
+mod validate_flow;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -30,9 +34,14 @@ use std::time::Duration;
 pub use diff::{FlowSetDiff, diff};
 pub(crate) use load::syntax_error;
 pub use load::{check_dir_offline, is_flow_file, load_dir, secret_files_in};
+
+/// What the client library refuses in a cluster's client properties, each `(property, reason)` (the
+/// property `None` when the reason names none): given by whoever loads flows
+/// (`kafka::check_client_properties`), since building clients is a layer above this module.
+pub type ClientCheck = fn(&ClusterSpec) -> Vec<(Option<String>, String)>;
+pub use fields::valid_alias;
 pub use secrets::{is_secret_key, redact, scrub};
 pub use start_from::parse_start_from;
-pub use validate::valid_alias;
 
 use crate::filter::{GroupFilter, TopicFilter};
 use crate::policy::ReplicationPolicy;

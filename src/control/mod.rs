@@ -16,13 +16,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, mpsc};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use actix::{Message, Recipient};
 use rdkafka::consumer::Consumer;
 use rdkafka::message::Message as _;
 use rdkafka::{Offset, TopicPartitionList};
-use serde::{Deserialize, Serialize};
 
 use crate::clients::{Connection, Outgoing};
 use crate::config::{ClusterSpec, FlowId};
@@ -30,6 +29,7 @@ use crate::kafka::{self, TopicSpec};
 
 pub mod order;
 
+pub use crate::status::PauseRecord;
 pub use order::{Logged, Pauses};
 
 /// The control topic on each target cluster: one partition (its order is the order of decisions),
@@ -39,23 +39,6 @@ pub const CONTROL_TOPIC: &str = "ferry.control.internal";
 const POLL: Duration = Duration::from_millis(200);
 /// Retry setting up the tail (topic, consumer) this often while the cluster refuses or is away.
 const RETRY: Duration = Duration::from_secs(5);
-
-/// An operator's pause or resume of a flow, as recorded.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PauseRecord {
-    pub paused: bool,
-    /// The node that took the request.
-    pub by: String,
-    /// Seconds since the epoch.
-    pub at: u64,
-}
-
-impl PauseRecord {
-    pub fn now(paused: bool, by: &str) -> Self {
-        let at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        Self { paused, by: by.to_string(), at }
-    }
-}
 
 pub fn pause_key(deployment: &str, flow: &FlowId) -> String {
     format!("pause|{deployment}|{flow}")

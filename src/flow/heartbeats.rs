@@ -11,9 +11,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use actix::Addr;
-
-use super::supervisor::{ActorKind, FlowSupervisor};
+use super::messages::{ActorKind, Parent};
 use super::worker::{Control, Signal, Worker};
 use crate::clients::{FlowConnections, Lane, Outgoing};
 use crate::config::FlowPlan;
@@ -23,7 +21,7 @@ use crate::metrics::METRICS;
 use crate::mm2::records::Heartbeat;
 
 /// The emitter as a supervised actor.
-pub fn worker(plan: Arc<FlowPlan>, conns: Arc<FlowConnections>, supervisor: Addr<FlowSupervisor>) -> Worker<()> {
+pub fn worker(plan: Arc<FlowPlan>, conns: Arc<FlowConnections>, supervisor: Parent) -> Worker<()> {
     let name = format!("heartbeats {}", plan.id);
     Worker::new(ActorKind::Heartbeats, name, supervisor, Vec::new(), move |control| run(&plan, &conns, control))
 }

@@ -15,14 +15,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use actix::Addr;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{ClientContext, TopicPartitionList};
 
+use super::copier::copier_group;
 use super::members;
-use super::supervisor::{ActorKind, ActorStatusChanged, FlowSupervisor, Leadership};
+use super::messages::{ActorKind, ActorStatusChanged, Leadership, Parent};
 use super::worker::{Control, Signal, Worker};
 use crate::clients::FlowConnections;
 use crate::config::FlowPlan;
@@ -72,7 +72,7 @@ impl ConsumerContext for LeaseContext {
 pub fn worker(
     plan: Arc<FlowPlan>,
     conns: Arc<FlowConnections>,
-    supervisor: Addr<FlowSupervisor>,
+    supervisor: Parent,
     identity: Arc<Identity>,
 ) -> Worker<()> {
     let name = format!("lease {}", plan.id);
@@ -80,7 +80,12 @@ pub fn worker(
     Worker::new(ActorKind::Lease, name, supervisor, Vec::new(), move |control| {
         // Alongside the elector: who copies what and who leads, for /flows (ends with the worker).
         let stop = Arc::new(members::Stop::default());
-        let watcher = members::spawn(plan.clone(), conns.clone(), identity.clone(), sup.clone(), stop.clone());
+        let watched = members::Watched {
+            copier_group: copier_group(&identity, &plan),
+            lease_group: lease_group(&identity, &plan),
+            lease_topic: LEASE_TOPIC,
+        };
+        let watcher = members::spawn(plan.clone(), conns.clone(), watched, sup.clone(), stop.clone());
         let result = run(&plan, &conns, &sup, &identity, control);
         stop.set();
         let _ = watcher.join();
@@ -91,7 +96,7 @@ pub fn worker(
 fn run(
     plan: &FlowPlan,
     conns: &FlowConnections,
-    supervisor: &Addr<FlowSupervisor>,
+    supervisor: &Parent,
     identity: &Identity,
     control: Control<()>,
 ) -> Result<(), String> {
@@ -117,7 +122,7 @@ fn run(
     let group = lease_group(identity, plan);
     let refused = kafka::Refusal::default();
     let report = |state: ActorState, error: Option<String>| {
-        supervisor.do_send(ActorStatusChanged { kind: ActorKind::Lease, state, error });
+        supervisor.status.do_send(ActorStatusChanged { kind: ActorKind::Lease, state, error });
     };
     let mut leading = false;
     let result = loop {
@@ -168,12 +173,12 @@ fn run(
             if gained != leading {
                 leading = gained;
                 tracing::info!(flow = %plan.id, node = node_id, leading, "flow leadership changed");
-                supervisor.do_send(Leadership { leading });
+                supervisor.leadership.do_send(Leadership { leading });
             }
         }
     };
     if leading {
-        supervisor.do_send(Leadership { leading: false });
+        supervisor.leadership.do_send(Leadership { leading: false });
     }
     // A static member does not leave: the lease stays this node's for a restart within the session
     // timeout, and moves on after it.

@@ -6,12 +6,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use actix::Addr;
-
-use super::Identity;
-use super::copier::copier_group;
-use super::lease::{LEASE_TOPIC, lease_group};
-use super::supervisor::{FlowSupervisor, GroupMembers};
+use super::messages::{GroupMembers, Parent};
 use crate::clients::{Admin, FlowConnections};
 use crate::config::FlowPlan;
 use crate::kafka;
@@ -96,19 +91,28 @@ impl Stop {
     }
 }
 
+/// The groups to describe, named by the lease worker that spawns the watcher (the copier and the lease
+/// own their names; this module only reads the groups).
+pub struct Watched {
+    /// The copier group, on the source cluster.
+    pub copier_group: String,
+    /// The lease group, on the target cluster, and the topic whose partition its holder is assigned.
+    pub lease_group: String,
+    pub lease_topic: &'static str,
+}
+
 /// Describe both groups every [`INTERVAL`] until `stop`, reporting to the supervisor.
 pub fn spawn(
     plan: Arc<FlowPlan>,
     conns: Arc<FlowConnections>,
-    identity: Arc<Identity>,
-    supervisor: Addr<FlowSupervisor>,
+    watched: Watched,
+    supervisor: Parent,
     stop: Arc<Stop>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
         .name(format!("members {}", plan.id))
         .spawn(move || {
-            let copier = copier_group(&identity, &plan);
-            let lease = lease_group(&identity, &plan);
+            let Watched { copier_group: copier, lease_group: lease, lease_topic } = watched;
             loop {
                 let next = Instant::now() + INTERVAL;
                 // The node's shared admin clients: no client of its own for a call every 10 s. Asked for
@@ -120,8 +124,8 @@ pub fn spawn(
                     continue;
                 };
                 let members = describe(&source, &copier).map(|m| copier_members(&m));
-                let leader = describe(&target, &lease).map(|m| lease_holder(&m));
-                supervisor.do_send(GroupMembers { members, leader: leader.flatten() });
+                let leader = describe(&target, &lease).map(|m| lease_holder(&m, lease_topic));
+                supervisor.members.do_send(GroupMembers { members, leader: leader.flatten() });
                 if stop.wait_until(next) {
                     return;
                 }
@@ -154,10 +158,10 @@ fn copier_members(members: &[Described]) -> Vec<Member> {
     out
 }
 
-fn lease_holder(members: &[Described]) -> Option<String> {
+fn lease_holder(members: &[Described], lease_topic: &str) -> Option<String> {
     members
         .iter()
-        .find(|(_, assigned)| assigned.iter().any(|(t, p)| t == LEASE_TOPIC && !p.is_empty()))
+        .find(|(_, assigned)| assigned.iter().any(|(t, p)| t == lease_topic && !p.is_empty()))
         .and_then(|(client, _)| node_of(client).map(str::to_string))
 }
 
@@ -201,9 +205,9 @@ mod tests {
     fn the_lease_holder_is_the_member_with_the_lease_partition() {
         let members = vec![
             ("a->b|ferry|lease|n1".to_string(), Vec::new()),
-            ("a->b|ferry|lease|n3".to_string(), vec![(LEASE_TOPIC.to_string(), vec![0])]),
+            ("a->b|ferry|lease|n3".to_string(), vec![("ferry.leases.internal".to_string(), vec![0])]),
         ];
-        assert_eq!(lease_holder(&members).as_deref(), Some("n3"));
+        assert_eq!(lease_holder(&members, "ferry.leases.internal").as_deref(), Some("n3"));
         assert_eq!(node_of("rdkafka"), None);
         assert_eq!(node_of("a->b|ferry|lease|"), None);
     }

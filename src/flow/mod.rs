@@ -7,6 +7,7 @@ pub mod heartbeats;
 pub mod lease;
 pub mod list_offsets;
 pub mod members;
+pub mod messages;
 pub mod offset_syncs;
 pub mod pause;
 pub mod progress;

@@ -17,11 +17,10 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use actix::Addr;
 use prometheus::IntGauge;
 use rdkafka::message::{Header, OwnedHeaders};
 
-use super::supervisor::{ActorKind, FlowSupervisor};
+use super::messages::{ActorKind, Parent};
 use super::worker::{Control, Signal, Worker};
 use crate::clients::{FlowConnections, Outgoing};
 use crate::config::{ClusterSpec, FlowPlan};
@@ -175,7 +174,7 @@ pub fn worker(
     plan: Arc<FlowPlan>,
     conns: Arc<FlowConnections>,
     queue: Arc<SyncQueue>,
-    supervisor: Addr<FlowSupervisor>,
+    supervisor: Parent,
 ) -> Worker<()> {
     let name = format!("offset-syncs {}", plan.id);
     Worker::new(ActorKind::OffsetSyncs, name, supervisor, Vec::new(), move |control| {

@@ -6,7 +6,7 @@
 //! ended ([`ChildExited`]) and the supervisor restarts them after an exponential backoff that resets once
 //! a child has been healthy for a while. A child's failure never touches its siblings or other flows.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,9 +15,13 @@ use tokio::sync::oneshot;
 
 use super::acks::AckTable;
 use super::checkpoints::{self, SharedCheckpointState};
-use super::copier::{self, Assignment};
+use super::copier;
 use super::heartbeats;
 use super::lease;
+use super::messages::{
+    ActorKind, ActorStatusChanged, AssignedPartitions, Assignment, ChildExited, GroupMembers, ItemErrorsChanged,
+    Leadership, Parent, PartitionProblems, TopicsReady,
+};
 use super::offset_syncs::{self, SyncQueue};
 use super::pause::PauseSwitch;
 use super::topics::{KeptTopics, SetLeading, StopTopics, TopicSync};
@@ -27,70 +31,7 @@ use crate::config::FlowPlan;
 use crate::flow::Identity;
 use crate::metrics::METRICS;
 use crate::restart_policy::{RestartState, jitter};
-use crate::status::{ActorState, ItemError, PartitionProblem, StatusBoard};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ActorKind {
-    Copier,
-    OffsetSyncs,
-    Checkpoints,
-    Heartbeats,
-    Topics,
-    Lease,
-}
-
-impl ActorKind {
-    pub const ALL: [ActorKind; 6] =
-        [Self::Lease, Self::Topics, Self::Copier, Self::OffsetSyncs, Self::Checkpoints, Self::Heartbeats];
-
-    /// Actors every node runs; the others run on the node that holds the flow's lease.
-    pub const EVERY_NODE: [ActorKind; 4] = [Self::Lease, Self::Topics, Self::Copier, Self::OffsetSyncs];
-
-    /// The duties only the leader runs (metric `ferry_leader{duty}`); topic sync is split: every node
-    /// watches topics, only the leader creates and changes them.
-    pub const LEADER_DUTIES: [ActorKind; 3] = [Self::Topics, Self::Checkpoints, Self::Heartbeats];
-
-    /// Whether `plan` runs this actor at all: the emitters whose switches are off are never started,
-    /// listed or counted (MM2's `emit.*.enabled`).
-    pub fn runs_in(self, plan: &FlowPlan) -> bool {
-        let s = &plan.settings;
-        match self {
-            Self::OffsetSyncs => s.emit_offset_syncs_enabled,
-            Self::Checkpoints => s.runs_checkpoints(),
-            Self::Heartbeats => s.runs_heartbeats(),
-            Self::Copier | Self::Topics | Self::Lease => true,
-        }
-    }
-
-    /// The name used in logs, metrics and status output.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Copier => "copier",
-            Self::OffsetSyncs => "offset_syncs",
-            Self::Checkpoints => "checkpoints",
-            Self::Heartbeats => "heartbeats",
-            Self::Topics => "topics",
-            Self::Lease => "lease",
-        }
-    }
-}
-
-/// A child actor ended, with its reason.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct ChildExited {
-    pub kind: ActorKind,
-    pub result: Result<(), String>,
-}
-
-/// A child reports a state change that is not an exit (e.g. degraded while a cluster is away).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct ActorStatusChanged {
-    pub kind: ActorKind,
-    pub state: ActorState,
-    pub error: Option<String>,
-}
+use crate::status::{ActorState, StatusBoard};
 
 /// Pause or resume the flow's copying. Answers `true` once the copier applied it (see
 /// [`PauseSwitch`]), `false` if it did not within [`PAUSE_APPLY_TIMEOUT`]; the status board shows the
@@ -120,46 +61,11 @@ impl Handler<SetPaused> for FlowSupervisor {
     }
 }
 
-/// This node gained or lost the flow's lease (see `lease`).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct Leadership {
-    pub leading: bool,
-}
-
-/// The flow's copier group members and lease holder as the clusters describe them (`None`: not known,
-/// the cluster did not answer).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct GroupMembers {
-    pub members: Option<Vec<crate::status::Member>>,
-    pub leader: Option<String>,
-}
-
 impl Handler<GroupMembers> for FlowSupervisor {
     type Result = ();
     fn handle(&mut self, msg: GroupMembers, _: &mut Context<Self>) {
         self.status.set_members(&self.flow(), msg.members, msg.leader);
     }
-}
-
-/// The topic synchroniser found these source partitions ready to copy.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct TopicsReady(pub Assignment);
-
-/// The copier's partitions that are not copying because of a failure (the complete list).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct PartitionProblems(pub Vec<PartitionProblem>);
-
-/// Per-item errors of the topic synchroniser (topics) or the checkpoint computer (groups): the
-/// complete current list.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub enum ItemErrorsChanged {
-    Topics(BTreeMap<String, ItemError>),
-    Groups(BTreeMap<String, ItemError>),
 }
 
 /// Stop the flow: children drain by `deadline`; `done` fires when all of them have ended.
@@ -261,6 +167,20 @@ impl FlowSupervisor {
         self.plan.id.to_string()
     }
 
+    /// What the flow's actors get to report to this supervisor.
+    fn parent(me: &Addr<Self>) -> Parent {
+        Parent {
+            exited: me.clone().recipient(),
+            status: me.clone().recipient(),
+            leadership: me.clone().recipient(),
+            members: me.clone().recipient(),
+            topics_ready: me.clone().recipient(),
+            assigned: me.clone().recipient(),
+            problems: me.clone().recipient(),
+            item_errors: me.clone().recipient(),
+        }
+    }
+
     /// The actors of `kinds` this flow runs.
     fn running(&self, kinds: &[ActorKind]) -> Vec<ActorKind> {
         kinds.iter().copied().filter(|k| k.runs_in(&self.plan)).collect()
@@ -275,7 +195,7 @@ impl FlowSupervisor {
         {
             return; // another node leads; started when this node gains the lease
         }
-        let (me, plan, conns) = (ctx.address(), self.plan.clone(), self.conns.clone());
+        let (me, plan, conns) = (Self::parent(&ctx.address()), self.plan.clone(), self.conns.clone());
         match kind {
             ActorKind::Copier => {
                 let w = copier::worker(
@@ -455,11 +375,6 @@ impl Handler<TopicsReady> for FlowSupervisor {
         }
     }
 }
-
-/// The source partitions the copier group gives this node now (`topic-partition`, sorted).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct AssignedPartitions(pub Vec<String>);
 
 impl Handler<AssignedPartitions> for FlowSupervisor {
     type Result = ();

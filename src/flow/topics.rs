@@ -20,8 +20,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::copier::Assignment;
-use super::supervisor::{ActorKind, ActorStatusChanged, ChildExited, FlowSupervisor, ItemErrorsChanged, TopicsReady};
+use super::messages::{ActorKind, ActorStatusChanged, Assignment, ChildExited, ItemErrorsChanged, Parent, TopicsReady};
 use crate::acl_sync;
 use crate::clients::{Admin, FlowConnections, Isolation, MetaConsumer};
 use crate::config::{FlowPlan, GroupProtocol};
@@ -65,7 +64,7 @@ pub struct TopicSync {
     /// Set once when topic refresh is off; never read when it is on.
     kept: KeptTopics,
     conns: Arc<FlowConnections>,
-    supervisor: Addr<FlowSupervisor>,
+    supervisor: Parent,
     clients: Option<Arc<Clients>>,
     refreshing: bool,
     /// The timer of the next refresh, if one is scheduled.
@@ -115,7 +114,7 @@ impl TopicSync {
     pub fn new(
         plan: Arc<FlowPlan>,
         conns: Arc<FlowConnections>,
-        supervisor: Addr<FlowSupervisor>,
+        supervisor: Parent,
         leading: bool,
         kept: KeptTopics,
     ) -> Self {
@@ -163,7 +162,7 @@ impl TopicSync {
 
     fn exit(&mut self, result: Result<(), String>, ctx: &mut Context<Self>) {
         self.exit_reported = true;
-        self.supervisor.do_send(ChildExited { kind: ActorKind::Topics, result });
+        self.supervisor.exited.do_send(ChildExited { kind: ActorKind::Topics, result });
         ctx.stop();
     }
 
@@ -234,9 +233,9 @@ impl TopicSync {
                     let ready = me
                         .writable
                         .found(refreshed.assignment, |t| plan.policy.format_remote_topic(&plan.id.source, t));
-                    me.supervisor.do_send(TopicsReady(ready));
+                    me.supervisor.topics_ready.do_send(TopicsReady(ready));
                     me.check_writable(ctx);
-                    me.supervisor.do_send(ActorStatusChanged {
+                    me.supervisor.status.do_send(ActorStatusChanged {
                         kind: ActorKind::Topics,
                         state: if me.acl_problem.is_some() { ActorState::Degraded } else { ActorState::Running },
                         error: me.acl_problem.clone(),
@@ -292,7 +291,7 @@ impl TopicSync {
             if let Some(answers) = answers
                 && let Some(ready) = me.writable.answered(&answers)
             {
-                me.supervisor.do_send(TopicsReady(ready));
+                me.supervisor.topics_ready.do_send(TopicsReady(ready));
             }
             if me.writable.waiting() == 0 {
                 me.waiting_warned = None;
@@ -377,7 +376,7 @@ impl TopicSync {
         self.errors.retain(|t| refreshed.outcomes.contains_key(t));
         changed |= self.errors.snapshot().len() != before;
         if changed {
-            self.supervisor.do_send(ItemErrorsChanged::Topics(self.errors.snapshot()));
+            self.supervisor.item_errors.do_send(ItemErrorsChanged::Topics(self.errors.snapshot()));
         }
         refreshed.outcomes.values().any(Option::is_some)
     }
@@ -757,6 +756,7 @@ impl Drop for TopicSync {
     fn drop(&mut self) {
         if !self.exit_reported {
             self.supervisor
+                .exited
                 .do_send(ChildExited { kind: ActorKind::Topics, result: Err("topic synchroniser panicked".into()) });
         }
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::supervisor::{ActorKind, ActorStatusChanged, ChildExited, FlowSupervisor};
+use super::messages::{ActorKind, ActorStatusChanged, ChildExited, Parent};
 use crate::status::ActorState;
 
 /// What a worker loop receives.
@@ -27,7 +27,7 @@ pub enum Signal<M> {
 pub struct Control<M> {
     rx: Receiver<Signal<M>>,
     kind: ActorKind,
-    supervisor: Addr<FlowSupervisor>,
+    supervisor: Parent,
 }
 
 impl<M> Control<M> {
@@ -35,7 +35,7 @@ impl<M> Control<M> {
     /// a started actor shows as starting, and a restarted one as restarting (or failed), so that an actor
     /// stuck on an unreachable cluster never looks healthy.
     pub fn running(&self) {
-        self.supervisor.do_send(ActorStatusChanged { kind: self.kind, state: ActorState::Running, error: None });
+        self.supervisor.status.do_send(ActorStatusChanged { kind: self.kind, state: ActorState::Running, error: None });
     }
 
     /// The next signal if one is waiting. A vanished actor counts as a stop request.
@@ -66,7 +66,7 @@ pub struct Worker<M: Send + Unpin + 'static> {
     /// The flow, for the span every log line of the loop carries.
     flow: String,
     name: String,
-    supervisor: Addr<FlowSupervisor>,
+    supervisor: Parent,
     body: Option<LoopFn<M>>,
     initial: Vec<M>,
     tx: Option<Sender<Signal<M>>>,
@@ -79,7 +79,7 @@ impl<M: Send + Unpin + 'static> Worker<M> {
     pub fn new(
         kind: ActorKind,
         name: String,
-        supervisor: Addr<FlowSupervisor>,
+        supervisor: Parent,
         initial: Vec<M>,
         body: impl FnOnce(Control<M>) -> Result<(), String> + Send + 'static,
     ) -> Self {
@@ -116,6 +116,7 @@ impl<M: Send + Unpin + 'static> Actor for Worker<M> {
             }
             Err(e) => {
                 self.supervisor
+                    .exited
                     .do_send(ChildExited { kind: self.kind, result: Err(format!("cannot start a thread: {e}")) });
                 ctx.stop();
             }
@@ -169,7 +170,7 @@ impl<M: Send + Unpin + 'static> Handler<LoopEnded> for Worker<M> {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        self.supervisor.do_send(ChildExited { kind: self.kind, result: msg.0 });
+        self.supervisor.exited.do_send(ChildExited { kind: self.kind, result: msg.0 });
         ctx.stop();
     }
 }

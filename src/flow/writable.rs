@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::acks::SourcePartition;
-use super::copier::Assignment;
 use super::list_offsets::{self, Answer};
+use super::messages::Assignment;
 
 /// A remote partition: topic and partition.
 pub type RemotePartition = (String, i32);

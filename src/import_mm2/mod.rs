@@ -154,7 +154,7 @@ fn write_checked(out: &Path, files: &[(String, String)], force: bool) -> Result<
                 std::fs::copy(&path, staging.join(&name)).map_err(|e| io(&path, e))?;
             }
         }
-        crate::config::check_dir_offline(&staging).map_err(|errors| {
+        crate::config::check_dir_offline(&staging, crate::kafka::check_client_properties).map_err(|errors| {
             let mut lines = vec!["the imported configuration does not validate, so nothing was written:".to_string()];
             lines.extend(errors.0.iter().map(|e| {
                 let name = e.file.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
@@ -239,7 +239,7 @@ mod tests {
         }
         assert!(!report.table().contains(SECRET) && !crate::cli::pretty(&report).contains(SECRET));
         assert_eq!(report.env[0].name, "FERRY_EAST_SASL_PASSWORD");
-        crate::config::check_dir_offline(&out).expect("valid");
+        crate::config::check_dir_offline(&out, crate::kafka::check_client_properties).expect("valid");
         // No staging directory is left behind.
         assert_eq!(std::fs::read_dir(&out).expect("dir").count(), 2);
 

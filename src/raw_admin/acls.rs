@@ -11,7 +11,8 @@ use rdkafka::admin::AdminClient;
 use rdkafka::bindings as rd;
 use rdkafka::client::ClientContext;
 
-use super::{AclOperation, AdminError, AdminOptions, ERR_FAIL, ERR_INVALID_ARG, Queue, array, c_string, cstring, run};
+use super::ffi::{AdminOptions, ERR_FAIL, ERR_INVALID_ARG, Queue, array, c_string, cstring, run};
+use super::types::{AclOperation, AdminError};
 
 // Our own declarations of the ACL functions that take or return librdkafka enums, typed as plain
 // integers (see the parent module's doc). Same symbols and C signatures as in `rdkafka::bindings`.

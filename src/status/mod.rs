@@ -10,8 +10,10 @@ use serde::Serialize;
 
 use crate::config::Delivery;
 
+mod pause_record;
 mod types;
 
+pub use pause_record::PauseRecord;
 pub use types::{Member, ReloadOutcome, ReloadResult, Trigger};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -128,7 +130,7 @@ pub struct FlowStatus {
     pub paused: bool,
     /// The last pause or resume recorded for the flow in its target's control topic, for every node of
     /// the deployment: who took it (`by`, a node id) and when (`at`, seconds since the epoch).
-    pub pause: Option<crate::control::PauseRecord>,
+    pub pause: Option<PauseRecord>,
     /// This node holds the flow's lease (runs topic sync, checkpoints, heartbeats).
     pub leading: bool,
     /// Source partitions this node copies (its share of the copier group).
@@ -277,7 +279,7 @@ impl StatusBoard {
     }
 
     /// The deployment-wide pause record of `flow` (who paused or resumed it, and when).
-    pub fn set_pause_record(&self, flow: &str, record: Option<crate::control::PauseRecord>) {
+    pub fn set_pause_record(&self, flow: &str, record: Option<PauseRecord>) {
         self.with_flow(flow, |f| f.pause = record);
     }
 

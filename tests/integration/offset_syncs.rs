@@ -32,8 +32,6 @@ fn count(cluster: &Cluster, topic: &str) -> usize {
 /// One record of the offset-syncs topic, decoded.
 #[derive(Clone, Debug)]
 struct SyncRecord {
-    /// Offset in the offset-syncs topic.
-    offset: i64,
     sync: OffsetSync,
     mark: SyncMark,
 }
@@ -68,7 +66,7 @@ fn decode_sync(r: &Rec) -> SyncRecord {
     let bytes = marks[0].1.as_deref().unwrap_or_else(|| panic!("offset {}: null {SYNC_MARK_HEADER}", r.offset));
     let mark = SyncMark::decode(bytes)
         .unwrap_or_else(|| panic!("{SYNCS_TOPIC} offset {}: undecodable {SYNC_MARK_HEADER} {bytes:?}", r.offset));
-    SyncRecord { offset: r.offset, sync, mark }
+    SyncRecord { sync, mark }
 }
 
 /// (partition, offset) -> record.
@@ -226,11 +224,21 @@ fn mm2_console_formatters_read_ferrys_offset_syncs_and_heartbeats() {
 
     // OffsetSyncFormatter over the whole offset-syncs topic prints what ferry's decoder reads, line for
     // line (a record MM2 could not parse would stop the tool with an error instead).
+    // Other tests on the shared pair write syncs there too, some in MM2's format without ferry's mark:
+    // every record is decoded as MM2 decodes it; the marks of this test's syncs were checked above.
     let raw = consume_all(&east.bootstrap, SYNCS_TOPIC, READ);
-    let decoded: Vec<SyncRecord> = raw.iter().map(decode_sync).collect();
-    let first = decoded[0].offset;
-    for (i, s) in decoded.iter().enumerate() {
-        assert_eq!(s.offset, first + i as i64, "{SYNCS_TOPIC} has no gaps (nothing compacted or transactional)");
+    let decoded: Vec<(i64, OffsetSync)> = raw
+        .iter()
+        .map(|r| {
+            let key = r.key.as_deref().unwrap_or_else(|| panic!("{SYNCS_TOPIC} offset {} has a null key", r.offset));
+            let sync = OffsetSync::decode(key, r.value.as_deref())
+                .unwrap_or_else(|e| panic!("{SYNCS_TOPIC} offset {} is not an OffsetSync: {e}", r.offset));
+            (r.offset, sync)
+        })
+        .collect();
+    let first = decoded[0].0;
+    for (i, (offset, _)) in decoded.iter().enumerate() {
+        assert_eq!(*offset, first + i as i64, "{SYNCS_TOPIC} has no gaps (nothing compacted or transactional)");
     }
     let lines = console_consume(
         &east.bootstrap,
@@ -243,10 +251,10 @@ fn mm2_console_formatters_read_ferrys_offset_syncs_and_heartbeats() {
     );
     let want: Vec<String> = decoded
         .iter()
-        .map(|s| {
+        .map(|(_, s)| {
             format!(
                 "OffsetSync{{topicPartition={}-{}, upstreamOffset={}, downstreamOffset={}}}",
-                s.sync.topic, s.sync.partition, s.sync.upstream_offset, s.sync.downstream_offset
+                s.topic, s.partition, s.upstream_offset, s.downstream_offset
             )
         })
         .collect();

@@ -47,10 +47,19 @@ impl Nodes {
         metric_sum(&observe::metrics(self.nodes[node].listen_addr()), name, labels)
     }
 
-    /// Source partitions each node copies (its copier group share) of this test's topics and the source's
-    /// own `heartbeats`: other tests on the shared pair leave `*.heartbeats` topics on east, which every
-    /// flow copies too (as MM2 does), and which are none of this test's business.
+    /// Source partitions each node copies (its copier group share, `ferry_partitions_assigned`). On the
+    /// shared pair that includes other tests' `x.heartbeats` topics, which every flow copies (as MM2
+    /// does) and the group spreads like any other: "every node has a share" is read here, sums of this
+    /// test's partitions from [`Nodes::owned`].
     fn shares(&self) -> BTreeMap<String, i64> {
+        self.nodes
+            .keys()
+            .map(|n| (n.clone(), self.metric(n, "ferry_partitions_assigned", &[("flow", FLOW)]) as i64))
+            .collect()
+    }
+
+    /// This test's partitions (its topics and the source's `heartbeats`) each node copies.
+    fn owned(&self) -> BTreeMap<String, i64> {
         self.assigned().into_iter().map(|(n, set)| (n, set.len() as i64)).collect()
     }
 
@@ -412,8 +421,8 @@ fn several_nodes_share_a_flow_on_the_consumer_group_protocol() {
         wait_for(ARRIVAL, "both nodes copying on the consumer protocol", || {
             nodes.alive();
             nodes.assert_exclusive();
-            seen = nodes.shares();
-            seen.values().sum::<i64>() == 7 && seen.values().all(|n| *n > 0)
+            seen = nodes.owned();
+            seen.values().sum::<i64>() == 7 && nodes.shares().values().all(|n| *n > 0)
         })
     }));
     assert!(shared.is_ok(), "shares last seen: {seen:?}");
@@ -422,7 +431,7 @@ fn several_nodes_share_a_flow_on_the_consumer_group_protocol() {
     nodes.nodes.remove("k1");
     wait_for(ARRIVAL, "the survivor copies everything", || {
         nodes.alive();
-        nodes.shares()["k2"] == 7
+        nodes.owned()["k2"] == 7
     });
     let produced = stream.finish();
     let counts = wait_all_arrived(

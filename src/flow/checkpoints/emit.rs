@@ -9,7 +9,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use super::{Computer, NODE_HEADER, fenced_or, lock};
 use crate::failpoints;
-use crate::flow::supervisor::ItemErrorsChanged;
+use crate::flow::messages::ItemErrorsChanged;
 use crate::kafka::{self, ErrorCapture};
 use crate::metrics::METRICS;
 use crate::mm2::records::Checkpoint;
@@ -151,7 +151,7 @@ impl Computer<'_> {
             }
         }
         if errors_changed {
-            self.supervisor.do_send(ItemErrorsChanged::Groups(lock(&self.state).errors.snapshot()));
+            self.supervisor.item_errors.do_send(ItemErrorsChanged::Groups(lock(&self.state).errors.snapshot()));
         }
         lock(&self.state).seen = seen;
         Round { candidates: emitted, since, read_ok }

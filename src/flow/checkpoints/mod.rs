@@ -26,7 +26,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use actix::Addr;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, Producer};
 
@@ -38,7 +37,7 @@ mod sync_reader;
 
 pub(crate) use sync_reader::reverse_syncs_location;
 
-use super::supervisor::{ActorKind, FlowSupervisor, ItemErrorsChanged};
+use super::messages::{ActorKind, ItemErrorsChanged, Parent};
 use super::worker::{Control, Signal, Worker};
 use crate::checkpoint_store::CheckpointStore;
 use crate::clients::{Admin, FlowConnections};
@@ -164,7 +163,7 @@ pub fn worker(
     plan: Arc<FlowPlan>,
     conns: Arc<FlowConnections>,
     state: SharedCheckpointState,
-    supervisor: Addr<FlowSupervisor>,
+    supervisor: Parent,
     identity: Arc<Identity>,
 ) -> Worker<()> {
     let name = format!("checkpoints {}", plan.id);
@@ -203,7 +202,7 @@ struct Computer<'a> {
     plan: &'a FlowPlan,
     conns: &'a FlowConnections,
     state: SharedCheckpointState,
-    supervisor: Addr<FlowSupervisor>,
+    supervisor: Parent,
     identity: Arc<Identity>,
     rt: tokio::runtime::Runtime,
     source_admin: Admin,
@@ -223,7 +222,7 @@ impl<'a> Computer<'a> {
         plan: &'a FlowPlan,
         conns: &'a FlowConnections,
         state: SharedCheckpointState,
-        supervisor: Addr<FlowSupervisor>,
+        supervisor: Parent,
         identity: Arc<Identity>,
     ) -> Result<Self, String> {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -475,7 +474,7 @@ impl<'a> Computer<'a> {
         let before = st.errors.snapshot().len();
         st.errors.retain(|g| groups.binary_search_by(|x| x.as_str().cmp(g)).is_ok());
         if st.errors.snapshot().len() != before {
-            self.supervisor.do_send(ItemErrorsChanged::Groups(st.errors.snapshot()));
+            self.supervisor.item_errors.do_send(ItemErrorsChanged::Groups(st.errors.snapshot()));
         }
         let n = groups.len();
         st.groups = groups;

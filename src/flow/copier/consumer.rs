@@ -1,0 +1,168 @@
+//! The copier group's consumer: made for the flow's source, on the classic protocol (cooperative-sticky)
+//! or the consumer protocol; its context reports cluster problems and keeps the group's rebalances for
+//! the copy loop, which applies them right after `poll` returns (see `rebalance`).
+
+use std::sync::{Arc, Mutex};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+
+use crate::config::{Delivery, FlowPlan, GroupProtocol};
+use crate::flow::Identity;
+use crate::flow::acks::SourcePartition;
+use crate::kafka::{self, ClusterWatch, KafkaOpError};
+
+/// The copier group of a flow on its source: every node running the flow joins it, and the group's
+/// cooperative-sticky assignment splits the source partitions among them.
+pub fn copier_group(identity: &Identity, plan: &FlowPlan) -> String {
+    format!("{}.{}", identity.deployment, plan.id)
+}
+
+/// A change of the copier group's assignment, kept by the consumer's context for the copy loop.
+pub(super) enum Rebalanced {
+    Assign(Vec<SourcePartition>),
+    Revoke(Vec<SourcePartition>),
+}
+
+/// The copier consumer's context: reports cluster problems, and keeps rebalances for the copy loop,
+/// which applies them right after `poll` returns (with access to the producer and the progress
+/// writer, which the callback does not have): a revoked partition is drained and persisted before it
+/// is let go.
+pub(super) struct CopierContext {
+    pub(super) watch: Arc<ClusterWatch>,
+    /// The source refuses this principal the copier group: nothing is assigned while it lasts.
+    pub(super) group_refused: Arc<kafka::Refusal>,
+    /// `copier group <name> on `<source>``, for that refusal's text.
+    pub(super) group: (String, String),
+    pub(super) rebalances: Mutex<Vec<Rebalanced>>,
+    /// A rebalance arrived during a poll: the copy loop applies it before it sends another record (a
+    /// revoked partition's buffered records must not be sent after the group moved it on).
+    pub(super) rebalance_pending: std::sync::atomic::AtomicBool,
+    /// The copy loop ended: the consumer is closing and rebalances are applied at once (closing waits
+    /// for its final revocation to be acknowledged).
+    pub(super) closing: std::sync::atomic::AtomicBool,
+}
+
+impl CopierContext {
+    /// If `error` is the source refusing the copier group, records it (logged once) and returns true.
+    pub(super) fn group_refusal(&self, error: &KafkaError) -> bool {
+        let Some(code @ "GROUP_AUTHORIZATION_FAILED") = kafka::authorization_error(error) else { return false };
+        let (group, source) = &self.group;
+        let reason = kafka::not_authorized(&format!("copier group {group}"), source, "Read", code);
+        if self.group_refused.seen(reason.clone()) {
+            tracing::warn!(reason, "the source refuses the copier group: nothing is copied until it is granted");
+        }
+        true
+    }
+}
+
+impl rdkafka::ClientContext for CopierContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if self.group_refusal(&error) {
+            return;
+        }
+        self.watch.record(&error, reason);
+        tracing::warn!(error = %error, reason, "source client error");
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for CopierContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: rdkafka::types::RDKafkaRespErr,
+        tpl: &mut rdkafka::TopicPartitionList,
+    ) {
+        use rdkafka::types::RDKafkaRespErr as E;
+        if self.closing.load(std::sync::atomic::Ordering::Acquire) {
+            let _ = match err {
+                E::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => consumer.incremental_assign(tpl),
+                _ => consumer.incremental_unassign(tpl),
+            };
+            return;
+        }
+        let tps: Vec<SourcePartition> = tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+        // The group answered: whatever refused it before is granted now.
+        if self.group_refused.clear() {
+            tracing::info!("the source grants the copier group again");
+        }
+        let event = match err {
+            E::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => Rebalanced::Assign(tps),
+            E::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => Rebalanced::Revoke(tps),
+            other => {
+                tracing::warn!(error = ?other, "copier group rebalance error");
+                return;
+            }
+        };
+        self.rebalances.lock().unwrap_or_else(|p| p.into_inner()).push(event);
+        self.rebalance_pending.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+pub(super) fn source_consumer(
+    plan: &FlowPlan,
+    watch: Arc<ClusterWatch>,
+    identity: &Identity,
+) -> Result<BaseConsumer<CopierContext>, KafkaOpError> {
+    let group = (copier_group(identity, plan), plan.source.alias.clone());
+    let mut cfg = kafka::client_config(&plan.source, &plan.id, "replication-consumer")?;
+    // Positions live in MM2's progress topic, never in the group: the group only splits the work.
+    cfg.set("group.id", copier_group(identity, plan))
+        // Dynamic membership, deliberately: a static member that rejoins after a restart gets its old
+        // assignment back without a rebalance, even when its subscription changed meanwhile (a reloaded
+        // flow with other topics would copy nothing). The client id names the node in the group listing.
+        .set("client.id", format!("{}|ferry|replication-consumer|{}", plan.id, identity.node_id))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        // Never jump silently: a position that fell off the log is reported, and the probe decides
+        // (records lost to retention, or a re-created topic to copy from its start).
+        .set("auto.offset.reset", "error")
+        // The group leader notices a grown source topic only at a metadata refresh (default every
+        // 5 minutes): refresh often, it is one small request for the subscribed topics.
+        .set("topic.metadata.refresh.interval.ms", "5000")
+        .set("fetch.wait.max.ms", "100")
+        // Prefetch: librdkafka's 64 MiB is the largest share of the copier's memory. Measured on the
+        // headline bench (bench/results.md): 32 MiB keeps the copy rate (93-99k vs 103k records/s of
+        // 512 B) at 150 MiB instead of 210 MiB peak RSS; 16 MiB starves a flow alone (52-64k records/s).
+        // Many flows share the node's budget instead (clients::budget): together they copy no faster.
+        .set("queued.max.messages.kbytes", (crate::clients::budget::flow_share() / 1024).to_string());
+    if plan.settings.delivery == Delivery::ExactlyOnce {
+        // Aborted source transactions are never copied, whatever the cluster's client properties say.
+        cfg.set("isolation.level", "read_committed");
+    }
+    match plan.settings.group_protocol {
+        GroupProtocol::Classic => {
+            cfg.set("partition.assignment.strategy", "cooperative-sticky");
+            if !plan.source.client.contains_key("session.timeout.ms") {
+                // A node that dies (kill -9, lost host) gives its partitions up after this long; a
+                // graceful stop leaves the group at once. Kafka's minimum is 6 s.
+                cfg.set("session.timeout.ms", "10000");
+            }
+        }
+        // The broker assigns and owns the session timeout (group.consumer.session.timeout.ms); the
+        // client-side assignor and timeouts do not apply. Rebalances reach the copier as incremental
+        // assign/revoke events, as with cooperative-sticky.
+        GroupProtocol::Consumer => {
+            cfg.set("group.protocol", "consumer");
+            // librdkafka refuses to create a consumer-protocol client with the classic protocol's
+            // timeouts and assignor set; the source cluster's client properties may hold them for the
+            // classic flows and other clients of the cluster.
+            for key in ["session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"] {
+                if cfg.get(key).is_some() {
+                    tracing::info!(flow = %plan.id, key, "ignored for the copier group on the consumer protocol (the broker owns it: group.consumer.*)");
+                    cfg.remove(key);
+                }
+            }
+        }
+    }
+    cfg.create_with_context(CopierContext {
+        watch,
+        group_refused: Arc::default(),
+        group,
+        rebalances: Mutex::new(Vec::new()),
+        rebalance_pending: std::sync::atomic::AtomicBool::new(false),
+        closing: std::sync::atomic::AtomicBool::new(false),
+    })
+    .map_err(|e| KafkaOpError::kafka(&plan.source.alias, "create replication consumer", e))
+}

@@ -1,0 +1,129 @@
+//! Sending one record: counted in flight only once the producer took it (a panic between the count and
+//! the send uncounts it), and the send's outcome as the copy loop acts on it.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
+
+use super::provenance;
+use crate::clients::RecordLane;
+use crate::clients::records::Record;
+use crate::failpoints;
+use crate::flow::acks::PartitionAck;
+use crate::flow::messages::Assignment;
+use crate::flow::worker::{Control, Signal};
+
+/// A record counted in flight in its partition's slot until it is handed to the producer: dropped
+/// before that (a stop, a panic that unwinds through the send), it is uncounted, so that no count
+/// outlives the lifetime that took it.
+pub(super) struct InFlight<'a>(Option<&'a PartitionAck>);
+
+impl<'a> InFlight<'a> {
+    pub(super) fn count(ack: &'a PartitionAck) -> Self {
+        ack.sent();
+        Self(Some(ack))
+    }
+
+    /// The producer took the record (its report settles the count), or its refusal settles it.
+    pub(super) fn handed_over(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(ack) = self.0 {
+            ack.unsent();
+        }
+    }
+}
+
+/// The outcome of handing one record to the producer.
+pub(super) enum Sent {
+    Ok,
+    /// A stop arrived while the producer queue was full (the target is slow or away): not sent.
+    Stop(Instant),
+    /// The producer refused the record outright (e.g. larger than its `message.max.bytes`).
+    Refused(Option<RDKafkaErrorCode>, String),
+}
+
+/// Produce one source record to its remote topic, same partition. Waits while the producer queue is
+/// full (backpressure on the consumer), but keeps listening for a stop; an assignment that arrives
+/// meanwhile is kept in `pending` for the loop.
+pub(super) fn send(
+    lane: &mut RecordLane,
+    control: &Control<Assignment>,
+    pending: &mut Option<Assignment>,
+    remote: &str,
+    msg: &BorrowedMessage<'_>,
+    stamp: Option<&[u8]>,
+) -> Sent {
+    if let Err(e) = failpoints::check(failpoints::COPIER_DELIVER) {
+        return Sent::Refused(None, e);
+    }
+    let mut record: Record<'_> = lane.record(remote, msg.offset()).partition(msg.partition());
+    if let Some(key) = msg.key() {
+        record = record.key(key);
+    }
+    if let Some(payload) = msg.payload() {
+        record = record.payload(payload);
+    }
+    if let Some(ts) = msg.timestamp().to_millis().filter(|t| *t >= 0) {
+        record = record.timestamp(ts);
+    }
+    if let Some(headers) = msg.headers() {
+        let mut owned = OwnedHeaders::new_with_capacity(headers.count() + usize::from(stamp.is_some()));
+        for h in headers.iter() {
+            // A stamped copy carries ferry's header of this copy only.
+            if stamp.is_none() || !provenance::is_ferry_header(h.key) {
+                owned = owned.insert(Header { key: h.key, value: h.value });
+            }
+        }
+        if let Some(path) = stamp {
+            owned = owned.insert(Header { key: provenance::PATH_HEADER, value: Some(path) });
+        }
+        record = record.headers(owned);
+    } else if let Some(path) = stamp {
+        record = record.headers(
+            OwnedHeaders::new_with_capacity(1).insert(Header { key: provenance::PATH_HEADER, value: Some(path) }),
+        );
+    }
+    loop {
+        match lane.send(record) {
+            Ok(()) => return Sent::Ok,
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                record = back;
+                match control.next_within(Duration::from_millis(5)) {
+                    Some(Signal::Stop { deadline }) => return Sent::Stop(deadline),
+                    Some(Signal::Msg(a)) => *pending = Some(a),
+                    None => {}
+                }
+            }
+            Err((e, _)) => return Sent::Refused(e.rdkafka_error_code(), e.to_string()),
+        }
+    }
+}
+
+/// A warning that repeats at most once per `every`, with the number of suppressed repeats.
+pub(super) struct RateLimitedLog {
+    every: Duration,
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RateLimitedLog {
+    pub(super) fn new(every: Duration) -> Self {
+        Self { every, last: None, suppressed: 0 }
+    }
+
+    pub(super) fn warn(&mut self, flow: &str, e: &KafkaError) {
+        if self.last.is_some_and(|t| t.elapsed() < self.every) {
+            self.suppressed += 1;
+            return;
+        }
+        tracing::warn!(flow, error = %e, suppressed = self.suppressed, "source consumer error");
+        self.last = Some(Instant::now());
+        self.suppressed = 0;
+    }
+}
