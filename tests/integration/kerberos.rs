@@ -400,7 +400,7 @@ fn a_command_run_beside_the_node_leaves_the_nodes_tickets_alone() {
 
     // The runbook's command with the pod's environment, on a flow whose target is the Kerberos cluster:
     // it logs in to read the checkpoints there (none of the group: it fails after logging in).
-    create_topic(&krb.bootstrap, "west.checkpoints.internal", 1, &[]);
+    support::client::ensure_topic(&krb.bootstrap, "west.checkpoints.internal", 1);
     let command_flows = flows_dir_of(&(clusters_toml(bed) + &flow_toml("west", "krb", &unique("krb-none"))));
     let logins_before = kdc.login_times("ferry").len();
     let flows_arg = command_flows.path().to_str().expect("utf-8");

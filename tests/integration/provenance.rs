@@ -211,10 +211,17 @@ fn a_derived_topic_carrying_forwarded_headers_is_copied() {
         back >= N as f64 && derived_back >= N as f64
     });
     println!("skips: {seen:?}");
-    let status = flow_json(&ferry, "west->east");
-    let shown = &status["records_skipped"];
-    assert!(shown["total"].as_u64().is_some_and(|n| n >= N as u64), "/flows shows the skips: {status}");
-    assert!(shown["by_reason"]["been_on_target"].as_u64().is_some_and(|n| n >= N as u64), "{status}");
+    // /flows takes its figures from the metrics once a second: polled, not read once.
+    let mut status = serde_json::Value::Null;
+    let shows = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for(Duration::from_secs(15), "/flows to show the skips", || {
+            status = flow_json(&ferry, "west->east");
+            let shown = &status["records_skipped"];
+            shown["total"].as_u64().is_some_and(|n| n >= N as u64)
+                && shown["by_reason"]["been_on_target"].as_u64().is_some_and(|n| n >= N as u64)
+        })
+    }));
+    assert!(shows.is_ok(), "/flows shows the skips: {status}");
     for (c, topic, n) in [(east, &orders, N), (west, &orders, N), (east, &derived, N), (west, &derived, N)] {
         assert_eq!(total(&c.bootstrap, topic), n as i64, "{topic} on {} holds each record once", c.name);
     }

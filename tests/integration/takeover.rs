@@ -826,10 +826,7 @@ fn mm2_and_ferry_both_exactly_once_take_over_from_each_other_copying_nothing_twi
     };
     let properties = support::mm2::dedicated_properties_as(source, east, target, west, &topic, "none")
         // A worker setting of the target cluster's herder: MM2 takes those with the target's prefix.
-        + &format!("{target}.exactly.once.source.support = enabled\n")
-        // Other tests leave hundreds of `*.heartbeats` topics on the shared pair's east; MM2 would create and
-        // copy every one of them (Kafka 4.0's switch turns that off; the test's topic is what it is about).
-        + "heartbeats.replication.enabled = false\n";
+        + &format!("{target}.exactly.once.source.support = enabled\n");
     let run_mm2 = |produced: usize, when: &str| {
         let mut mm2 = Mm2::start(&properties);
         wait_for(Duration::from_secs(120), &format!("{when}: MM2 to copy every record"), || {

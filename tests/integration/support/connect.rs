@@ -88,6 +88,8 @@ pub fn mirror_connectors(
                 "topics": topics,
                 "refresh.topics.interval.seconds": "1",
                 "sync.topic.acls.enabled": "false",
+                // Not the `x.heartbeats` topics other tests leave on the shared pair (see mm2::dedicated_properties).
+                "heartbeats.replication.enabled": "false",
             }),
         ),
         with(

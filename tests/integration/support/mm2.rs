@@ -50,8 +50,10 @@ Configuration:
 
 /// One flow `source->target` of a dedicated MM2 between two test clusters: replication factor 1
 /// everywhere, Connect offsets flushed every second, checkpoints, group/topic refresh and heartbeats
-/// every second, no group offset sync, no ACL sync, and no herder for the reverse direction at all
-/// (`target->source` is disabled and emits no heartbeats).
+/// every second, no group offset sync, no ACL sync, no herder for the reverse direction at all
+/// (`target->source` is disabled and emits no heartbeats), and no replication of other heartbeats topics
+/// (Kafka 4.0's `heartbeats.replication.enabled`): other tests leave hundreds of `x.heartbeats` topics on
+/// the shared pair, which MM2 would create on the target and copy, minutes of a test about its own topic.
 pub fn dedicated_properties(source: &Cluster, target: &Cluster, topics: &str, groups: &str) -> String {
     dedicated_properties_as(&source.name, source, &target.name, target, topics, groups)
 }
@@ -95,6 +97,7 @@ refresh.groups.interval.seconds = 1
 refresh.topics.interval.seconds = 1
 sync.group.offsets.enabled = false
 sync.topic.acls.enabled = false
+heartbeats.replication.enabled = false
 ",
         sb = source.bootstrap,
         tb = target.bootstrap,
