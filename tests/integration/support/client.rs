@@ -223,38 +223,37 @@ fn metadata_client(bootstrap: &str) -> BaseConsumer {
 /// [`create_topic`] unless `topic` exists already (e.g. an internal topic another test on the same
 /// cluster made first, or is making now).
 pub fn ensure_topic(bootstrap: &str, topic: &str, partitions: i32) {
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-    let results = block_on(admin(bootstrap).create_topics([&new], &admin_opts()))
-        .unwrap_or_else(|e| panic!("create topic {topic} on {bootstrap}: {e}"));
-    for r in results {
-        match r {
-            Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, code)) => panic!("create topic {t} on {bootstrap}: {code}"),
-        }
-    }
-    let client = metadata_client(bootstrap);
-    wait_for(TIMEOUT, &format!("topic {topic} on {bootstrap} to have leaders"), || {
-        partition_leaders(&client, topic).is_some_and(|l| !l.is_empty() && l.iter().all(|&l| l >= 0))
-    });
+    create(bootstrap, topic, partitions, &[], true);
 }
 
 /// Creates `topic` with replication factor 1 and waits until its metadata shows every partition
 /// with a leader. Panics if it exists already or the broker refuses.
 pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+    create(bootstrap, topic, partitions, configs, false);
+}
+
+/// Creates `topic` (an existing one is fine if `existing_ok`: then it keeps its own partition count) and
+/// waits until every partition has a leader.
+fn create(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)], existing_ok: bool) {
     let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     for (k, v) in configs {
         new = new.set(k, v);
     }
     let results = block_on(admin(bootstrap).create_topics([&new], &admin_opts()))
         .unwrap_or_else(|e| panic!("create topic {topic} on {bootstrap}: {e}"));
+    let mut existed = false;
     for r in results {
-        if let Err((t, code)) = r {
-            panic!("create topic {t} on {bootstrap}: {code}");
+        match r {
+            Ok(_) => {}
+            Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) if existing_ok => existed = true,
+            Err((t, code)) => panic!("create topic {t} on {bootstrap}: {code}"),
         }
     }
     let client = metadata_client(bootstrap);
     wait_for(TIMEOUT, &format!("topic {topic} on {bootstrap} to have leaders"), || {
-        partition_leaders(&client, topic).is_some_and(|l| l.len() == partitions as usize && l.iter().all(|&l| l >= 0))
+        partition_leaders(&client, topic).is_some_and(|l| {
+            (if existed { !l.is_empty() } else { l.len() == partitions as usize }) && l.iter().all(|&l| l >= 0)
+        })
     });
 }
 
