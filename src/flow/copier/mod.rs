@@ -43,7 +43,7 @@ use self::probe::Probe;
 use self::send::{InFlight, RateLimitedLog, Sent, send};
 use self::transactions::Transactions;
 use super::acks::{AckTable, DeliveryFailure, PartitionAck, SourcePartition};
-pub use super::messages::Assignment;
+use super::messages::Assignment;
 use super::messages::{ActorKind, AssignedPartitions, Parent, PartitionProblems};
 use super::offset_syncs::SyncQueue;
 use super::pause::PauseSwitch;
