@@ -41,6 +41,20 @@ async fn retention(admin: &AdminClient<DefaultClientContext>, topic: &str) -> (O
     (entry.value.clone(), format!("{:?}", entry.source))
 }
 
+/// Waits until `retention.ms` of `topic` reads `want`: an alteration is answered by the controller, and
+/// the broker that answers DescribeConfigs applies it from the metadata log a moment later.
+async fn settled(admin: &AdminClient<DefaultClientContext>, topic: &str, want: (Option<String>, String), what: &str) {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let now = retention(admin, topic).await;
+        if now == want {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: retention.ms of {topic} is {now:?}, not {want:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn incremental_alter_sets_and_deletes_a_topic_override() {
     let east = &shared_pair().0;
@@ -54,11 +68,11 @@ async fn incremental_alter_sets_and_deletes_a_topic_override() {
 
     let set = [("retention.ms".to_string(), ConfigOp::Set("123456".into()))];
     incremental_alter_topic_configs(&admin, &topic, &set, TIMEOUT).await.expect("set retention.ms");
-    assert_eq!(retention(&admin, &topic).await, (Some("123456".into()), "DynamicTopic".into()));
+    settled(&admin, &topic, (Some("123456".into()), "DynamicTopic".into()), "the override is set").await;
 
     let delete = [("retention.ms".to_string(), ConfigOp::Delete)];
     incremental_alter_topic_configs(&admin, &topic, &delete, TIMEOUT).await.expect("delete retention.ms");
-    assert_eq!(retention(&admin, &topic).await, (default, source), "deleting the override restores what was before");
+    settled(&admin, &topic, (default, source), "deleting the override restores what was before").await;
 
     // The other override is untouched (incremental, not a full replace).
     let opts = AdminOptions::new().request_timeout(Some(TIMEOUT));

@@ -461,6 +461,8 @@ fn a_client_certificate_rotated_mid_copy_loses_and_duplicates_nothing() {
         (r["result"] == "applied" && r["restarted"] == serde_json::json!(["rot->west"]), r)
     });
     eprintln!("rotation applied: {applied}");
+    // /flows shows the new generation once the restarted flow registered it, a moment after the reload.
+    wait_for(DEGRADED, "the rotated flow's new generation", || generation() > first);
     assert_eq!(generation(), first + 1, "the rotation restarted the flow once");
     assert_eq!(expiry(), not_after(&new_cert), "the expiry metric shows the new certificate");
     assert_ne!(not_after(&new_cert), not_after(&old_cert));

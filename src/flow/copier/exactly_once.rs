@@ -6,6 +6,16 @@ use std::time::Instant;
 
 use super::*;
 
+/// The share of an exactly-once stop's time kept from its final commit for the abort and the release
+/// that follow should it fail (a commit waits until its deadline while the target is away).
+const ABORT_RESERVE: f64 = 0.3;
+
+/// When a final commit gives up for a stop due by `deadline`, counted from now (the stop's arrival).
+fn reserve_from(deadline: Instant) -> Instant {
+    let now = Instant::now();
+    now + deadline.saturating_duration_since(now).mul_f64(1.0 - ABORT_RESERVE)
+}
+
 impl CopyLoop {
     /// Exactly-once: commit the open transaction (and the marked claims and releases). A record refused
     /// before or during the commit aborts it instead and holds only its partition
@@ -14,16 +24,24 @@ impl CopyLoop {
         self.refused_in_transaction()?;
         let (Some(txn), Some(lane)) = (self.txn.as_mut(), self.lane.as_mut()) else { return Ok(()) };
         let marked = txn.has_marks();
-        // The commit's own timeout, or a stop's deadline, also one that arrives while it waits.
+        // The commit's own timeout, or a stop's (less its reserve), also one that arrives while it waits.
         let timeout = Instant::now() + transactions::COMMIT_TIMEOUT;
-        let (control, stop, pending) = (&self.control, &mut self.stop, &mut self.pending);
+        if let Some(stop) = self.stop {
+            self.commit_by.get_or_insert_with(|| reserve_from(stop));
+        }
+        let (control, stop, commit_by, pending) =
+            (&self.control, &mut self.stop, &mut self.commit_by, &mut self.pending);
         let mut deadline = || {
             match control.try_next() {
-                Some(Signal::Stop { deadline }) => *stop = Some(stop.map_or(deadline, |d| d.min(deadline))),
+                Some(Signal::Stop { deadline }) => {
+                    let d = stop.map_or(deadline, |d| d.min(deadline));
+                    *stop = Some(d);
+                    *commit_by = Some(commit_by.map_or(reserve_from(d), |c| c.min(reserve_from(d))));
+                }
                 Some(Signal::Msg(a)) => *pending = Some(a),
                 None => {}
             }
-            stop.map_or(timeout, |d| d.min(timeout))
+            commit_by.map_or(timeout, |d| d.min(timeout))
         };
         match txn.commit(&self.plan, lane, &mut self.progress, &self.acks, &self.shared, &self.assigned, &mut deadline)
         {
@@ -140,8 +158,11 @@ impl CopyLoop {
     /// Exactly-once stop: commit what is open with every partition released (the consumer leaves the
     /// group next), or abort it after a failure; then publish the committed positions' syncs.
     pub(super) fn shutdown_in_transaction(&mut self, deadline: Instant, failed: Option<&str>) -> Result<(), String> {
-        // Every commit from here on is bounded by the stop's deadline (`--shutdown-timeout`).
+        // Every commit from here on is bounded by the stop's deadline (`--shutdown-timeout`), less a
+        // reserve for what follows a commit that fails: the abort and the release of the partitions.
         self.stop = Some(self.stop.map_or(deadline, |d| d.min(deadline)));
+        let by = reserve_from(deadline);
+        self.commit_by = Some(self.commit_by.map_or(by, |c| c.min(by)));
         let outcome = match failed {
             None => {
                 if let Some(txn) = self.txn.as_mut() {

@@ -138,6 +138,9 @@ struct CopyLoop {
     problems: Arc<Mutex<Option<String>>>,
     /// Set when a stop arrived while the loop was busy (e.g. waiting on a full producer queue).
     stop: Option<Instant>,
+    /// Exactly-once: when a stop's final commit gives up, earlier than the stop's deadline so that the
+    /// abort and the release that follow a failed commit still fit (see `exactly_once`).
+    commit_by: Option<Instant>,
     /// The newest assignment that arrived while the loop was busy.
     pending: Option<Assignment>,
     consumer_errors: RateLimitedLog,
@@ -227,6 +230,7 @@ impl CopyLoop {
             source_watch,
             problems: Arc::new(Mutex::new(None)),
             stop,
+            commit_by: None,
             pending,
             consumer_errors: RateLimitedLog::new(Duration::from_secs(10)),
             provenance: provenance::Provenance::for_plan(&plan),
@@ -253,9 +257,13 @@ impl CopyLoop {
         let copied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.copy()));
         let outcome: Result<Instant, String> =
             copied.unwrap_or_else(|panic| Err(format!("panicked: {}", panic_message(&panic))));
+        // After a failure, the shutdown gets 5 s, or what is left of a stop that arrived before it.
         let deadline = match &outcome {
             Ok(deadline) => *deadline,
-            Err(_) => Instant::now() + Duration::from_secs(5),
+            Err(_) => {
+                let failed = Instant::now() + Duration::from_secs(5);
+                self.stop.map_or(failed, |d| d.min(failed))
+            }
         };
         let persisted = self.shutdown(deadline, outcome.as_ref().err().map(String::as_str));
         outcome?;
@@ -413,6 +421,13 @@ impl CopyLoop {
             // Records of a partition that is not copying (failed, being reset) are dropped: it is
             // assigned again at its own position later.
             let Some((remote, part)) = self.book.copying(msg.topic(), msg.partition()) else { continue };
+            // Before the hold: a stale record held back would seek the partition back to it.
+            if let Some(first) = part.stale(msg.offset()) {
+                if first {
+                    tracing::info!(flow = %self.flow, topic = msg.topic(), partition = msg.partition(), offset = msg.offset(), "dropping records fetched before the partition's last seek (they are fetched again from its position)");
+                }
+                continue;
+            }
             // Held (an operator's pause, checked per record so a pass in progress stops at once, or a
             // sync backlog): the record is not sent; the partition is sought back to it when the hold ends.
             if self.held || self.operator_paused.wanted() {

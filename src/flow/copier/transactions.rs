@@ -57,6 +57,10 @@ pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// asked again, as librdkafka allows, until the deadline.
 const COMMIT_SLICE: Duration = Duration::from_secs(1);
 
+/// The least time a transaction call is made with: librdkafka's calls with none left (a deadline just
+/// passed) wait without bound for a coordinator that is away.
+const MIN_CALL: Duration = Duration::from_millis(50);
+
 /// The copier's transactional id on the target: one per deployment, flow and node.
 pub fn transactional_id(identity: &Identity, plan: &FlowPlan) -> String {
     format!("{}{}", writers_prefix(identity, plan), identity.node_id)
@@ -254,10 +258,15 @@ impl Transactions {
         crate::failpoints::hold_after(crate::failpoints::COPIER_COMMIT, || {
             let _ = lane.producer().flush(Duration::from_secs(10));
         });
-        // A commit that timed out is asked again, as librdkafka asks (an abort would not be taken).
+        // A commit that timed out is asked again, as librdkafka asks (an abort would not be taken). One
+        // whose wait for the acknowledgements timed out (rdkafka's `commit_transaction` flushes first and
+        // returns that as a flush error) is not: it is aborted, and the lifetime ends. Asking again kept
+        // records and progress queued while a target shut down, and a progress record that reached it
+        // outside the aborted transaction was committed by the next lifetime's (see the known defect in
+        // docs/guarantees.md).
         loop {
             let left = deadline().saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left < MIN_CALL {
                 return Err(format!(
                     "cluster `{}`: commit a transaction (transactional id {}): not committed by the deadline",
                     plan.target.alias, self.id
@@ -307,7 +316,10 @@ impl Transactions {
         self.aborted.inc();
         tracing::warn!(flow = %self.flow, transactional_id = %self.id, reason = why, "aborting the copier's transaction; copying resumes from the last committed progress");
         let left = kafka::ADMIN_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
-        if let Some(lane) = lane
+        // librdkafka's abort with no time left does not return while the coordinator is away.
+        if left < MIN_CALL {
+            tracing::warn!(flow = %self.flow, "no time left to abort the transaction; the coordinator aborts it when it times out, or this node's next lifetime does");
+        } else if let Some(lane) = lane
             && let Err(e) = lane.producer().abort_transaction(left)
         {
             tracing::warn!(flow = %self.flow, error = %e, "the transaction could not be aborted; the coordinator aborts it when it times out");
@@ -332,6 +344,9 @@ impl Transactions {
         slots: &[Arc<PartitionAck>],
         deadline: Instant,
     ) -> Result<(), String> {
+        if deadline.saturating_duration_since(Instant::now()) < MIN_CALL {
+            return Err("no time left before the deadline".to_string());
+        }
         self.ensure_open(plan, lane, shared)?;
         let entries: Vec<Entry> = slots.iter().map(|s| Entry::Position(s.clone(), s.persisted(), true)).collect();
         let outcome = progress.write_in_transaction(lane, &entries, &self.id, &mut || deadline).and_then(|_| {
@@ -341,7 +356,9 @@ impl Transactions {
         self.opened = None;
         if outcome.is_err() {
             let left = kafka::ADMIN_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
-            let _ = lane.producer().abort_transaction(left);
+            if left >= MIN_CALL {
+                let _ = lane.producer().abort_transaction(left);
+            }
         }
         outcome
     }

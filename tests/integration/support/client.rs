@@ -25,6 +25,10 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use super::wait_for;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long [`produce`] lets a record wait for its acknowledgement: Kafka's default
+/// `delivery.timeout.ms`, so that a stream goes on through a broker restarted under the suite's load
+/// (a restart took over 30 s on a loaded CI machine).
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// One record as tests see it. `offset` is ignored by [`produce`]; a negative `timestamp` there
 /// means "let the producer stamp it".
@@ -362,7 +366,7 @@ pub fn produce(bootstrap: &str, topic: &str, recs: &[Rec]) {
         .set("enable.idempotence", "false")
         .set("max.in.flight.requests.per.connection", "1")
         .set("linger.ms", "0")
-        .set("message.timeout.ms", "30000")
+        .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string())
         // Records near and above 1 MB (librdkafka's default limit); the topic decides what it takes.
         .set("message.max.bytes", "10000000")
         .create_with_context(Deliveries { failed: Mutex::new(Vec::new()), done: AtomicUsize::new(0) })
@@ -388,7 +392,7 @@ pub fn produce(bootstrap: &str, topic: &str, recs: &[Rec]) {
     // last acknowledgement arrives.
     let ctx = producer.context();
     let start = Instant::now();
-    while ctx.done.load(Ordering::Relaxed) < recs.len() && start.elapsed() < TIMEOUT {
+    while ctx.done.load(Ordering::Relaxed) < recs.len() && start.elapsed() < DELIVERY_TIMEOUT {
         producer.poll(Duration::from_millis(2));
     }
     producer.flush(TIMEOUT).unwrap_or_else(|e| panic!("flush to {topic} on {bootstrap}: {e}"));

@@ -131,6 +131,26 @@ pub fn duplicates(counts: &HashMap<Vec<u8>, usize>) -> usize {
 }
 
 /// Waits until every one of `expected` is on `topic` (while ferry stays up); returns the arrival counts.
+/// `recs` as runs of consecutive offsets per partition, each `p<partition> <first>..=<last>
+/// (<first value>..<last value>)`: where a copy has holes, repeats or aborted stretches.
+pub fn runs(mut recs: Vec<crate::support::client::Rec>) -> String {
+    recs.sort_by_key(|r| (r.partition, r.offset));
+    let value =
+        |r: &crate::support::client::Rec| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string();
+    let mut runs: Vec<(i32, i64, i64, String, String)> = Vec::new();
+    for r in &recs {
+        match runs.last_mut() {
+            Some(run) if run.0 == r.partition && run.2 + 1 == r.offset => {
+                run.2 = r.offset;
+                run.4 = value(r);
+            }
+            _ => runs.push((r.partition, r.offset, r.offset, value(r), value(r))),
+        }
+    }
+    let text: Vec<String> = runs.iter().map(|(p, a, b, x, y)| format!("p{p} {a}..={b} ({x}..{y})")).collect();
+    text.join(", ")
+}
+
 pub fn wait_all_arrived(
     ferry: &mut Ferry,
     bootstrap: &str,
@@ -157,6 +177,10 @@ pub fn wait_all_arrived(
             expected.iter().filter(|v| !counts.contains_key(*v)).map(|v| String::from_utf8_lossy(v).into()).collect();
         let first: Vec<&String> = missing.iter().take(20).collect();
         eprintln!("{} records still missing on {topic}, the first: {first:?}", missing.len());
+        for isolation in ["read_committed", "read_uncommitted"] {
+            let recs = crate::support::client::consume_all_as(bootstrap, topic, Duration::from_secs(10), isolation);
+            eprintln!("{topic} read {isolation}, as runs of consecutive offsets: {}", runs(recs));
+        }
         std::panic::resume_unwind(e);
     }
     counts

@@ -109,6 +109,8 @@ pub struct Part {
     /// Records from this offset on were polled while the flow was held (an operator's pause, a sync
     /// backlog) and not sent: the partition is sought back here when the hold ends.
     held_from: Option<i64>,
+    /// Records dropped by [`Part::stale`] since the partition last started.
+    stale: u64,
     pub age: Histogram,
     /// Failures since the partition last copied successfully.
     failures: u32,
@@ -116,6 +118,18 @@ pub struct Part {
 }
 
 impl Part {
+    /// A record at `offset` is below the offset the consumer returns next: a fetch from before the
+    /// partition's last seek that librdkafka still handed over (seen under load when the fetcher started
+    /// between the group's assignment and its pause). Its offset was copied already or comes again
+    /// after the seek: sending it would copy it twice, inside one exactly-once transaction too. Counted;
+    /// true only for the first of a start, which the copier logs.
+    pub fn stale(&mut self, offset: i64) -> Option<bool> {
+        (offset < self.next_fetch).then(|| {
+            self.stale += 1;
+            self.stale == 1
+        })
+    }
+
     /// A record at `offset` was fetched. Returns true if the partition must pause after sending it
     /// (one record at a time, see [`Part::one_by_one_until`]).
     pub fn fetched(&mut self, offset: i64) -> bool {
@@ -247,6 +261,7 @@ impl Book {
                 ack: acks.slot(&topic, partition),
                 live: None,
                 next_fetch: 0,
+                stale: 0,
                 started_at: 0,
                 one_by_one_until: None,
                 held_from: None,
@@ -518,6 +533,40 @@ mod tests {
         assert_eq!(unseen_gap(10, 10, 1, false, Some(11)), None);
         // Records polled while the flow was held: not sent, to be fetched again.
         assert_eq!(unseen_gap(10, 10, 0, true, Some(14)), None);
+    }
+
+    fn part_at(next_fetch: i64) -> Part {
+        let acks = AckTable::default();
+        Part {
+            state: State::Copying,
+            ack: acks.slot("t", 0),
+            live: None,
+            next_fetch,
+            started_at: next_fetch,
+            one_by_one_until: None,
+            held_from: None,
+            stale: 0,
+            age: prometheus::Histogram::with_opts(prometheus::HistogramOpts::new("age", "age")).expect("histogram"),
+            failures: 0,
+            problem: None,
+        }
+    }
+
+    #[test]
+    fn a_record_below_the_next_fetch_offset_is_stale_and_the_first_of_a_start_is_named() {
+        // Started at 100: a fetch from before the seek hands over 100..102, then the seek's own 100..
+        let mut part = part_at(100);
+        for offset in 100..103 {
+            assert_eq!(part.stale(offset), None, "{offset} is new");
+            part.fetched(offset);
+        }
+        assert_eq!(part.stale(100), Some(true), "the first stale record is logged");
+        assert_eq!(part.stale(101), Some(false));
+        assert_eq!(part.stale(102), Some(false));
+        assert_eq!(part.stale(103), None, "copying goes on from the next offset");
+        // A gap forward (a compacted or transactional source) is not stale.
+        part.fetched(103);
+        assert_eq!(part.stale(110), None);
     }
 
     #[test]

@@ -169,6 +169,7 @@ impl Book {
         part.state = State::Copying;
         part.next_fetch = at;
         part.started_at = at;
+        part.stale = 0;
         part.held_from = None;
         self.copying += 1;
         self.to_assign.push((tp.clone(), at));
