@@ -368,6 +368,11 @@ fn checkpointed_groups(plan: &FlowPlan, source: &Cluster) -> Result<(Vec<String>
     Ok((groups, errors.first().map(|e| source.said(e))))
 }
 
+/// A validate-only creation's answer for a topic that exists (librdkafka's name or Kafka's).
+fn is_already_exists(code: &str) -> bool {
+    code == "TopicAlreadyExists" || code == "TOPIC_ALREADY_EXISTS"
+}
+
 /// What DescribeTopics answered for one topic (`create`: the validate-only creation of an absent one).
 fn topic_known(d: &raw_admin::TopicDescription, create: Option<Result<(), (String, String)>>) -> Known {
     match &d.error {
@@ -421,6 +426,24 @@ fn gather(
         Ok(Err(e)) => absent.iter().map(|s| (s.name.clone(), Err(("_FAIL".into(), cluster.said(&e))))).collect(),
         Err(e) => absent.iter().map(|s| (s.name.clone(), Err(("_FAIL".into(), cluster.said(&e))))).collect(),
     };
+    // A topic created between the description and the validation (another node, or a flow starting at
+    // that moment) is described again: it exists now.
+    let created_meanwhile: Vec<String> = creatable
+        .iter()
+        .filter(|(_, r)| r.as_ref().is_err_and(|(code, _)| is_already_exists(code)))
+        .map(|(name, _)| name.clone())
+        .collect();
+    let mut described = described;
+    if !created_meanwhile.is_empty()
+        && let Ok(Ok(again)) =
+            kafka::block_on(alias, raw_admin::describe_topics(&admin, &created_meanwhile, CALL_TIMEOUT))
+    {
+        for d in again.into_iter().filter(|d| d.error.is_none()) {
+            if let Some(slot) = described.iter_mut().find(|x| x.name == d.name) {
+                *slot = d;
+            }
+        }
+    }
     for d in &described {
         let create = creatable.get(&d.name).cloned();
         facts.topics.insert(d.name.clone(), topic_known(d, create));
