@@ -6,7 +6,8 @@
 #   3. cargo test: the unit tests beside the code, then the integration tests (one binary,
 #      tests/integration/, a module per file) against real KRaft clusters that the harness starts and
 #      stops by itself, FERRY_TEST_THREADS of them at a time (default 4: most of a test is waiting)
-#   4. a table of the ten slowest tests (also after a failure)
+#   4. a table of the ten slowest tests (also after a failure), then, after a failure, each panic's first
+#      lines (target/test-output.log holds the whole output)
 #
 # scripts/test.sh --quick: the inner loop, minutes instead of the suite's half hour: format, lint, the unit
 # tests and one end-to-end copy against real brokers.
@@ -37,13 +38,23 @@ times="${CARGO_TARGET_DIR:-target}/test-times.tsv"
 [[ "$times" == /* ]] || times="$PWD/$times"
 mkdir -p "$(dirname "$times")"
 rm -f "$times"
+out="$(dirname "$times")/test-output.log"
 status=0
 FERRY_TEST_TIMES="$times" cargo test --locked --features failpoints -- --test-threads "${FERRY_TEST_THREADS:-4}" "$@" \
-  || status=$?
+  2>&1 | tee "$out" || status=$?
 if [[ -s "$times" ]]; then
   echo
   echo "the ten slowest tests (seconds, from their first use of the test harness):"
   sort -rn "$times" | head -10 | awk -F'\t' '{ printf "  %7.1f  %s\n", $1, $2 }'
   awk -F'\t' '{ n++; s += $1 } END { printf "  %d tests timed, %.0f s of test time in all\n", n, s }' "$times"
+fi
+if ((status != 0)); then
+  # What failed, last: a CI log that keeps only its tail still says why (cargo prints a failed test's
+  # panic before the ferry log its harness dumps while unwinding).
+  echo
+  echo "why the failed tests failed (the panics, first lines; the whole output is in $out):"
+  awk '/ panicked at / { grab = 6; print "  " substr($0, 1, 300); next }
+       grab > 0 { if ($0 == "" || $0 ~ /^note: / || $0 ~ /^stack backtrace/) { grab = 0; next }
+                  print "    " substr($0, 1, 300); grab-- }' "$out" | head -80
 fi
 exit "$status"

@@ -17,7 +17,7 @@ pub use report::{ClusterReport, CopiedTopic, FlowReport, InternalCheck, Report, 
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::clients::{Admin, Connection, Isolation};
 use crate::config::{ClusterSpec, FlowId, FlowPlan, FlowSet, secrets};
@@ -32,6 +32,8 @@ use rights::{Known, Need, Resource};
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long each later request may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a topic created by someone else during the check is described again until a broker knows it.
+const CREATED_MEANWHILE_WAIT: Duration = Duration::from_secs(5);
 
 /// Checks the enabled flows of `set` (or only `only`, enabled or not) as deployment `deployment` would run
 /// them. An `Err` when `only` names no flow of the set.
@@ -427,22 +429,32 @@ fn gather(
         Err(e) => absent.iter().map(|s| (s.name.clone(), Err(("_FAIL".into(), cluster.said(&e))))).collect(),
     };
     // A topic created between the description and the validation (another node, or a flow starting at
-    // that moment) is described again: it exists now.
-    let created_meanwhile: Vec<String> = creatable
+    // that moment) exists now: described again, for a few seconds while the broker that answers may not
+    // know it yet; one still not described is judged by the creation's answer that it exists.
+    let mut described = described;
+    let mut creatable = creatable;
+    let mut pending: Vec<String> = creatable
         .iter()
         .filter(|(_, r)| r.as_ref().is_err_and(|(code, _)| is_already_exists(code)))
         .map(|(name, _)| name.clone())
         .collect();
-    let mut described = described;
-    if !created_meanwhile.is_empty()
-        && let Ok(Ok(again)) =
-            kafka::block_on(alias, raw_admin::describe_topics(&admin, &created_meanwhile, CALL_TIMEOUT))
-    {
-        for d in again.into_iter().filter(|d| d.error.is_none()) {
-            if let Some(slot) = described.iter_mut().find(|x| x.name == d.name) {
-                *slot = d;
+    let until = Instant::now() + CREATED_MEANWHILE_WAIT;
+    while !pending.is_empty() {
+        if let Ok(Ok(again)) = kafka::block_on(alias, raw_admin::describe_topics(&admin, &pending, CALL_TIMEOUT)) {
+            for d in again.into_iter().filter(|d| d.error.is_none()) {
+                pending.retain(|p| *p != d.name);
+                if let Some(slot) = described.iter_mut().find(|x| x.name == d.name) {
+                    *slot = d;
+                }
             }
         }
+        if pending.is_empty() || Instant::now() >= until {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for name in pending {
+        creatable.insert(name, Ok(()));
     }
     for d in &described {
         let create = creatable.get(&d.name).cloned();
