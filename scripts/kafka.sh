@@ -96,7 +96,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 POM=$ROOT/pom.xml
 LOG4J_CONFIG=$ROOT/scripts/kafka/log4j2.yaml
-VERSION=$(sed -n 's:.*<kafka\.version>\(.*\)</kafka\.version>.*:\1:p' "$POM" | head -n 1)
+VERSION=$(sed -n 's:.*<kafka\.version>\(.*\)</kafka\.version>.*:\1:p' "$POM" | sed -n 1p)
 [[ -n $VERSION ]] || { echo "kafka.sh: no kafka.version in $POM" >&2; exit 1; }
 
 CACHE=${FERRY_KAFKA_CACHE:-$HOME/.cache/ferry}

@@ -44,7 +44,7 @@ log() { echo "oidc.sh: $*" >&2; }
 now_ms() { date +%s%3N; }
 
 stamp_content() { printf 'keycloak=%s build=%s java=%s\n' "$KEYCLOAK_VERSION" "${BUILD_OPTS[*]}" \
-  "$("$JAVA" -version 2>&1 | head -n 1)"; }
+  "$("$JAVA" -version 2>&1 | sed -n 1p)"; }
 fetched() { [[ -f $STAMP && $(cat "$STAMP") == "$(stamp_content)" ]]; }
 
 do_fetch() {

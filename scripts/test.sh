@@ -45,7 +45,9 @@ FERRY_TEST_TIMES="$times" cargo test --locked --features failpoints -- --test-th
 if [[ -s "$times" ]]; then
   echo
   echo "the ten slowest tests (seconds, from their first use of the test harness):"
-  sort -rn "$times" | head -10 | awk -F'\t' '{ printf "  %7.1f  %s\n", $1, $2 }'
+  # awk reads to the end: `head` would close the pipe early, and sort's SIGPIPE fails the script
+  # under pipefail (it did once, with every test passed).
+  sort -rn "$times" | awk -F'\t' 'NR <= 10 { printf "  %7.1f  %s\n", $1, $2 }'
   awk -F'\t' '{ n++; s += $1 } END { printf "  %d tests timed, %.0f s of test time in all\n", n, s }' "$times"
 fi
 if ((status != 0)); then
@@ -53,8 +55,9 @@ if ((status != 0)); then
   # panic before the ferry log its harness dumps while unwinding).
   echo
   echo "why the failed tests failed (the panics, first lines; the whole output is in $out):"
-  awk '/ panicked at / { grab = 6; print "  " substr($0, 1, 300); next }
+  awk 'n >= 80 { exit }
+       / panicked at / { grab = 6; print "  " substr($0, 1, 300); n++; next }
        grab > 0 { if ($0 == "" || $0 ~ /^note: / || $0 ~ /^stack backtrace/) { grab = 0; next }
-                  print "    " substr($0, 1, 300); grab-- }' "$out" | head -80
+                  print "    " substr($0, 1, 300); n++; grab-- }' "$out"
 fi
 exit "$status"
