@@ -260,6 +260,11 @@ impl PartitionAck {
     }
 
     fn mark_dirty(self: &Arc<Self>, table: &AckTable) {
+        // Pairs with the fence in `take_dirty` (a store then a load of another variable on each side,
+        // which acquire/release alone lets the CPU reorder): either the writer's read of the position
+        // sees this move, or this swap sees the flag it cleared and queues the slot again. Without it a
+        // partition's last acknowledgement before a handover could be left unpersisted (one duplicate).
+        std::sync::atomic::fence(Ordering::SeqCst);
         if !self.dirty.swap(true, Ordering::AcqRel) {
             lock(&table.dirty).push(self.clone());
         }
@@ -269,6 +274,7 @@ impl PartitionAck {
     /// so an acknowledgement after the read marks it again.
     pub fn take_dirty(&self) {
         self.dirty.store(false, Ordering::Release);
+        std::sync::atomic::fence(Ordering::SeqCst);
     }
 
     pub fn persisted(&self) -> Option<i64> {
