@@ -342,7 +342,12 @@ fn an_overlapping_rolling_restart_copies_nothing_twice() {
         wait_all_arrived(nodes.nodes.get_mut("new").expect("new"), &west.bootstrap, &remote, &values("r", 0..produced));
     println!("{produced} records, {} duplicates across the overlapping restart", duplicates(&counts));
     assert_eq!(counts.len(), produced);
-    assert_eq!(duplicates(&counts), 0, "graceful handovers copy nothing twice");
+    assert_eq!(
+        duplicates(&counts),
+        0,
+        "graceful handovers copy nothing twice: {}",
+        where_twice(&east.bootstrap, &topic, &west.bootstrap, &remote, 5)
+    );
     for f in nodes.nodes.values_mut() {
         assert!(f.terminate(Duration::from_secs(30)).success());
     }

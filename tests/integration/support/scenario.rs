@@ -13,7 +13,7 @@ use ferry::mm2::records::{Checkpoint, OffsetSync};
 
 use super::observe::{self, flow_actors, health, unhealthy};
 use super::{
-    Cluster, Ferry, Rec, commit_group_offsets, consume_all, end_offsets, produce, tail, topic_partitions, wait_for,
+    Cluster, Ferry, Rec, TestProducer, commit_group_offsets, consume_all, end_offsets, tail, topic_partitions, wait_for,
 };
 
 pub const FLOW: &str = "east->west";
@@ -130,7 +130,31 @@ pub fn duplicates(counts: &HashMap<Vec<u8>, usize>) -> usize {
     counts.values().map(|n| n - 1).sum()
 }
 
-/// Waits until every one of `expected` is on `topic` (while ferry stays up); returns the arrival counts.
+/// Where the first `n` values found more than once on `remote` (on `target`) are, as `(partition,
+/// offset)`s there and on `topic` (on `source`): two source offsets mean the source holds the record
+/// twice; one source offset, a copy ferry wrote twice, and where.
+pub fn where_twice(source: &str, topic: &str, target: &str, remote: &str, n: usize) -> String {
+    let at = |bootstrap: &str, topic: &str| {
+        let mut at: HashMap<Vec<u8>, Vec<(i32, i64)>> = HashMap::new();
+        for r in consume_all(bootstrap, topic, READ) {
+            at.entry(r.value.clone().unwrap_or_default()).or_default().push((r.partition, r.offset));
+        }
+        at
+    };
+    let (copies, origins) = (at(target, remote), at(source, topic));
+    let mut twice: Vec<_> = copies.iter().filter(|(_, at)| at.len() > 1).collect();
+    twice.sort_by_key(|(_, at)| at[0]);
+    let text: Vec<String> = twice
+        .iter()
+        .take(n)
+        .map(|(v, at)| {
+            let from = origins.get(*v).cloned().unwrap_or_default();
+            format!("{} on the source at {from:?}, on the target at {at:?}", String::from_utf8_lossy(v))
+        })
+        .collect();
+    text.join("; ")
+}
+
 /// `recs` as runs of consecutive offsets per partition, each `p<partition> <first>..=<last>
 /// (<first value>..<last value>)`: where a copy has holes, repeats or aborted stretches.
 pub fn runs(mut recs: Vec<crate::support::client::Rec>) -> String {
@@ -151,6 +175,7 @@ pub fn runs(mut recs: Vec<crate::support::client::Rec>) -> String {
     text.join(", ")
 }
 
+/// Waits until every one of `expected` is on `topic` (while ferry stays up); returns the arrival counts.
 pub fn wait_all_arrived(
     ferry: &mut Ferry,
     bootstrap: &str,
@@ -201,9 +226,12 @@ impl Stream {
         let (b, t, p, s, n) =
             (bootstrap.to_string(), topic.to_string(), prefix.to_string(), stop.clone(), produced.clone());
         let thread = std::thread::spawn(move || {
+            // One idempotent producer: a request retried under load must not put a record on the source
+            // twice, which the tests' duplicate counts would blame on ferry.
+            let producer = TestProducer::new(&b, true);
             while !s.load(Ordering::SeqCst) {
                 let from = n.load(Ordering::SeqCst);
-                produce(&b, &t, &records(&p, from..from + batch, partitions));
+                producer.send_all(&t, &records(&p, from..from + batch, partitions));
                 n.store(from + batch, Ordering::SeqCst);
                 std::thread::sleep(pause); // pacing, not synchronisation
             }
