@@ -365,6 +365,9 @@ pub fn produce(bootstrap: &str, topic: &str, recs: &[Rec]) {
 /// A producer of test records that can be kept for many [`TestProducer::send_all`] calls.
 pub struct TestProducer {
     bootstrap: String,
+    idempotent: bool,
+    /// The security properties it was made with (see [`TestProducer::following_security`]).
+    props: Vec<(String, String)>,
     producer: BaseProducer<Deliveries>,
 }
 
@@ -373,7 +376,8 @@ impl TestProducer {
     /// which a test counting copies would take for ferry's duplicate; the first send waits for the
     /// producer id (librdkafka delays that request by 500 ms), so one-off calls are not idempotent.
     pub fn new(bootstrap: &str, idempotent: bool) -> Self {
-        let producer = config(bootstrap)
+        let props = security_props(bootstrap);
+        let producer = client_config(bootstrap, &props)
             .set("acks", "all")
             .set("enable.idempotence", idempotent.to_string())
             // One request in flight keeps retries in order.
@@ -384,7 +388,14 @@ impl TestProducer {
             .set("message.max.bytes", "10000000")
             .create_with_context(Deliveries { failed: Mutex::new(Vec::new()), done: AtomicUsize::new(0) })
             .unwrap_or_else(|e| panic!("producer for {bootstrap}: {e}"));
-        Self { bootstrap: bootstrap.to_string(), producer }
+        Self { bootstrap: bootstrap.to_string(), idempotent, props, producer }
+    }
+
+    /// This producer, or a new one if the cluster's registered client properties changed since it was
+    /// made (a test rotating the certificates its own clients use: a kept producer would go on
+    /// presenting the old ones).
+    pub fn following_security(self) -> Self {
+        if security_props(&self.bootstrap) == self.props { self } else { Self::new(&self.bootstrap, self.idempotent) }
     }
 
     /// [`produce`] with this producer.

@@ -228,9 +228,10 @@ impl Stream {
         let thread = std::thread::spawn(move || {
             // One idempotent producer: a request retried under load must not put a record on the source
             // twice, which the tests' duplicate counts would blame on ferry.
-            let producer = TestProducer::new(&b, true);
+            let mut producer = TestProducer::new(&b, true);
             while !s.load(Ordering::SeqCst) {
                 let from = n.load(Ordering::SeqCst);
+                producer = producer.following_security();
                 producer.send_all(&t, &records(&p, from..from + batch, partitions));
                 n.store(from + batch, Ordering::SeqCst);
                 std::thread::sleep(pause); // pacing, not synchronisation
