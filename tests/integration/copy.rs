@@ -132,13 +132,11 @@ fn produce_until_stopped(
     std::thread::spawn(move || {
         let batch = 500;
         let mut produced = 0;
-        // Idempotent: a retried request must not put a record on the source twice.
-        let producer = support::TestProducer::new(&bootstrap, true);
         while !stop.load(Ordering::SeqCst) {
             let recs: Vec<Rec> = (produced..produced + batch)
                 .map(|i| Rec::new(i as i32 % partitions, format!("r{i}").as_bytes(), 1_000 + i as i64))
                 .collect();
-            producer.send_all(topic, &recs);
+            produce(&bootstrap, topic, &recs);
             produced += batch;
             std::thread::sleep(Duration::from_millis(20)); // pace the stream
         }

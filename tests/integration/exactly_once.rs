@@ -38,11 +38,9 @@ impl KeyedStream {
         let (b, t, p, s, n) =
             (bootstrap.to_string(), topic.to_string(), prefix.to_string(), stop.clone(), produced.clone());
         let thread = std::thread::spawn(move || {
-            // Idempotent: a retried request must not put a record on the source twice.
-            let producer = support::TestProducer::new(&b, true);
             while !s.load(Ordering::SeqCst) {
                 let from = n.load(Ordering::SeqCst);
-                producer.send_all(&t, &keyed_records(&p, from..from + batch));
+                produce(&b, &t, &keyed_records(&p, from..from + batch));
                 n.store(from + batch, Ordering::SeqCst);
                 std::thread::sleep(pause); // pacing, not synchronisation
             }

@@ -356,85 +356,49 @@ impl ProducerContext for Deliveries {
 
 /// Produces `recs` in order, each to its own partition with its key, value, headers and (unless
 /// negative) timestamp; acks=all, in order; returns after all were acknowledged. Panics on any
-/// delivery error. Not idempotent (see [`TestProducer::new`]): for load that runs under a test's
-/// faults, keep one idempotent [`TestProducer`].
+/// delivery error.
 pub fn produce(bootstrap: &str, topic: &str, recs: &[Rec]) {
-    TestProducer::new(bootstrap, false).send_all(topic, recs);
-}
-
-/// A producer of test records that can be kept for many [`TestProducer::send_all`] calls.
-pub struct TestProducer {
-    bootstrap: String,
-    idempotent: bool,
-    /// The security properties it was made with (see [`TestProducer::following_security`]).
-    props: Vec<(String, String)>,
-    producer: BaseProducer<Deliveries>,
-}
-
-impl TestProducer {
-    /// `idempotent`: a retried request (a response lost or late under load) cannot write a record twice,
-    /// which a test counting copies would take for ferry's duplicate; the first send waits for the
-    /// producer id (librdkafka delays that request by 500 ms), so one-off calls are not idempotent.
-    pub fn new(bootstrap: &str, idempotent: bool) -> Self {
-        let props = security_props(bootstrap);
-        let producer = client_config(bootstrap, &props)
-            .set("acks", "all")
-            .set("enable.idempotence", idempotent.to_string())
-            // One request in flight keeps retries in order.
-            .set("max.in.flight.requests.per.connection", "1")
-            .set("linger.ms", "0")
-            .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string())
-            // Records near and above 1 MB (librdkafka's default limit); the topic decides what it takes.
-            .set("message.max.bytes", "10000000")
-            .create_with_context(Deliveries { failed: Mutex::new(Vec::new()), done: AtomicUsize::new(0) })
-            .unwrap_or_else(|e| panic!("producer for {bootstrap}: {e}"));
-        Self { bootstrap: bootstrap.to_string(), idempotent, props, producer }
-    }
-
-    /// This producer, or a new one if the cluster's registered client properties changed since it was
-    /// made (a test rotating the certificates its own clients use: a kept producer would go on
-    /// presenting the old ones).
-    pub fn following_security(self) -> Self {
-        if security_props(&self.bootstrap) == self.props { self } else { Self::new(&self.bootstrap, self.idempotent) }
-    }
-
-    /// [`produce`] with this producer.
-    pub fn send_all(&self, topic: &str, recs: &[Rec]) {
-        let (producer, bootstrap) = (&self.producer, &self.bootstrap);
-        let ctx = producer.context();
-        let (done_before, failed_before) = (ctx.done.load(Ordering::Relaxed), ctx.failed.lock().unwrap().len());
-        for rec in recs {
-            let mut record = base_record(topic, rec);
-            if rec.timestamp >= 0 {
-                record = record.timestamp(rec.timestamp);
-            }
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                        record = r;
-                        producer.poll(Duration::from_millis(50));
-                    }
-                    Err((e, _)) => panic!("produce to {topic} on {bootstrap}: {e}"),
+    let producer: BaseProducer<Deliveries> = config(bootstrap)
+        .set("acks", "all")
+        // Not idempotent: librdkafka delays its first InitProducerId by 500 ms, which made every
+        // call cost 0.6 s. One request in flight keeps retries in order; on loopback a retry
+        // that duplicates a record (lost response) is not a practical concern.
+        .set("enable.idempotence", "false")
+        .set("max.in.flight.requests.per.connection", "1")
+        .set("linger.ms", "0")
+        .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string())
+        // Records near and above 1 MB (librdkafka's default limit); the topic decides what it takes.
+        .set("message.max.bytes", "10000000")
+        .create_with_context(Deliveries { failed: Mutex::new(Vec::new()), done: AtomicUsize::new(0) })
+        .unwrap_or_else(|e| panic!("producer for {bootstrap}: {e}"));
+    for rec in recs {
+        let mut record = base_record(topic, rec);
+        if rec.timestamp >= 0 {
+            record = record.timestamp(rec.timestamp);
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    producer.poll(Duration::from_millis(50));
                 }
+                Err((e, _)) => panic!("produce to {topic} on {bootstrap}: {e}"),
             }
-            producer.poll(Duration::ZERO);
         }
-        // rdkafka's flush() sleeps in 100 ms steps; polling in small steps returns as soon as the
-        // last acknowledgement arrives.
-        let start = Instant::now();
-        while ctx.done.load(Ordering::Relaxed) - done_before < recs.len() && start.elapsed() < DELIVERY_TIMEOUT {
-            producer.poll(Duration::from_millis(2));
-        }
-        producer.flush(TIMEOUT).unwrap_or_else(|e| panic!("flush to {topic} on {bootstrap}: {e}"));
-        let failed = ctx.failed.lock().unwrap();
-        assert!(
-            failed.len() == failed_before,
-            "produce to {topic} on {bootstrap} failed: {:?}",
-            &failed[failed_before..]
-        );
-        assert_eq!(ctx.done.load(Ordering::Relaxed) - done_before, recs.len(), "deliveries reported");
+        producer.poll(Duration::ZERO);
     }
+    // rdkafka's flush() sleeps in 100 ms steps; polling in small steps returns as soon as the
+    // last acknowledgement arrives.
+    let ctx = producer.context();
+    let start = Instant::now();
+    while ctx.done.load(Ordering::Relaxed) < recs.len() && start.elapsed() < DELIVERY_TIMEOUT {
+        producer.poll(Duration::from_millis(2));
+    }
+    producer.flush(TIMEOUT).unwrap_or_else(|e| panic!("flush to {topic} on {bootstrap}: {e}"));
+    let failed = ctx.failed.lock().unwrap();
+    assert!(failed.is_empty(), "produce to {topic} on {bootstrap} failed: {failed:?}");
+    assert_eq!(ctx.done.load(Ordering::Relaxed), recs.len(), "deliveries reported");
 }
 
 /// The `group.id` of [`consume_all`]'s consumer. It never joins nor commits, but librdkafka still

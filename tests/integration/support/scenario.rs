@@ -13,7 +13,7 @@ use ferry::mm2::records::{Checkpoint, OffsetSync};
 
 use super::observe::{self, flow_actors, health, unhealthy};
 use super::{
-    Cluster, Ferry, Rec, TestProducer, commit_group_offsets, consume_all, end_offsets, tail, topic_partitions, wait_for,
+    Cluster, Ferry, Rec, commit_group_offsets, consume_all, end_offsets, produce, tail, topic_partitions, wait_for,
 };
 
 pub const FLOW: &str = "east->west";
@@ -226,13 +226,9 @@ impl Stream {
         let (b, t, p, s, n) =
             (bootstrap.to_string(), topic.to_string(), prefix.to_string(), stop.clone(), produced.clone());
         let thread = std::thread::spawn(move || {
-            // One idempotent producer: a request retried under load must not put a record on the source
-            // twice, which the tests' duplicate counts would blame on ferry.
-            let mut producer = TestProducer::new(&b, true);
             while !s.load(Ordering::SeqCst) {
                 let from = n.load(Ordering::SeqCst);
-                producer = producer.following_security();
-                producer.send_all(&t, &records(&p, from..from + batch, partitions));
+                produce(&b, &t, &records(&p, from..from + batch, partitions));
                 n.store(from + batch, Ordering::SeqCst);
                 std::thread::sleep(pause); // pacing, not synchronisation
             }
