@@ -407,7 +407,7 @@ fn gather(
         }
     };
     let names: Vec<String> = topics.iter().cloned().collect();
-    let described = match kafka::block_on(alias, raw_admin::describe_topics(&admin, &names, CALL_TIMEOUT)) {
+    let mut described = match kafka::block_on(alias, raw_admin::describe_topics(&admin, &names, CALL_TIMEOUT)) {
         Ok(Ok(d)) => d,
         Ok(Err(e)) => {
             facts.failed = Some(cluster.said(format!("describe topics: {e}")));
@@ -423,16 +423,15 @@ fn gather(
         .filter(|d| d.error.as_ref().is_some_and(|e| e.name == "UNKNOWN_TOPIC_OR_PART"))
         .filter_map(|d| spec_of(&d.name))
         .collect();
-    let creatable = match kafka::block_on(alias, kafka::validate_create_topics(&admin, alias, &absent, CALL_TIMEOUT)) {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => absent.iter().map(|s| (s.name.clone(), Err(("_FAIL".into(), cluster.said(&e))))).collect(),
-        Err(e) => absent.iter().map(|s| (s.name.clone(), Err(("_FAIL".into(), cluster.said(&e))))).collect(),
-    };
+    let mut creatable =
+        match kafka::block_on(alias, kafka::validate_create_topics(&admin, alias, &absent, CALL_TIMEOUT)) {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => absent.iter().map(|s| (s.name.clone(), Err(("_FAIL".into(), cluster.said(&e))))).collect(),
+            Err(e) => absent.iter().map(|s| (s.name.clone(), Err(("_FAIL".into(), cluster.said(&e))))).collect(),
+        };
     // A topic created between the description and the validation (another node, or a flow starting at
     // that moment) exists now: described again, for a few seconds while the broker that answers may not
     // know it yet; one still not described is judged by the creation's answer that it exists.
-    let mut described = described;
-    let mut creatable = creatable;
     let mut pending: Vec<String> = creatable
         .iter()
         .filter(|(_, r)| r.as_ref().is_err_and(|(code, _)| is_already_exists(code)))

@@ -229,24 +229,15 @@ fn an_exactly_once_stop_with_the_target_away_keeps_the_shutdown_timeout() {
 fn after_an_exactly_once_stop_with_the_target_away_every_record_is_copied_once() {
     let mut stopped = stop_with_the_target_away("eos-stop-once");
     stopped.west.restart();
-    let mut ferry = Ferry::start(stopped.dir.path(), &STOP_ARGS);
-    let remote = stopped.remote.as_str();
-    wait_all_arrived(&mut ferry, &stopped.west.bootstrap, remote, &keyed_values("r", 0..stopped.produced));
-    let committed = consume_all(&stopped.west.bootstrap, remote, READ);
-    let mut first = std::collections::HashMap::new();
-    let twice: Vec<_> = committed
-        .iter()
-        .filter_map(|r| {
-            first.insert(r.value.clone(), (r.partition, r.offset)).map(|was| (was, (r.partition, r.offset)))
-        })
-        .collect();
-    assert!(
-        twice.is_empty(),
-        "{} records copied twice (first and second copy as (partition, offset)), the first ten: {:?}; the copy \
-         as runs: {}\n{}",
-        twice.len(),
-        &twice[..twice.len().min(10)],
-        support::scenario::runs(committed.clone()),
+    let mut ferry = start_stopping_node(stopped.dir.path());
+    let (west, remote) = (&stopped.west.bootstrap, stopped.remote.as_str());
+    let counts = wait_all_arrived(&mut ferry, west, remote, &keyed_values("r", 0..stopped.produced));
+    assert_eq!(
+        duplicates(&counts),
+        0,
+        "records copied twice, the first ten: {}; the copy as runs: {}\n{}",
+        where_twice(&stopped.east.bootstrap, &stopped.topic, west, remote, 10),
+        support::scenario::runs(consume_all(west, remote, READ)),
         support::tail(&observe::strip_ansi(&ferry.log()), 40)
     );
     assert!(ferry.terminate(Duration::from_secs(30)).success());
@@ -255,26 +246,30 @@ fn after_an_exactly_once_stop_with_the_target_away_every_record_is_copied_once()
 /// What [`stop_with_the_target_away`] leaves: the pair (the target stopped), the flows directory, the
 /// remote topic and how many records were produced.
 struct Stopped {
-    _east: Cluster,
+    east: Cluster,
     west: Cluster,
     dir: tempfile::TempDir,
+    topic: String,
     remote: String,
     produced: usize,
 }
 
-/// The node's arguments in [`stop_with_the_target_away`]: a shutdown timeout of 8 s.
-const STOP_ARGS: [&str; 2] = ["--shutdown-timeout", "8"];
+/// The `--shutdown-timeout` of the nodes in [`stop_with_the_target_away`].
 const STOP_TIMEOUT: Duration = Duration::from_secs(8);
 
+fn start_stopping_node(dir: &std::path::Path) -> Ferry {
+    Ferry::start(dir, &["--shutdown-timeout", &STOP_TIMEOUT.as_secs().to_string()])
+}
+
 /// An exactly-once flow copying under load on a pair of its own (`tag`), its target stopped, the node
-/// stopped with [`STOP_ARGS`]: asserts the stop kept the timeout.
+/// stopped with [`STOP_TIMEOUT`]: asserts the stop kept the timeout.
 fn stop_with_the_target_away(tag: &str) -> Stopped {
     let (east, mut west) = start_pair(tag);
     let remote = format!("east.{tag}");
     create_topic(&east.bootstrap, tag, 2, &[]);
     let dir = pair_dir(&east, &west, &flow("east", "west", &[tag], EXACTLY_ONCE));
     let stream = KeyedStream::start(&east.bootstrap, tag, "r", 200, Duration::from_millis(10));
-    let mut ferry = Ferry::start(dir.path(), &STOP_ARGS);
+    let mut ferry = start_stopping_node(dir.path());
     wait_for(ARRIVAL, "copying under way", || {
         assert_alive(&mut ferry);
         support::topic_partitions(&west.bootstrap, &remote).is_some()
@@ -300,5 +295,5 @@ fn stop_with_the_target_away(tag: &str) -> Stopped {
         support::tail(&log, 30)
     );
     let produced = stream.finish();
-    Stopped { _east: east, west, dir, remote, produced }
+    Stopped { east, west, dir, topic: tag.to_string(), remote, produced }
 }
