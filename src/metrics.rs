@@ -707,11 +707,9 @@ impl Metrics {
         }
     }
 
-    /// Drops every series whose labels include all of `labels`.
-    pub fn remove_matching(&self, labels: &[(&str, &str)]) {
-        for v in self.vecs() {
-            v.remove_matching(labels);
-        }
+    /// Drops every series whose labels include all of `labels`; how many there were.
+    pub fn remove_matching(&self, labels: &[(&str, &str)]) -> usize {
+        self.vecs().iter().map(|v| v.remove_matching(labels)).sum()
     }
 
     /// Drops every series of `flow` (the flow was removed).
@@ -727,9 +725,10 @@ impl Metrics {
         }
     }
 
-    /// Drops every series of `topic` in `flow` (the topic is no longer copied or was deleted).
-    pub fn remove_topic(&self, flow: &str, topic: &str) {
-        self.remove_matching(&[("flow", flow), ("topic", topic)]);
+    /// Drops every series of `topic` in `flow` (the topic is no longer copied or was deleted); whether
+    /// there was any.
+    pub fn remove_topic(&self, flow: &str, topic: &str) -> bool {
+        self.remove_matching(&[("flow", flow), ("topic", topic)]) > 0
     }
 
     /// Drops the per-partition series of one partition (no longer copied here: revoked, removed).
@@ -753,11 +752,13 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
 /// Removing series by a subset of their labels (prometheus' vectors need the full label set).
 trait RemoveMatching {
-    fn remove_matching(&self, labels: &[(&str, &str)]);
+    /// How many series were removed.
+    fn remove_matching(&self, labels: &[(&str, &str)]) -> usize;
 }
 
 impl<T: MetricVecBuilder> RemoveMatching for MetricVec<T> {
-    fn remove_matching(&self, labels: &[(&str, &str)]) {
+    fn remove_matching(&self, labels: &[(&str, &str)]) -> usize {
+        let mut removed = 0;
         for family in self.collect() {
             for m in family.get_metric() {
                 let pairs = m.get_label();
@@ -765,10 +766,11 @@ impl<T: MetricVecBuilder> RemoveMatching for MetricVec<T> {
                 if matches {
                     let all: std::collections::HashMap<&str, &str> =
                         pairs.iter().map(|p| (p.name(), p.value())).collect();
-                    let _ = self.remove(&all);
+                    removed += usize::from(self.remove(&all).is_ok());
                 }
             }
         }
+        removed
     }
 }
 

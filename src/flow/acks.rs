@@ -452,8 +452,12 @@ impl AckTable {
 
     /// Forget every partition of `topic` (it was deleted on the source). Its persisted progress stays
     /// in the progress topic, with the topic id that tells a later topic of the same name apart.
-    pub fn forget_topic(&self, topic: &str) {
-        self.slots.write().unwrap_or_else(|p| p.into_inner()).retain(|(t, _), _| t != topic);
+    /// Whether it had any slot.
+    pub fn forget_topic(&self, topic: &str) -> bool {
+        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        let before = slots.len();
+        slots.retain(|(t, _), _| t != topic);
+        slots.len() < before
     }
 
     /// Every known position.

@@ -220,12 +220,25 @@ impl Book {
         let flow = self.flow.clone();
         let current: Vec<SourcePartition> =
             self.topics.iter().flat_map(|(t, e)| e.parts.keys().map(move |p| (t.clone(), *p))).collect();
+        for topic in &wanted.deleted {
+            if self.topics.contains_key(topic) {
+                // Dropped with its last partition (see `drop_topic`).
+                self.forget.insert(topic.clone());
+            } else {
+                // Out of the book already: the copier group revoked the partitions (the consumer saw the
+                // topic go) before the topic sync told of the deletion, and nothing would drop it later.
+                let had_positions = acks.forget_topic(topic);
+                let had_series = METRICS.remove_topic(&flow, topic);
+                if had_positions || had_series {
+                    tracing::info!(flow = %flow, topic, "source topic deleted: its positions and metrics are dropped");
+                }
+            }
+        }
         for tp in current {
             if !wanted.partitions.contains(&tp) {
                 self.stop_copying(&tp, After::Remove);
             }
         }
-        self.forget.extend(wanted.deleted.iter().cloned());
         // Only a topic the book already copied can grow; a new one is not in the producer's metadata
         // yet and is looked up on its first record anyway (a refresh per new topic cost the copy thread
         // a blocking metadata request for each of a wide flow's topics at start).
