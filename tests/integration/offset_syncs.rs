@@ -268,19 +268,23 @@ fn mm2_console_formatters_read_ferrys_offset_syncs_and_heartbeats() {
     }
 
     // Heartbeats: Heartbeat(east, west) in west's `heartbeats`; Heartbeat(west, east) written to east's
-    // `heartbeats` and replicated to west as `east.heartbeats`. Both recent.
+    // `heartbeats` and replicated to west as `east.heartbeats`. Both recent. Other tests' flows into the
+    // shared clusters (a Kerberos cluster `krb` into west, say) beat into the same topics: every newest
+    // record must read alike through the formatter, and at least three must be this pair's.
     for (topic, source, target) in [("heartbeats", "east", "west"), ("east.heartbeats", "west", "east")] {
         wait_for(Duration::from_secs(60), &format!("heartbeats in west's {topic}"), || count(west, topic) >= 3);
-        let beats = formatted_heartbeats(west, topic, 3);
+        let beats = formatted_heartbeats(west, topic, 200);
         let now = now_ms();
-        for (hb, line) in &beats {
-            assert_eq!(
-                (hb.source_alias.as_str(), hb.target_alias.as_str()),
-                (source, target),
-                "west's {topic}: {line}"
-            );
-            assert!((now - hb.timestamp_ms).abs() < 60_000, "west's {topic}: {line} is not recent (now {now})");
-        }
+        let recent_of_the_pair = beats
+            .iter()
+            .filter(|(hb, _)| (hb.source_alias.as_str(), hb.target_alias.as_str()) == (source, target))
+            .filter(|(hb, _)| (now - hb.timestamp_ms).abs() < 60_000)
+            .count();
+        let lines: Vec<&String> = beats.iter().map(|(_, line)| line).collect();
+        assert!(
+            recent_of_the_pair >= 3,
+            "west's {topic}: {recent_of_the_pair} recent heartbeats from {source} to {target} among the newest 200 (now {now}): {lines:#?}"
+        );
     }
     ferry.terminate(Duration::from_secs(30));
 }

@@ -445,9 +445,21 @@ fn per_partition_series_exist_only_when_asked_and_add_up_to_the_topic() {
 }
 
 /// A topic deleted on the source leaves no series behind (a dashboard would show it lagging forever),
-/// while the flow's other topics keep theirs.
+/// while the flow's other topics keep theirs. Here the topic sync (every second) usually tells of the
+/// deletion before the copier group takes the topic's partitions away.
 #[test]
 fn a_deleted_source_topic_loses_its_series_and_the_others_keep_theirs() {
+    a_deleted_source_topic_loses_its_series(1);
+}
+
+/// The same when the copier group takes the deleted topic's partitions away first (its consumer sees
+/// the topic go within seconds; the topic sync looks every 30 s): the series used to stay for good.
+#[test]
+fn a_deleted_source_topic_loses_its_series_also_when_the_copier_group_drops_it_first() {
+    a_deleted_source_topic_loses_its_series(30);
+}
+
+fn a_deleted_source_topic_loses_its_series(refresh_topics_seconds: u32) {
     let (east, west) = shared_pair();
     let prefix = unique("ops-deleted");
     let (gone, kept) = (format!("{prefix}-gone"), format!("{prefix}-kept"));
@@ -456,8 +468,8 @@ fn a_deleted_source_topic_loses_its_series_and_the_others_keep_theirs() {
         produce(&east.bootstrap, t, &[support::Rec::new(0, b"a", 1), support::Rec::new(1, b"b", 2)]);
     }
     let pattern = format!("{prefix}-.*");
-    let extra = "refresh_topics_interval_seconds = 1\nmetrics_per_partition = true";
-    let dir = pair_dir(east, west, &flow("east", "west", &[&pattern], extra));
+    let extra = format!("refresh_topics_interval_seconds = {refresh_topics_seconds}\nmetrics_per_partition = true");
+    let dir = pair_dir(east, west, &flow("east", "west", &[&pattern], &extra));
     let mut ferry = Ferry::start(dir.path(), &[]);
     ferry.wait_log("node started", STARTED);
     let has_series = |text: &str, topic: &str| {
@@ -471,6 +483,12 @@ fn a_deleted_source_topic_loses_its_series_and_the_others_keep_theirs() {
             metric_sum(&text, "ferry_records_copied_total", &[("flow", FLOW), ("topic", t.as_str())]) == 2.0
                 && text.contains(&format!("ferry_source_lag_records{{flow=\"{FLOW}\",topic=\"{t}\"}} 0"))
         })
+    });
+    // The topic sync looks again 5 s after its first pass when the source had no `heartbeats` yet (the
+    // flow's own emitter creates it): past that look, its next one is a whole interval away.
+    wait_for(ARRIVAL, "the source's heartbeats topic copied", || {
+        assert_alive(&mut ferry);
+        observe::assigned_partitions(ferry.listen_addr(), FLOW).contains("heartbeats-0")
     });
     support::delete_topic(&east.bootstrap, &gone);
     wait_for(ARRIVAL, "the deleted topic's series gone", || {
