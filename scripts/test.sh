@@ -5,7 +5,8 @@
 #   2. lint: rustfmt and clippy with warnings as errors
 #   3. cargo test: the unit tests beside the code, then the integration tests (one binary,
 #      tests/integration/, a module per file) against real KRaft clusters that the harness starts and
-#      stops by itself, FERRY_TEST_THREADS of them at a time (default 4: most of a test is waiting)
+#      stops by itself, FERRY_TEST_THREADS of them at a time (default 6: most of a test is waiting; at 4 the
+#      tests kept one of the two cores busy on average)
 #   4. a table of the ten slowest tests (also after a failure), then, after a failure, each panic's first
 #      lines (target/test-output.log holds the whole output)
 #
@@ -40,7 +41,7 @@ mkdir -p "$(dirname "$times")"
 rm -f "$times"
 out="$(dirname "$times")/test-output.log"
 status=0
-FERRY_TEST_TIMES="$times" cargo test --locked --features failpoints -- --test-threads "${FERRY_TEST_THREADS:-4}" "$@" \
+FERRY_TEST_TIMES="$times" cargo test --locked --features failpoints -- --test-threads "${FERRY_TEST_THREADS:-6}" "$@" \
   2>&1 | tee "$out" || status=$?
 if [[ -s "$times" ]]; then
   echo
@@ -48,7 +49,10 @@ if [[ -s "$times" ]]; then
   # awk reads to the end: `head` would close the pipe early, and sort's SIGPIPE fails the script
   # under pipefail (it did once, with every test passed).
   sort -rn "$times" | awk -F'\t' 'NR <= 10 { printf "  %7.1f  %s\n", $1, $2 }'
-  awk -F'\t' '{ n++; s += $1 } END { printf "  %d tests timed, %.0f s of test time in all\n", n, s }' "$times"
+  # The third column is when a test started (seconds from the first): test time over the span from the
+  # first start to the last end is how many tests ran at once on average (at most the thread count).
+  awk -F'\t' '{ n++; s += $1; if ($3 + $1 > last) last = $3 + $1 }
+       END { printf "  %d tests timed, %.0f s of test time in all, over %.0f s: %.1f at a time on average\n", n, s, last, (last > 0 ? s / last : 0) }' "$times"
 fi
 if ((status != 0)); then
   # What failed, last: a CI log that keeps only its tail still says why (cargo prints a failed test's

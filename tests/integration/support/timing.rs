@@ -2,12 +2,17 @@
 //!
 //! libtest runs each test on a thread named after it. The first call of a test into the harness (a
 //! cluster, a ferry process, a topic, a wait) starts that thread's clock; the thread's end (when the test
-//! returned or panicked) stops it and appends `seconds<TAB>test` to the file `FERRY_TEST_TIMES` names, if
-//! any. Helper threads a test spawns have no name and are not timed.
+//! returned or panicked) stops it and appends `seconds<TAB>test<TAB>start` to the file `FERRY_TEST_TIMES`
+//! names, if any (`start`: seconds from the run's first timed test, to see how the run's slots were filled).
+//! Helper threads a test spawns have no name and are not timed.
 
 use std::cell::RefCell;
 use std::io::Write;
+use std::sync::OnceLock;
 use std::time::Instant;
+
+/// When the run's first test touched the harness.
+static RUN_STARTED: OnceLock<Instant> = OnceLock::new();
 
 struct Clock {
     test: String,
@@ -17,7 +22,9 @@ struct Clock {
 impl Drop for Clock {
     fn drop(&mut self) {
         let Some(path) = std::env::var_os("FERRY_TEST_TIMES") else { return };
-        let line = format!("{:.1}\t{}\n", self.started.elapsed().as_secs_f64(), self.test);
+        let run_started = *RUN_STARTED.get_or_init(|| self.started);
+        let start = self.started.saturating_duration_since(run_started).as_secs_f64();
+        let line = format!("{:.1}\t{}\t{start:.1}\n", self.started.elapsed().as_secs_f64(), self.test);
         // One short write with O_APPEND: lines of tests ending together do not interleave.
         if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
             let _ = f.write_all(line.as_bytes());
@@ -37,7 +44,9 @@ pub fn touch() {
         if c.is_none()
             && let Some(test) = std::thread::current().name().filter(|n| *n != "main")
         {
-            *c = Some(Clock { test: test.to_string(), started: Instant::now() });
+            let started = Instant::now();
+            RUN_STARTED.get_or_init(|| started);
+            *c = Some(Clock { test: test.to_string(), started });
         }
     });
 }
