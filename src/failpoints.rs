@@ -57,6 +57,19 @@ pub const COPIER_QUIET: &str = "copier-quiet";
 /// `copier-persist=return`: an at-least-once copier persists no position (its claims still go out).
 pub const COPIER_PERSIST: &str = "copier-persist";
 
+/// `flow-stop=1*return(MILLIS)`: a flow's supervisor, its actors all stopped, holds MILLIS before it
+/// ends (as a stop stuck in a cluster's timeouts does), so a reload starts the new generation first.
+pub const FLOW_STOP: &str = "flow-stop";
+
+/// How long the point `name` holds when configured as `return(MILLIS)` (None when it is off); logs that
+/// it holds. For callers that must not block their thread.
+pub fn hold_for(name: &'static str) -> Option<std::time::Duration> {
+    let e = check(name).err()?;
+    let millis: u64 = e.rsplit(": ").next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    tracing::warn!(failpoint = name, millis, "failpoint {name}: holding");
+    Some(std::time::Duration::from_millis(millis))
+}
+
 /// When the point `name` is configured as `return(MILLIS)`: logs that it holds, then sleeps MILLIS.
 pub fn hold(name: &'static str) {
     hold_after(name, || {});

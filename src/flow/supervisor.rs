@@ -28,6 +28,7 @@ use super::topics::{KeptTopics, SetLeading, StopTopics, TopicSync};
 use super::worker::{Deliver, StopWorker, Worker};
 use crate::clients::FlowConnections;
 use crate::config::FlowPlan;
+use crate::failpoints;
 use crate::flow::Identity;
 use crate::metrics::METRICS;
 use crate::restart_policy::{RestartState, jitter};
@@ -141,7 +142,7 @@ impl FlowSupervisor {
         Self {
             plan,
             conns,
-            status,
+            status: status.scoped(generation),
             generation,
             identity,
             paused: Arc::new(PauseSwitch::new(paused, pause_known)),
@@ -269,6 +270,10 @@ impl FlowSupervisor {
             && self.heartbeats.is_none()
             && self.lease.is_none()
         {
+            if let Some(pause) = failpoints::hold_for(failpoints::FLOW_STOP) {
+                ctx.run_later(pause, |me, ctx| me.advance_stop(ctx));
+                return;
+            }
             if let Some(s) = self.stopping.take() {
                 let _ = s.done.send(());
             }

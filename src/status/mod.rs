@@ -251,6 +251,8 @@ impl FlowStatus {
 pub struct StatusBoard {
     inner: Arc<RwLock<BTreeMap<String, FlowStatus>>>,
     last_reload: Arc<RwLock<Option<ReloadOutcome>>>,
+    /// A flow generation's view ([`StatusBoard::scoped`]): its writes reach only that generation's entry.
+    generation: Option<u64>,
 }
 
 fn now_secs() -> u64 {
@@ -258,14 +260,32 @@ fn now_secs() -> u64 {
 }
 
 impl StatusBoard {
+    /// The board as generation `generation` of a flow sees it: what it writes about the flow is dropped
+    /// once another generation started (or the flow left the board). A restarted flow's old generation
+    /// may end after the new one began (a stop that outlasts its timeout): its last "stopped" must not
+    /// cover the new generation's running actors, nor bring a removed flow back.
+    pub fn scoped(&self, generation: u64) -> StatusBoard {
+        StatusBoard { generation: Some(generation), ..self.clone() }
+    }
+
     fn with_flow(&self, flow: &str, f: impl FnOnce(&mut FlowStatus)) {
         let mut board = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        f(board.entry(flow.to_string()).or_insert_with(|| FlowStatus::new(flow)));
+        match self.generation {
+            None => f(board.entry(flow.to_string()).or_insert_with(|| FlowStatus::new(flow))),
+            Some(g) => {
+                if let Some(status) = board.get_mut(flow).filter(|s| s.generation == g) {
+                    f(status)
+                }
+            }
+        }
     }
 
     /// A new generation of `flow` starts: its actors and problems start over (a pause stands).
     pub fn flow_started(&self, flow: &str, generation: u64, delivery: Delivery) {
         let mut board = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if board.get(flow).is_some_and(|f| f.generation > generation) {
+            return; // a later generation started already
+        }
         let mut status = FlowStatus::new(flow);
         status.generation = generation;
         status.delivery = delivery.name();
@@ -300,7 +320,7 @@ impl StatusBoard {
     pub fn set_members(&self, flow: &str, nodes: Option<Vec<Member>>, leader: Option<String>) {
         // Never re-adds a flow: a late report may arrive after the flow was removed.
         let mut board = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = board.get_mut(flow) {
+        if let Some(f) = board.get_mut(flow).filter(|f| self.generation.is_none_or(|g| f.generation == g)) {
             if nodes.is_some() {
                 f.nodes = nodes;
             }
@@ -499,6 +519,29 @@ mod tests {
         b.flow_started("a->b", 2, Delivery::AtLeastOnce);
         let s = &b.snapshot()["a->b"];
         assert_eq!((s.generation, s.state, s.actors.len()), (2, FlowState::Starting, 0));
+    }
+
+    #[test]
+    fn an_old_generation_s_late_writes_touch_neither_the_new_generation_nor_a_removed_flow() {
+        let b = StatusBoard::default();
+        let (old, new) = (b.scoped(1), b.scoped(2));
+        old.flow_started("a->b", 1, Delivery::AtLeastOnce);
+        old.set("a->b", "copier", ActorState::Running, None);
+        new.flow_started("a->b", 2, Delivery::AtLeastOnce);
+        new.set("a->b", "copier", ActorState::Running, None);
+        new.set("a->b", "topics", ActorState::Running, None);
+        // The old generation ends after the new one began.
+        old.set("a->b", "copier", ActorState::Stopped, None);
+        old.set("a->b", "topics", ActorState::Stopped, None);
+        old.set_members("a->b", Some(Vec::new()), Some("old".into()));
+        old.flow_started("a->b", 1, Delivery::ExactlyOnce);
+        let s = &b.snapshot()["a->b"];
+        assert_eq!((s.generation, s.state, s.leader_node.as_deref()), (2, FlowState::Running, None));
+        assert_eq!(s.delivery, "at_least_once");
+        // Removed from the board (the flow left the files): a late write does not bring it back.
+        b.remove_flow("a->b");
+        new.set("a->b", "copier", ActorState::Stopped, None);
+        assert!(!b.snapshot().contains_key("a->b"));
     }
 
     #[test]

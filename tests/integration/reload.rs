@@ -543,6 +543,41 @@ fn disabling_a_flow_stops_it_and_enabling_resumes_where_it_stopped() {
     assert!(ferry.terminate(Duration::from_secs(30)).success());
 }
 
+/// A changed flow whose old generation ends after the new one started (its stop outlasted the node's
+/// wait, as a stop stuck in a cluster's timeouts does; the failpoint holds it 8 s) shows the new
+/// generation in `/flows`: the old generation's last "stopped" used to cover the new one's actors for
+/// good, a flow that copies shown as stopped.
+#[test]
+fn a_flow_whose_old_generation_ends_late_shows_the_new_generation_running() {
+    let (east, west) = shared_pair();
+    let a = unique("reload-late-stop");
+    create_topic(&east.bootstrap, &a, 1, &[]);
+    produce(&east.bootstrap, &a, &records("a", 0..100, 1));
+    let dir = tempfile::tempdir().expect("flows dir");
+    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    write(dir.path(), "flow.toml", &flow("east", "west", &[&a], ""));
+    let mut ferry =
+        Ferry::start_env(dir.path(), &["--shutdown-timeout", "2"], &[("FAILPOINTS", "flow-stop=1*return(8000)")]);
+    let remote = format!("east.{a}");
+    wait_for(ARRIVAL, "copying", || {
+        assert_alive(&mut ferry);
+        total(&west.bootstrap, &remote) == 100
+    });
+    let (generation, _, _) = running_info(&ferry, "east->west");
+    write(dir.path(), "flow.toml", &flow("east", "west", &[&a], "refresh_topics_interval_seconds = 7\n"));
+    ferry.wait_log("starting its new plan anyway", Duration::from_secs(30));
+    // The old generation's end, after the new generation's actors reported in.
+    ferry.wait_log("flow stopped flow=east->west", Duration::from_secs(30));
+    let seen = wait_showing(Duration::from_secs(30), "the new generation running in /flows", || {
+        let f = health(ferry.listen_addr())["flows"]["east->west"].clone();
+        (f["state"] == "running" && f["generation"].as_u64() == Some(generation + 1), f)
+    });
+    produce(&east.bootstrap, &a, &records("a", 100..200, 1));
+    let counts = wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("a", 0..200));
+    assert_eq!(duplicates(&counts), 0, "the new generation copies on: {seen}");
+    assert!(ferry.terminate(Duration::from_secs(30)).success());
+}
+
 #[test]
 fn a_changed_flow_that_cannot_start_keeps_its_old_plan() {
     let (east, _) = shared_pair();
