@@ -10,7 +10,7 @@
 #   4. a table of the ten slowest tests (also after a failure), then, after a failure, each panic's first
 #      lines (target/test-output.log holds the whole output)
 #
-# scripts/test.sh --quick: the inner loop, minutes instead of the suite's half hour: format, lint, the unit
+# scripts/test.sh --quick: the inner loop, minutes instead of the suite's 25: format, lint, the unit
 # tests and one end-to-end copy against real brokers.
 #
 # Other arguments filter the tests by name, as cargo test's filter does: `scripts/test.sh copy::` runs the

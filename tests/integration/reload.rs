@@ -103,10 +103,12 @@ fn adding_a_flow_starts_it_within_seconds_and_leaves_the_running_flow_untouched(
     let gap = tail.largest_gap(t0 - Duration::from_secs(1), Instant::now());
     println!("reload latency (file written -> the new flow's records on the target): {latency:?}");
     println!("largest copy pause of the untouched flow across the reload: {gap:?} ({} arrivals)", tail.count());
-    // Seconds, not a refresh interval: the watch sees the file at once. 10 s, not 5: on the shared pair the
-    // new flow also creates remote topics for every `x.heartbeats` other tests left on west, with three
-    // other tests running beside it on two cores (6.6 s seen).
-    assert!(latency <= Duration::from_secs(10), "west's topics appear on east within 10 s: {latency:?}");
+    // Seconds, not the 30 s rescan: the watch sees the file at once. 15 s, not 5: on the shared pair the
+    // new flow also creates, waits to write to, joins its group for and probes the remote partitions of
+    // every `x.heartbeats` other tests left on west (61 partitions), with five other tests running beside
+    // it on two cores (6.6 s seen at four tests at a time, 10.1 s at six: 1 s debounce, 0.5 s lease,
+    // 2.3 s until the 61 remote partitions took writes, 1.4 s group join, 2 s probing, then the copy).
+    assert!(latency <= Duration::from_secs(15), "west's topics appear on east within 15 s: {latency:?}");
     assert!(gap < NO_PAUSE, "the untouched flow never pauses: {gap:?}");
     assert_eq!(flow_info(&ferry, "east->west"), before, "generation and started_at unchanged");
     assert_eq!(flow_info(&ferry, "west->east").0, 1);
