@@ -64,10 +64,14 @@ pub const FLOW_STOP: &str = "flow-stop";
 /// How long the point `name` holds when configured as `return(MILLIS)` (None when it is off); logs that
 /// it holds. For callers that must not block their thread.
 pub fn hold_for(name: &'static str) -> Option<std::time::Duration> {
-    let e = check(name).err()?;
+    check(name).err().map(|e| holding(name, &e))
+}
+
+/// The MILLIS of a `return(MILLIS)` point's error, logged as the hold it starts.
+fn holding(name: &'static str, e: &str) -> std::time::Duration {
     let millis: u64 = e.rsplit(": ").next().and_then(|m| m.parse().ok()).unwrap_or(0);
     tracing::warn!(failpoint = name, millis, "failpoint {name}: holding");
-    Some(std::time::Duration::from_millis(millis))
+    std::time::Duration::from_millis(millis)
 }
 
 /// When the point `name` is configured as `return(MILLIS)`: logs that it holds, then sleeps MILLIS.
@@ -79,9 +83,7 @@ pub fn hold(name: &'static str) {
 pub fn hold_after(name: &'static str, first: impl FnOnce()) {
     if let Err(e) = check(name) {
         first();
-        let millis: u64 = e.rsplit(": ").next().and_then(|m| m.parse().ok()).unwrap_or(0);
-        tracing::warn!(failpoint = name, millis, "failpoint {name}: holding");
-        std::thread::sleep(std::time::Duration::from_millis(millis));
+        std::thread::sleep(holding(name, &e));
     }
 }
 

@@ -268,15 +268,21 @@ impl StatusBoard {
         StatusBoard { generation: Some(generation), ..self.clone() }
     }
 
+    /// `f` on the flow's entry, made if missing, except in a generation's view ([`StatusBoard::with_existing`]).
     fn with_flow(&self, flow: &str, f: impl FnOnce(&mut FlowStatus)) {
+        if self.generation.is_some() {
+            return self.with_existing(flow, f);
+        }
         let mut board = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        match self.generation {
-            None => f(board.entry(flow.to_string()).or_insert_with(|| FlowStatus::new(flow))),
-            Some(g) => {
-                if let Some(status) = board.get_mut(flow).filter(|s| s.generation == g) {
-                    f(status)
-                }
-            }
+        f(board.entry(flow.to_string()).or_insert_with(|| FlowStatus::new(flow)));
+    }
+
+    /// `f` on the flow's entry if it is on the board (and, in a generation's view, of that generation):
+    /// a late report never re-adds a removed flow.
+    fn with_existing(&self, flow: &str, f: impl FnOnce(&mut FlowStatus)) {
+        let mut board = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(status) = board.get_mut(flow).filter(|s| self.generation.is_none_or(|g| s.generation == g)) {
+            f(status)
         }
     }
 
@@ -305,8 +311,7 @@ impl StatusBoard {
 
     /// The flow's figures from its metrics (only for flows on the board).
     pub fn set_figures(&self, flow: &str, figures: FlowFigures) {
-        let mut board = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = board.get_mut(flow) {
+        self.with_existing(flow, |f| {
             f.leading = figures.leading;
             f.partitions = figures.partitions;
             f.lag_records = figures.lag_records;
@@ -314,18 +319,16 @@ impl StatusBoard {
             f.last_checkpoint_at = figures.last_checkpoint_at;
             f.records_skipped = figures.records_skipped;
             f.transactions = figures.transactions;
-        }
+        });
     }
 
     pub fn set_members(&self, flow: &str, nodes: Option<Vec<Member>>, leader: Option<String>) {
-        // Never re-adds a flow: a late report may arrive after the flow was removed.
-        let mut board = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = board.get_mut(flow).filter(|f| self.generation.is_none_or(|g| f.generation == g)) {
+        self.with_existing(flow, |f| {
             if nodes.is_some() {
                 f.nodes = nodes;
             }
             f.leader_node = leader;
-        }
+        });
     }
 
     /// Record that `actor` of `flow` entered `state`; `error` replaces the last error when given.

@@ -178,6 +178,16 @@ fn backoff(failures: u32) -> Duration {
     RETRY_INITIAL.saturating_mul(1u32 << failures.saturating_sub(1).min(16)).min(RETRY_MAX)
 }
 
+/// A source topic was deleted: its series and its positions go (logged when there was any, so that a
+/// deletion told again by a later assignment is quiet).
+fn forget_deleted(flow: &str, topic: &str, acks: &AckTable) {
+    let had_positions = acks.forget_topic(topic);
+    let had_series = METRICS.remove_topic(flow, topic);
+    if had_positions || had_series {
+        tracing::info!(flow = %flow, topic, "source topic deleted: its positions and metrics are dropped");
+    }
+}
+
 impl Book {
     pub fn new(plan: &FlowPlan) -> Self {
         Self {
@@ -227,11 +237,7 @@ impl Book {
             } else {
                 // Out of the book already: the copier group revoked the partitions (the consumer saw the
                 // topic go) before the topic sync told of the deletion, and nothing would drop it later.
-                let had_positions = acks.forget_topic(topic);
-                let had_series = METRICS.remove_topic(&flow, topic);
-                if had_positions || had_series {
-                    tracing::info!(flow = %flow, topic, "source topic deleted: its positions and metrics are dropped");
-                }
+                forget_deleted(&flow, topic, acks);
             }
         }
         for tp in current {
@@ -438,9 +444,7 @@ impl Book {
             METRICS.remove_topic_gauges(&self.flow, topic);
         }
         if self.forget.remove(topic) {
-            METRICS.remove_topic(&self.flow, topic);
-            shared.acks.forget_topic(topic);
-            tracing::info!(flow = %self.flow, topic, "source topic deleted: its positions and metrics are dropped");
+            forget_deleted(&self.flow, topic, &shared.acks);
         }
     }
 
