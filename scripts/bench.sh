@@ -34,6 +34,11 @@
 #                     transaction_max_bytes 16 MiB, the defaults) and by MM2 with exactly-once source
 #                     support; the eos engines watched read_committed (below); ratios ferry-eos/ferry
 #                     (goal >= 90 %) and ferry-eos/MM2-eos (goal > 1) [ferry,ferry-eos,mm2-eos]
+#   wan               200,000 records of 1 KiB, 8 partitions, the source behind a real TCP proxy that adds
+#                     latency (Toxiproxy, scripts/toxiproxy.sh; half of the round trip each way) at 0, 100 and
+#                     300 ms round trip (--rtts), optionally --bandwidth MBIT towards the replicator; every
+#                     connection of the engine to the source crosses the link, the data is written direct.
+#                     Ratios: each engine's rate against its own at 0 ms, ferry/MM2 per round trip [ferry,mm2]
 #   limit             the headline copy done by producer-perf into the target and consumer-perf from the
 #                     source, together: the box's copy limit (also an engine of every copy scenario)
 #   copy              a custom copy: --records, --size, --partitions [ferry]
@@ -63,10 +68,12 @@
 #                                                  (default 1 s, MM2's; with n flows from one source cluster
 #                                                  every flow copies every reverse heartbeat: n²/S records/s)
 #   --syncs N                                      checkpoint: offset syncs on the topic
+#   --rtts 0,100,300, --bandwidth MBIT             wan: round trips in ms, a bandwidth limit
 #   --timeout S         longest an engine run may take (default 900)
 #   --note TEXT         recorded with the results (e.g. "machine busy: other engineers' tests")
 #   --no-record         print the table only; --keep-clusters leaves the bench clusters running
 #   --ferry-bin PATH    measure that binary (FERRY_BIN=PATH works too)
+#   --ferry-source-client K=V,...  librdkafka properties for ferry's source cluster (e.g. fetch sizes)
 #   --ferry-rev REV     build that git revision (git archive into ~/.cache/ferry-bench, its own target dir):
 #                       an exact revision, whatever the working tree holds; default: cargo build --release
 #                       of this tree (the results say when src/ had uncommitted changes)

@@ -80,6 +80,9 @@
 #   FERRY_KAFKA_FORMAT         template (default): format a data dir by copying the bootstrap.checkpoint
 #                              that kafka-storage wrote at fetch time and writing meta.properties (no
 #                              JVM); tool: run kafka-storage format every time (~1-1.5 s more)
+#   FERRY_KAFKA_LINK           BIND_PORT:ADVERTISED_PORT: a plain node gets a second listener, LINK, bound on
+#                              BIND_PORT and advertised on ADVERTISED_PORT, where a latency proxy listens
+#                              (scripts/toxiproxy.sh); its PLAINTEXT listener stays direct
 #   FERRY_KAFKA_READY_TIMEOUT  seconds `up` waits for a broker (default 90)
 #   FERRY_KAFKA_STOP_TIMEOUT   seconds `down` waits after SIGTERM before SIGKILL (default 20)
 #   FERRY_TLS_DAYS             validity of the CAs and certificates `certs` makes (default 30)
@@ -231,7 +234,20 @@ write_properties() { # DIR PORT CONTROLLER_PORT [INTERNAL_PORT MODE]
 node.id=1
 process.roles=broker,controller
 EOF
-  if (( $# < 5 )); then
+  if (( $# < 5 )) && [[ -n ${FERRY_KAFKA_LINK:-} ]]; then
+    # A second plaintext listener for clients that come through a proxy (scripts/toxiproxy.sh): bound
+    # on one port, advertised on the proxy's, so that every connection a client opens after the
+    # bootstrap goes through the proxy too.
+    local bind=${FERRY_KAFKA_LINK%%:*} advertised=${FERRY_KAFKA_LINK#*:}
+    [[ $bind =~ ^[0-9]+$ && $advertised =~ ^[0-9]+$ ]] \
+      || die "FERRY_KAFKA_LINK must be BIND_PORT:ADVERTISED_PORT, not '$FERRY_KAFKA_LINK'"
+    cat <<EOF
+listeners=PLAINTEXT://127.0.0.1:$2,CONTROLLER://127.0.0.1:$3,LINK://127.0.0.1:$bind
+advertised.listeners=PLAINTEXT://127.0.0.1:$2,LINK://127.0.0.1:$advertised
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,LINK:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+EOF
+  elif (( $# < 5 )); then
     cat <<EOF
 listeners=PLAINTEXT://127.0.0.1:$2,CONTROLLER://127.0.0.1:$3
 advertised.listeners=PLAINTEXT://127.0.0.1:$2

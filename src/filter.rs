@@ -191,20 +191,21 @@ impl GroupFilter {
     }
 }
 
-/// `MirrorSourceConnector.shouldReplicateTopic` for the flow into `target_alias` (Kafka 4.x
-/// with `heartbeats.replication.enabled=true`, the only behaviour before 4.0).
+/// `MirrorSourceConnector.shouldReplicateTopic` for the flow into `target_alias` (Kafka 4.x).
 ///
-/// Heartbeats topics are replicated even when the topic filter excludes them, because
-/// `MirrorClient` relies on them to discover replication hops; internal topics and topics
-/// that would loop back to the target never are.
+/// With `heartbeats` (`heartbeats.replication.enabled`, the only behaviour before 4.0), heartbeats
+/// topics are replicated even when the topic filter excludes them, because `MirrorClient` relies on
+/// them to discover replication hops; internal topics and topics that would loop back to the target
+/// never are.
 #[must_use]
 pub fn should_replicate_topic(
     filter: &TopicFilter,
     policy: &ReplicationPolicy,
+    heartbeats: bool,
     target_alias: &str,
     topic: &str,
 ) -> bool {
-    (filter.should_replicate_topic(topic) || policy.is_heartbeats_topic(topic))
+    (filter.should_replicate_topic(topic) || (heartbeats && policy.is_heartbeats_topic(topic)))
         && !policy.is_internal_topic(topic)
         && !is_cycle(policy, target_alias, topic)
 }
@@ -394,11 +395,11 @@ mod tests {
     fn replicates_plain_topics_and_skips_internal_ones() {
         let filter = TopicFilter::default();
         let policy = ReplicationPolicy::default();
-        assert!(should_replicate_topic(&filter, &policy, "B", "orders"));
-        assert!(!should_replicate_topic(&filter, &policy, "B", "__consumer_offsets"));
-        assert!(!should_replicate_topic(&filter, &policy, "B", ".hidden"));
-        assert!(!should_replicate_topic(&filter, &policy, "B", "mm2-offset-syncs.B.internal"));
-        assert!(!should_replicate_topic(&filter, &policy, "B", "C.checkpoints.internal"));
+        assert!(should_replicate_topic(&filter, &policy, true, "B", "orders"));
+        assert!(!should_replicate_topic(&filter, &policy, true, "B", "__consumer_offsets"));
+        assert!(!should_replicate_topic(&filter, &policy, true, "B", ".hidden"));
+        assert!(!should_replicate_topic(&filter, &policy, true, "B", "mm2-offset-syncs.B.internal"));
+        assert!(!should_replicate_topic(&filter, &policy, true, "B", "C.checkpoints.internal"));
     }
 
     #[test]
@@ -409,14 +410,19 @@ mod tests {
         let excluded = TopicFilter::from_patterns(&[".*"], &[".*heartbeats"]).unwrap();
         for filter in [&nothing, &excluded] {
             assert!(!filter.should_replicate_topic("heartbeats"));
-            assert!(should_replicate_topic(filter, &policy, "B", "heartbeats"));
-            assert!(should_replicate_topic(filter, &policy, "B", "C.heartbeats"));
+            assert!(should_replicate_topic(filter, &policy, true, "B", "heartbeats"));
+            assert!(should_replicate_topic(filter, &policy, true, "B", "C.heartbeats"));
         }
-        assert!(!should_replicate_topic(&nothing, &policy, "B", "orders"));
-        assert!(should_replicate_topic(&excluded, &policy, "B", "orders"));
+        assert!(!should_replicate_topic(&nothing, &policy, true, "B", "orders"));
+        assert!(should_replicate_topic(&excluded, &policy, true, "B", "orders"));
         // ...but never back to the cluster they came from.
-        assert!(!should_replicate_topic(&nothing, &policy, "B", "B.heartbeats"));
-        assert!(!should_replicate_topic(&nothing, &policy, "A", "B.A.heartbeats"));
+        assert!(!should_replicate_topic(&nothing, &policy, true, "B", "B.heartbeats"));
+        assert!(!should_replicate_topic(&nothing, &policy, true, "A", "B.A.heartbeats"));
+        // heartbeats.replication.enabled = false (MM2 4.0): only what the filter selects.
+        assert!(!should_replicate_topic(&nothing, &policy, false, "B", "heartbeats"));
+        assert!(!should_replicate_topic(&nothing, &policy, false, "B", "C.heartbeats"));
+        let selected = TopicFilter::from_patterns(&["heartbeats"], &[]).unwrap();
+        assert!(should_replicate_topic(&selected, &policy, false, "B", "heartbeats"));
     }
 
     #[test]
@@ -424,34 +430,34 @@ mod tests {
         // Cluster A holds orders, B.orders, heartbeats, B.heartbeats; flow A -> B.
         let filter = TopicFilter::default();
         let policy = ReplicationPolicy::default();
-        assert!(should_replicate_topic(&filter, &policy, "B", "orders"));
-        assert!(should_replicate_topic(&filter, &policy, "B", "heartbeats"));
-        assert!(!should_replicate_topic(&filter, &policy, "B", "B.orders"));
-        assert!(!should_replicate_topic(&filter, &policy, "B", "B.heartbeats"));
+        assert!(should_replicate_topic(&filter, &policy, true, "B", "orders"));
+        assert!(should_replicate_topic(&filter, &policy, true, "B", "heartbeats"));
+        assert!(!should_replicate_topic(&filter, &policy, true, "B", "B.orders"));
+        assert!(!should_replicate_topic(&filter, &policy, true, "B", "B.heartbeats"));
         // Chain A -> B -> C with a flow C -> A.
-        assert!(!should_replicate_topic(&filter, &policy, "A", "B.A.orders"));
+        assert!(!should_replicate_topic(&filter, &policy, true, "A", "B.A.orders"));
     }
 
     #[test]
     fn kafka_4_lets_look_alike_internal_topics_through_a_permissive_filter() {
         let policy = ReplicationPolicy::default();
         let everything = TopicFilter::from_patterns(&[".*"], &[]).unwrap();
-        assert!(should_replicate_topic(&everything, &policy, "B", "orders.internal"));
-        assert!(should_replicate_topic(&everything, &policy, "B", "orders-internal"));
+        assert!(should_replicate_topic(&everything, &policy, true, "B", "orders.internal"));
+        assert!(should_replicate_topic(&everything, &policy, true, "B", "orders-internal"));
         // MM2's own topics stay internal regardless of the filter.
-        assert!(!should_replicate_topic(&everything, &policy, "B", "mm2-status.A.internal"));
+        assert!(!should_replicate_topic(&everything, &policy, true, "B", "mm2-status.A.internal"));
         // With the default excludes, look-alikes are still filtered out.
         let defaults = TopicFilter::default();
-        assert!(!should_replicate_topic(&defaults, &policy, "B", "orders.internal"));
+        assert!(!should_replicate_topic(&defaults, &policy, true, "B", "orders.internal"));
     }
 
     #[test]
     fn identity_policy_flow() {
         let filter = TopicFilter::default();
         let policy = ReplicationPolicy::identity(".", Some("A"));
-        assert!(should_replicate_topic(&filter, &policy, "B", "orders"));
-        assert!(should_replicate_topic(&filter, &policy, "B", "heartbeats"));
-        assert!(!should_replicate_topic(&filter, &policy, "B", "B.heartbeats"));
+        assert!(should_replicate_topic(&filter, &policy, true, "B", "orders"));
+        assert!(should_replicate_topic(&filter, &policy, true, "B", "heartbeats"));
+        assert!(!should_replicate_topic(&filter, &policy, true, "B", "B.heartbeats"));
     }
 
     // --- ConfigPropertyFilter -------------------------------------------------------------

@@ -49,6 +49,11 @@ RUN_DIR = os.environ.get("FERRY_BENCH_RUN", "/tmp/ferry-bench")
 SRC_PORT = int(os.environ.get("FERRY_BENCH_SRC_PORT", "39192"))
 DST_PORT = int(os.environ.get("FERRY_BENCH_DST_PORT", "39292"))
 SRC = f"127.0.0.1:{SRC_PORT}"
+# wan: the source's LINK listener (bound here, advertised on the proxy's port) and the proxy (Toxiproxy)
+LINK_BIND_PORT = int(os.environ.get("FERRY_BENCH_LINK_BIND_PORT", "39195"))
+LINK_PORT = int(os.environ.get("FERRY_BENCH_LINK_PORT", "39196"))
+LINK = f"127.0.0.1:{LINK_PORT}"
+TOXIPROXY_API_PORT = int(os.environ.get("FERRY_BENCH_TOXIPROXY_PORT", "39197"))
 DST = f"127.0.0.1:{DST_PORT}"
 CLK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -86,6 +91,7 @@ SCENARIOS: dict[str, dict] = {
     "checkpoint": dict(kind="checkpoint", syncs=1_000_000, partitions=8, step=100, engines="ferry,mm2"),
     # the old interface: scripts/bench.sh [--mm2] [RECORDS] [BYTES] [PARTITIONS]
     "copy": dict(kind="copy", records=1_000_000, size=100, partitions=6, engines="ferry"),
+    "wan": dict(kind="wan", records=200_000, size=1024, partitions=8, rtts="0,100,300", engines="ferry,mm2"),
 }
 # Exactly-once delivery (issue 19): the headline's data copied by ferry as it is (at least once), by ferry with
 # `delivery = "exactly_once"` (transaction_interval_ms 100, transaction_max_bytes 16 MiB, its defaults) and by
@@ -93,7 +99,7 @@ SCENARIOS: dict[str, dict] = {
 # read_committed watcher (BenchTool watch-committed, see EOS_ENGINES).
 SCENARIOS["exactly-once"] = dict(SCENARIOS["headline"], engines="ferry,ferry-eos,mm2-eos")
 ALL = ["headline", "small", "lz4", "latency", "partitions-2000", "partitions-10000", "flows", "flows-busy",
-       "checkpoint", "exactly-once"]
+       "checkpoint", "exactly-once", "wan"]
 # Engines that copy in transactions. Their target topics hold a transaction marker per partition per
 # transaction besides the records, so their log-end offsets exceed the record count long before the copy
 # is complete, by an amount nobody outside knows (ferry's transactions follow time and bytes, MM2's its
@@ -331,11 +337,52 @@ def broker_pid(name: str) -> int | None:
         return None
 
 
-def fresh_cluster(name: str) -> None:
+def fresh_cluster(name: str, env: dict | None = None) -> None:
     t = time.time()
     kafka_sh("down", name)
-    kafka_sh("up", name)
+    run([str(KAFKA_SH), "up", name], env=kafka_env(env), timeout=600)
     log(f"fresh cluster {name} in {time.time() - t:.1f} s")
+
+
+class Toxiproxy:
+    """The wan scenario's link: Toxiproxy (scripts/toxiproxy.sh) from LINK to the source's LINK listener,
+    with latency added half on each direction and optionally a bandwidth limit towards the replicator."""
+
+    def __init__(self, work: Path):
+        self.api = f"http://127.0.0.1:{TOXIPROXY_API_PORT}"
+        self.proc = spawn([str(ROOT / "scripts" / "toxiproxy.sh"), "run", str(TOXIPROXY_API_PORT)],
+                          work / "toxiproxy.log")
+        deadline = time.time() + 120  # the first use builds Toxiproxy (~35 s)
+        while True:
+            try:
+                self.call("GET", "/version")
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    die(f"toxiproxy did not start (log: {work / 'toxiproxy.log'})")
+                time.sleep(0.2)
+        self.call("POST", "/proxies", {"name": "link", "listen": LINK,
+                                       "upstream": f"127.0.0.1:{LINK_BIND_PORT}", "enabled": True})
+
+    def call(self, method: str, path: str, body: dict | None = None) -> str:
+        import urllib.request
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.api + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.read().decode()
+
+    def shape(self, rtt_ms: int, mbit: float | None) -> None:
+        for t in json.loads(self.call("GET", "/proxies/link/toxics")):
+            self.call("DELETE", f"/proxies/link/toxics/{t['name']}")
+        if rtt_ms:
+            for stream in ("upstream", "downstream"):
+                self.call("POST", "/proxies/link/toxics", {"name": f"latency_{stream}", "type": "latency",
+                                                           "stream": stream,
+                                                           "attributes": {"latency": rtt_ms // 2, "jitter": 0}})
+        if mbit:
+            self.call("POST", "/proxies/link/toxics", {"name": "bandwidth", "type": "bandwidth", "stream": "downstream",
+                                                       "attributes": {"rate": int(mbit * 1000 / 8)}})
 
 
 class Tools:
@@ -403,8 +450,10 @@ def free_port() -> int:
 class Ferry:
     name = "ferry"
 
-    def __init__(self, binary: Path):
+    def __init__(self, binary: Path, source_client: dict | None = None):
         self.binary = binary
+        # librdkafka properties for the source cluster (--ferry-source-client), to compare settings
+        self.source_client = source_client or {}
 
     def start(self, work: Path, src_alias: str, flows: list[dict], clusters: dict[str, str],
               wrap: list[str] = ()) -> subprocess.Popen:
@@ -412,6 +461,9 @@ class Ferry:
         d = work / "flows"
         d.mkdir(parents=True, exist_ok=True)
         text = "".join(f'[clusters.{a}]\nbootstrap_servers = "{b}"\n\n' for a, b in clusters.items())
+        if self.source_client and src_alias in clusters:
+            text += f"[clusters.{src_alias}.client]\n" + "".join(
+                f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in self.source_client.items()) + "\n"
         for f in flows:
             text += "[[flows]]\n"
             for k, v in f.items():
@@ -497,6 +549,10 @@ def describe(name: str, sc: dict) -> str:
         if sc.get("source_compression"):
             d += f", {sc['source_compression']} batches on the source"
         return ("the box's copy limit for " + d) if name == "limit" else d
+    if k == "wan":
+        d = (f"{sc['records']:,} records of {sc['size']} B, {sc['partitions']} partitions, the source behind a "
+             f"latency proxy (Toxiproxy) at {sc['rtts']} ms round trip")
+        return d + (f", {sc['bandwidth']} Mbit/s towards the replicator" if sc.get("bandwidth") else "")
     if k == "latency":
         return (f"steady {sc['rate']:,} records/s of {sc['size']} B for {sc['duration']} s over {sc['partitions']} "
                 f"partitions; arrival on the target - CreateTime")
@@ -548,7 +604,8 @@ class Bench:
     def ferry(self) -> Ferry:
         if self.ferry_bin is None:
             self.ferry_bin, self.ferry_rev = resolve_ferry(self.args)
-        return Ferry(self.ferry_bin)
+        props = dict(kv.split("=", 1) for kv in (self.args.ferry_source_client or "").split(",") if kv)
+        return Ferry(self.ferry_bin, props)
 
     def next_run(self, engine: str) -> tuple[Path, str]:
         self.run_no += 1
@@ -589,7 +646,8 @@ class Bench:
             f"{', ' + d.compression if d.compression else ''} in {time.time() - t:.1f} s")
 
     # --- one copy by a replicator
-    def copy_run(self, engine: str, d: "Data") -> dict:
+    def copy_run(self, engine: str, d: "Data", src: str = SRC) -> dict:
+        """`src`: where the replicator finds the source (the wan scenario's link; the data is written direct)."""
         records, size, partitions = d.records, d.size, d.partitions
         work, alias = self.next_run(engine)
         fresh_cluster("bdst")
@@ -610,10 +668,10 @@ class Bench:
             ferry = self.ferry()
             extra = dict(d.ferry_flow, **({"delivery": "exactly_once"} if engine == "ferry-eos" else {}))
             proc = ferry.start(work, "east", [ferry_flow("east", alias, d.topics, **extra)],
-                               {"east": SRC, alias: DST})
+                               {"east": src, alias: DST})
         else:
             proc = MM2(self.tools).start(work, mm2_props([("east", alias, ", ".join(d.topics))],
-                                                         {"east": SRC, alias: DST},
+                                                         {"east": src, alias: DST},
                                                          eos_rest_port=free_port() if engine == "mm2-eos" else None))
         res = {"engine": engine, "alias": alias, "records": records, "size": size, "partitions": partitions,
                "topics": len(d.topics)}
@@ -796,6 +854,28 @@ class Bench:
                     rnd[e] = self.copy_run(e, d)
             rounds.append(rnd)
         return {"rounds": rounds}
+
+    def scenario_wan(self, name: str, sc: dict) -> dict:
+        """The copy over a long link: the source behind Toxiproxy, each round trip in turn, every engine at
+        each. Round trip 0 is the same path through the proxy without latency (the proxy's own cost is in
+        every row)."""
+        d = Data(name, sc)
+        fresh_cluster("bsrc", {"FERRY_KAFKA_LINK": f"{LINK_BIND_PORT}:{LINK_PORT}"})
+        self.write_source(d)
+        link = Toxiproxy(self.work)
+        rtts = [int(x) for x in str(sc["rtts"]).split(",")]
+        rounds = []
+        for r in range(self.args.runs):
+            rnd = {}
+            for rtt in rtts:
+                link.shape(rtt, sc.get("bandwidth"))
+                for e in self.engines(sc):
+                    res = self.copy_run(e, d, src=LINK)
+                    res["rtt_ms"] = rtt
+                    rnd[f"{e}@{rtt}"] = res
+            rounds.append(rnd)
+        stop(link.proc)
+        return {"rounds": rounds, "rtts": rtts}
 
     def scenario_latency(self, name: str, sc: dict) -> dict:
         fresh_cluster("bsrc")
@@ -1624,6 +1704,28 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
                    "record bytes / that CPU (and / the CPU from the first record to the last). Limit: producer-perf into the target and consumer-perf from the source run "
                    "together; its rate is the slower of the two. Others' load: cores busy with other processes "
                    "than the brokers, the replicator and the watcher during the run (other engineers' builds and tests)."]
+    elif kind == "wan":
+        rtts = result["rtts"]
+        engines = [e for e in ("ferry", "mm2") if any(f"{e}@{rtts[0]}" in r for r in rounds)]
+        md += ["| round trip | " + " | ".join(f"{LABELS[e]} copy rate | {LABELS[e]} MB/s | {LABELS[e]} % of its 0 ms rate"
+                                           for e in engines) + " | ferry/MM2 |",
+               "|---|" + "---|---|---|" * len(engines) + "---|"]
+        for rtt in rtts:
+            row = [f"{rtt} ms"]
+            for e in engines:
+                kept = ratio_med(rounds, f"{e}@{rtt}", f"{e}@{rtts[0]}", "rate")
+                row += [fmt_rate(med(rounds, f"{e}@{rtt}", "rate")), fmt(med(rounds, f"{e}@{rtt}", "mb_s"), ".1f"),
+                        fmt(kept and kept * 100, ".0f", " %")]
+            vs = ratio_med(rounds, f"ferry@{rtt}", f"mm2@{rtt}", "rate") if len(engines) == 2 else None
+            md.append("| " + " | ".join(row) + f" | {fmt(vs, '.2f', 'x')} |")
+        last = rtts[-1]
+        kept = ratio_med(rounds, f"ferry@{last}", f"ferry@{rtts[0]}", "rate")
+        vs = ratio_med(rounds, f"ferry@{last}", f"mm2@{last}", "rate")
+        md += ["", f"Targets (goals of the performance issue, not assertions) at {last} ms: ferry keeps ≥ 80 % of its "
+                   f"0 ms rate: {check(kept, lambda v: v >= 0.8)}; ≥ 2x MM2's rate: {check(vs, lambda v: v >= 2)}.",
+               "", "Copy rate: records / (last - first record seen on the target), as in the copy scenarios. Both engines "
+                   "with their defaults (MM2 with the bench's producer overrides), reading the source through the "
+                   "proxy: every connection of theirs to the source, including offset syncs, crosses the link."]
     elif kind == "latency":
         md += ["| engine | p50 | p90 | p99 | p99.9 | max | samples | CPU during the load | peak RSS | first copy after |",
                "|---|---|---|---|---|---|---|---|---|---|"]
@@ -1848,8 +1950,12 @@ def main() -> None:
                     help="flows: seconds between heartbeats of every flow, both engines (default 1, MM2's)")
     ap.add_argument("--window", type=int, help="flows: seconds of idle CPU measurement")
     ap.add_argument("--syncs", type=int, help="checkpoint: offset syncs on the topic")
+    ap.add_argument("--rtts", help="wan: comma list of round trips in ms (default 0,100,300)")
+    ap.add_argument("--bandwidth", type=float, help="wan: Mbit/s from the source to the replicator (default: none)")
     ap.add_argument("--timeout", type=int, default=900, help="seconds an engine run may take")
     ap.add_argument("--ferry-bin", help="the ferry binary to measure (or FERRY_BIN)")
+    ap.add_argument("--ferry-source-client", help="librdkafka properties for ferry's source cluster, k=v,k=v "
+                                                  "(to compare settings; recorded in the command line)")
     ap.add_argument("--ferry-rev", help="build this git revision (git archive into ~/.cache/ferry-bench)")
     ap.add_argument("--freq", type=int, default=499, help="profile: perf sampling frequency")
     ap.add_argument("--note", help="a remark recorded with the results (e.g. 'machine busy')")
@@ -1879,7 +1985,7 @@ def main() -> None:
         for n in names:
             sc = dict(SCENARIOS[n])
             for k in ("records", "size", "partitions", "topics", "rate", "duration", "warmup", "window", "syncs",
-                      "heartbeats"):
+                      "heartbeats", "rtts", "bandwidth"):
                 if getattr(args, k) is not None:
                     sc[k] = getattr(args, k)
             if sc["kind"] == "busy" and args.flows:

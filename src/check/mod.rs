@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 use crate::clients::{Admin, Connection, Isolation};
 use crate::config::{ClusterSpec, FlowId, FlowPlan, FlowSet, secrets};
-use crate::filter::should_replicate_topic;
 use crate::flow::Identity;
 use crate::kafka::{self, TopicSpec};
 use crate::raw_admin;
@@ -331,18 +330,15 @@ fn selected_topics(plan: &FlowPlan, source: &Cluster) -> Result<(BTreeMap<String
     let alias = &plan.source.alias;
     let meta = source.conn.meta(Isolation::AsConfigured).map_err(|e| source.said(e))?;
     let listed = kafka::topic_partitions(&meta, alias).map_err(|e| source.said(e))?;
-    let selected: BTreeMap<String, i32> = listed
-        .iter()
-        .filter(|(t, _)| should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, t))
-        .map(|(t, n)| (t.clone(), *n))
-        .collect();
+    let selected: BTreeMap<String, i32> =
+        listed.iter().filter(|(t, _)| plan.copies_topic(t)).map(|(t, n)| (t.clone(), *n)).collect();
     let literal: Vec<String> = plan
         .topic_filter
         .include
         .patterns()
         .iter()
         .filter(|p| crate::flow::topics::is_literal(p) && !listed.contains_key(p.as_str()))
-        .filter(|t| should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, t))
+        .filter(|t| plan.copies_topic(t))
         .cloned()
         .collect();
     if literal.is_empty() {

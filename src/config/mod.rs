@@ -241,6 +241,11 @@ pub struct FlowSettings {
     /// `<source>.heartbeats` (MM2's reverse heartbeat-only pair). The heartbeat emitter's only write to
     /// the source.
     pub emit_reverse_heartbeats_enabled: bool,
+    /// MM2 4.0's `heartbeats.replication.enabled` (KIP-1089): every heartbeats topic of the source
+    /// (`heartbeats`, `x.heartbeats`, ...) is copied whatever `topics` says, which is how topologies are
+    /// discovered. Off: only those `topics` selects. A hub whose sources see each other's heartbeats, or
+    /// a flow that must not rebalance for topics it does not copy, may switch it off.
+    pub heartbeats_replication_enabled: bool,
     /// MM2's `emit.checkpoints.enabled`: checkpoint records into `<source>.checkpoints.internal`.
     pub emit_checkpoints_enabled: bool,
     /// MM2's `emit.offset-syncs.enabled` (KIP-1031): without syncs nothing can be translated, so
@@ -416,6 +421,18 @@ impl PartialEq for FlowPlan {
 }
 
 impl FlowPlan {
+    /// Whether the flow copies the source topic `topic`: its topic filter, its heartbeats switch, never
+    /// an internal topic nor one that would loop back to the target (MM2's `shouldReplicateTopic`).
+    pub fn copies_topic(&self, topic: &str) -> bool {
+        crate::filter::should_replicate_topic(
+            &self.topic_filter,
+            &self.policy,
+            self.settings.heartbeats_replication_enabled,
+            &self.id.target,
+            topic,
+        )
+    }
+
     /// The cluster that holds the flow's offset-syncs topic, and the topic's name (MM2's rule,
     /// mm2-reference.md §2.1: named for the cluster that does not hold it).
     pub fn offset_syncs_topic(&self) -> (&ClusterSpec, String) {
@@ -485,6 +502,7 @@ impl FlowSet {
             let switches: Vec<String> = [
                 ("emit_heartbeats", s.emit_heartbeats_enabled),
                 ("emit_reverse_heartbeats", s.emit_reverse_heartbeats_enabled),
+                ("heartbeats_replication", s.heartbeats_replication_enabled),
                 ("emit_checkpoints", s.emit_checkpoints_enabled),
                 ("emit_offset_syncs", s.emit_offset_syncs_enabled),
                 ("sync_group_offsets", s.sync_group_offsets_enabled),

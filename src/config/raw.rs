@@ -102,6 +102,8 @@ pub struct RawFlow {
     pub emit_heartbeats_enabled: Option<bool>,
     /// Heartbeats into the source's `heartbeats` (MM2's reverse heartbeat-only pair): writes to the source.
     pub emit_reverse_heartbeats_enabled: Option<bool>,
+    /// MM2 4.0's `heartbeats.replication.enabled` (KIP-1089): heartbeats topics copied whatever `topics` says.
+    pub heartbeats_replication_enabled: Option<bool>,
     pub emit_checkpoints_enabled: Option<bool>,
     pub emit_offset_syncs_enabled: Option<bool>,
     pub refresh_topics_enabled: Option<bool>,

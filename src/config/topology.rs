@@ -53,8 +53,10 @@ impl Edge {
     }
 
     /// The flow copies `topic` (the topic synchroniser's own rule: filters, internal topics, cycles).
+    /// Heartbeats topics count as copied even where a flow switched their replication off: a route
+    /// the check assumes and the flow never takes is a refusal too many, never a loop let through.
     fn copies(&self, topic: &str) -> bool {
-        should_replicate_topic(&self.filter, &self.policy, &self.target, topic)
+        should_replicate_topic(&self.filter, &self.policy, true, &self.target, topic)
     }
 }
 

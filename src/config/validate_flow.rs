@@ -311,6 +311,7 @@ pub(super) fn flow(
         mm2_source_connector,
         emit_heartbeats_enabled: rf.emit_heartbeats_enabled.unwrap_or(true),
         emit_reverse_heartbeats_enabled: rf.emit_reverse_heartbeats_enabled.unwrap_or(true),
+        heartbeats_replication_enabled: rf.heartbeats_replication_enabled.unwrap_or(true),
         emit_checkpoints_enabled,
         emit_offset_syncs_enabled,
         refresh_topics_enabled: rf.refresh_topics_enabled.unwrap_or(true),

@@ -25,7 +25,7 @@ use crate::acl_sync;
 use crate::clients::{Admin, FlowConnections, Isolation, MetaConsumer};
 use crate::config::{FlowPlan, GroupProtocol};
 use crate::failpoints;
-use crate::filter::{ConfigPropertyFilter, should_replicate_topic};
+use crate::filter::ConfigPropertyFilter;
 use crate::flow::writable::{self, Writable};
 use crate::kafka::{self, KafkaOpError, TopicSpec};
 use crate::metrics::METRICS;
@@ -483,11 +483,8 @@ async fn refresh_once(
     })?;
     let (source_topics, mut target_topics) = metadata(clients, plan).await?;
     let source_has_heartbeats = source_topics.contains_key(plan.policy.heartbeats_topic());
-    let mut selected: BTreeMap<String, i32> = source_topics
-        .iter()
-        .filter(|(t, _)| should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, t))
-        .map(|(t, n)| (t.clone(), *n))
-        .collect();
+    let mut selected: BTreeMap<String, i32> =
+        source_topics.iter().filter(|(t, _)| plan.copies_topic(t)).map(|(t, n)| (t.clone(), *n)).collect();
     if let Some(kept) = kept {
         keep_only(&mut selected, kept, plan.policy.heartbeats_topic());
     }
@@ -663,7 +660,7 @@ async fn refused_topics(
         .patterns()
         .iter()
         .filter(|p| is_literal(p) && !source_topics.contains_key(p.as_str()))
-        .filter(|t| should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, t))
+        .filter(|t| plan.copies_topic(t))
         .filter(|t| kept.is_none_or(|k| k.contains(*t)))
         .cloned()
         .collect();

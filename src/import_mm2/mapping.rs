@@ -294,6 +294,7 @@ fn flow(f: Flow, out: &mut Mapped) {
             "sync.topic.configs.interval.seconds" => Some(("sync_topic_configs_interval_seconds", number(out))),
             "offset.lag.max" => Some(("offset_lag_max", number(out))),
             "emit.heartbeats.enabled" => Some(("emit_heartbeats_enabled", boolean(out))),
+            "heartbeats.replication.enabled" => Some(("heartbeats_replication_enabled", boolean(out))),
             super::dedicated::REVERSE_HEARTBEATS => Some(("emit_reverse_heartbeats_enabled", boolean(out))),
             "emit.checkpoints.enabled" => Some(("emit_checkpoints_enabled", boolean(out))),
             "emit.offset-syncs.enabled" => Some(("emit_offset_syncs_enabled", boolean(out))),
@@ -457,7 +458,7 @@ mod tests {
     #[test]
     fn mm2s_switches_map_and_acl_sync_defaults_to_mm2s_on() {
         let m = mapped(&format!(
-            "{BASE}emit.heartbeats.enabled = false\nemit.checkpoints.enabled = false\n\
+            "{BASE}emit.heartbeats.enabled = false\nemit.checkpoints.enabled = false\nheartbeats.replication.enabled = false\n\
              config.properties.exclude = retention\\\\..*, min\\\\.insync\\\\.replicas\n\
              heartbeats.topic.replication.factor = 1\nrefresh.groups.enabled = false\n"
         ));
@@ -465,6 +466,7 @@ mod tests {
         let get = |k: &str| keys.iter().find(|(key, _)| key == k).map(|(_, v)| v.to_string());
         assert_eq!(get("emit_heartbeats_enabled").as_deref(), Some("false"));
         assert_eq!(get("emit_checkpoints_enabled").as_deref(), Some("false"));
+        assert_eq!(get("heartbeats_replication_enabled").as_deref(), Some("false"));
         assert_eq!(get("refresh_groups_enabled").as_deref(), Some("false"));
         assert_eq!(get("heartbeats_topic_replication_factor").as_deref(), Some("1"));
         assert_eq!(get("config_properties_exclude").as_deref(), Some(r#"['retention\..*', 'min\.insync\.replicas']"#));

@@ -22,6 +22,7 @@ mod harness;
 mod import_mm2;
 mod kerberos;
 mod leader_fence;
+mod links;
 mod many_flows;
 mod observability;
 mod offset_syncs;

@@ -185,3 +185,49 @@ fn new_topics_beyond_the_controllers_request_limit_are_all_created() {
     assert!(!ferry.log().contains("Excessively large"), "{}", ferry.log());
     ferry.terminate(Duration::from_secs(60));
 }
+
+/// `heartbeats_replication_enabled = false` (MM2 4.0's `heartbeats.replication.enabled`): the flow
+/// copies what `topics` selects and no heartbeats topic of the source, neither `heartbeats` nor the
+/// `x.heartbeats` topics other flows left there; by default it copies them all, as MM2 does.
+#[test]
+fn heartbeats_topics_are_copied_unless_their_replication_is_switched_off() {
+    let (east, west) = shared_pair();
+    let topic = unique("nohb-copy");
+    create_topic(&east.bootstrap, &topic, 2, &[]);
+    // The source holds heartbeats topics whatever ran before: its own and a remote one.
+    support::client::ensure_topic(&east.bootstrap, "heartbeats", 1);
+    let neighbour = format!("{}.heartbeats", unique("nohb"));
+    create_topic(&east.bootstrap, &neighbour, 1, &[]);
+    produce(&east.bootstrap, &topic, &[Rec::new(0, b"a", 1), Rec::new(1, b"b", 2)]);
+    let assigned = |ferry: &Ferry| -> Vec<String> {
+        let h = support::observe::health(ferry.listen_addr());
+        h["flows"]["east->west"]["assigned"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect()
+    };
+    for (switch, copies_heartbeats) in [("heartbeats_replication_enabled = false", false), ("", true)] {
+        let dir = flows_dir(east, west, &flow(&format!("\"{topic}\""), switch));
+        let mut ferry = Ferry::start(dir.path(), &[]);
+        ferry.wait_log("node started", Duration::from_secs(30));
+        let mine = [format!("{topic}-0"), format!("{topic}-1")];
+        let mut seen = Vec::new();
+        wait_for(ARRIVAL, &format!("the flow ({switch:?}) copying {topic}"), || {
+            seen = assigned(&ferry);
+            mine.iter().all(|p| seen.contains(p)) && (!copies_heartbeats || seen.contains(&format!("{neighbour}-0")))
+        });
+        let heartbeats: Vec<&String> = seen.iter().filter(|p| p.contains("heartbeats")).collect();
+        if copies_heartbeats {
+            assert!(
+                seen.contains(&"heartbeats-0".to_string()),
+                "by default the source's heartbeats is copied: {seen:?}"
+            );
+        } else {
+            assert!(heartbeats.is_empty(), "heartbeats topics copied with their replication off: {heartbeats:?}");
+            assert_eq!(seen.len(), 2, "only the flow's topic: {seen:?}");
+        }
+        assert!(ferry.terminate(Duration::from_secs(30)).success());
+    }
+}

@@ -42,7 +42,6 @@ use super::worker::{Control, Signal, Worker};
 use crate::checkpoint_store::CheckpointStore;
 use crate::clients::{Admin, FlowConnections};
 use crate::config::{FlowPlan, PolicyKind};
-use crate::filter::should_replicate_topic;
 use crate::flow::Identity;
 use crate::kafka::{self, ErrorCapture, KafkaOpError, TopicSpec};
 use crate::metrics::METRICS;
@@ -418,7 +417,7 @@ impl<'a> Computer<'a> {
             let back = st.reverse_inverse(&original, partition, offset).offset()?;
             return Some((original, back));
         }
-        if !should_replicate_topic(&plan.topic_filter, &plan.policy, &plan.id.target, topic) {
+        if !plan.copies_topic(topic) {
             return None;
         }
         let forward = st.forward_syncs().translate(topic, partition, offset);

@@ -176,21 +176,35 @@ pub struct Cluster {
     watchdog: Option<Child>,
     /// `None` for a plaintext cluster.
     secured: Option<Secured>,
+    /// The long link in front of a cluster started by [`Cluster::start_linked`].
+    link: Option<super::link::Link>,
 }
 
 impl Cluster {
     /// Starts a dedicated cluster on free loopback ports and waits until it is usable; panics with
     /// the tail of the broker log if it is not within [`READY_TIMEOUT`].
     pub fn start(name: &str) -> Cluster {
+        Cluster::start_plain(name, None)
+    }
+
+    /// A dedicated plaintext cluster with a long link in front of it (see [`super::link`]): clients
+    /// that bootstrap from [`Cluster::linked_bootstrap`] reach it only through the proxy, while
+    /// `bootstrap` stays direct (for the test's own producers and checks).
+    pub fn start_linked(name: &str) -> Cluster {
+        let link = super::link::Link::start(free_port());
+        Cluster::start_plain(name, Some(link))
+    }
+
+    fn start_plain(name: &str, link: Option<super::link::Link>) -> Cluster {
         super::timing::touch();
         let [port, controller_port] = distinct_free_ports();
         let dir = cluster_dir(name);
-        kafka_sh(&[
-            "prepare",
-            dir.path().to_str().expect("utf-8 temp dir"),
-            &port.to_string(),
-            &controller_port.to_string(),
-        ]);
+        let link_ports = link.as_ref().map(|l| format!("{}:{}", l.upstream, l.port));
+        let env: Vec<(&str, &str)> = link_ports.iter().map(|p| ("FERRY_KAFKA_LINK", p.as_str())).collect();
+        kafka_sh_env(
+            &["prepare", dir.path().to_str().expect("utf-8 temp dir"), &port.to_string(), &controller_port.to_string()],
+            &env,
+        );
         let mut cluster = Cluster {
             name: name.to_string(),
             bootstrap: format!("127.0.0.1:{port}"),
@@ -200,9 +214,20 @@ impl Cluster {
             java: None,
             watchdog: None,
             secured: None,
+            link,
         };
         cluster.launch();
         cluster
+    }
+
+    /// The link in front of a cluster started by [`Cluster::start_linked`].
+    pub fn link(&self) -> &super::link::Link {
+        self.link.as_ref().unwrap_or_else(|| panic!("[{}] has no link (Cluster::start_linked)", self.name))
+    }
+
+    /// The bootstrap address through the link.
+    pub fn linked_bootstrap(&self) -> String {
+        self.link().bootstrap()
     }
 
     /// Starts a dedicated secured cluster (see [`Security`]) and waits until [`ADMIN`] can use it.
@@ -265,6 +290,7 @@ impl Cluster {
             java: None,
             watchdog: None,
             secured: Some(Secured { security, tls, passwords, internal_port, client_tls: None }),
+            link: None,
         };
         register_security(&cluster.bootstrap, cluster.client_props(ADMIN));
         cluster.launch();

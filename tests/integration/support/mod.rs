@@ -36,6 +36,7 @@ pub mod ferry;
 pub mod flows;
 pub mod group;
 pub mod kdc;
+pub mod link;
 pub mod mm2;
 pub mod mm2_client;
 pub mod observe;
