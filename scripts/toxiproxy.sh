@@ -44,8 +44,15 @@ do_fetch() {
   tmp=$CACHE/toxiproxy.tmp.$$
   rm -rf "$tmp" && mkdir -p "$tmp"
   log "building Toxiproxy $TOXIPROXY_VERSION into $DIR"
-  GOBIN=$tmp GOFLAGS=-mod=mod go install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION" \
-    >"$tmp/go.log" 2>&1 || { cat "$tmp/go.log" >&2; rm -rf "$tmp"; die "go install of toxiproxy failed"; }
+  # Three tries: the module proxy has answered a TLS handshake timeout here once.
+  local try
+  for try in 1 2 3; do
+    GOBIN=$tmp GOFLAGS=-mod=mod go install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION" \
+      >"$tmp/go.log" 2>&1 && break
+    (( try < 3 )) || { cat "$tmp/go.log" >&2; rm -rf "$tmp"; die "go install of toxiproxy failed (3 tries)"; }
+    log "go install failed (try $try), trying again: $(tail -n 1 "$tmp/go.log")"
+    sleep 5
+  done
   mkdir -p "$DIR"
   mv "$tmp/server" "$BIN"
   rm -rf "$tmp"
