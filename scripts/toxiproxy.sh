@@ -29,6 +29,9 @@ CACHE=${FERRY_KAFKA_CACHE:-$HOME/.cache/ferry}
 DIR=$CACHE/toxiproxy-$TOXIPROXY_VERSION
 BIN=$DIR/toxiproxy-server
 
+# Go's own installer puts it here, not always on PATH.
+PATH=$PATH:/usr/local/go/bin
+
 die() { echo "toxiproxy.sh: $*" >&2; exit 1; }
 log() { echo "toxiproxy.sh: $*" >&2; }
 
