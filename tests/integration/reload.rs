@@ -53,6 +53,13 @@ fn all_reloads(ferry: &Ferry) -> f64 {
     metric_sum(&observe::metrics(ferry.listen_addr()), "ferry_config_reloads_total", &[])
 }
 
+/// A flows directory with the clusters file of the east/west pair (the flows are the test's to write).
+fn east_west_dir(east: &Cluster, west: &Cluster) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("flows dir");
+    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    dir
+}
+
 fn write(dir: &Path, file: &str, text: &str) {
     // Written aside and renamed, as editors and tools do: the reload never sees half a file.
     let tmp = dir.join(format!(".{file}.tmp"));
@@ -78,8 +85,7 @@ fn adding_a_flow_starts_it_within_seconds_and_leaves_the_running_flow_untouched(
     create_topic(&east.bootstrap, &a, 2, &[]);
     create_topic(&west.bootstrap, &b, 1, &[]);
     produce(&west.bootstrap, &b, &records("b", 0..100, 1));
-    let dir = tempfile::tempdir().expect("flows dir");
-    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    let dir = east_west_dir(east, west);
     write(dir.path(), "east-west.toml", &flow("east", "west", &[&a], ""));
     let stream = Stream::start(&east.bootstrap, &a, 2, "a", 100, Duration::from_millis(20));
     let mut ferry = Ferry::start(dir.path(), &[]);
@@ -180,8 +186,7 @@ fn changing_a_flow_restarts_only_it_and_removing_it_stops_it_gracefully() {
     create_topic(&east.bootstrap, &fixed, 2, &[]);
     produce(&east.bootstrap, &fixed, &records("f", 0..500, 2));
     support::commit_group_offsets(&east.bootstrap, &group, &[(&fixed, 0, 100), (&fixed, 1, 100)]);
-    let dir = tempfile::tempdir().expect("flows dir");
-    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    let dir = east_west_dir(east, west);
     write(dir.path(), "west-east.toml", &flow("west", "east", &[&a], ""));
     write(dir.path(), "east-west.toml", &flow("east", "west", &[&b1], ""));
     let stream = Stream::start(&west.bootstrap, &a, 1, "a", 100, Duration::from_millis(20));
@@ -325,8 +330,7 @@ fn a_flow_restarted_by_a_reload_recovers_its_checkpoints_and_sync_history() {
             "groups = [\"{t}-.*\"]\nemit_checkpoints_interval_seconds = {interval}\nrefresh_groups_interval_seconds = 1\n"
         )
     };
-    let dir = tempfile::tempdir().expect("flows dir");
-    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    let dir = east_west_dir(east, west);
     write(dir.path(), "flow.toml", &flow("east", "west", &[&t], &settings(1.0)));
     let mut ferry = Ferry::start(dir.path(), &[]);
     // (upstream, downstream) of the newest checkpoint of `group`.
@@ -390,8 +394,7 @@ impl Streaming {
         let (east, west) = shared_pair();
         let a = unique(tag);
         create_topic(&east.bootstrap, &a, 1, &[]);
-        let dir = tempfile::tempdir().expect("flows dir");
-        write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+        let dir = east_west_dir(east, west);
         write(dir.path(), flow_file, &flow("east", "west", &[&a], ""));
         let stream = Stream::start(&east.bootstrap, &a, 1, "a", 50, Duration::from_millis(20));
         let mut ferry = Ferry::start(dir.path(), &[]);
@@ -518,8 +521,7 @@ fn disabling_a_flow_stops_it_and_enabling_resumes_where_it_stopped() {
     let a = unique("reload-enable");
     create_topic(&east.bootstrap, &a, 1, &[]);
     produce(&east.bootstrap, &a, &records("a", 0..100, 1));
-    let dir = tempfile::tempdir().expect("flows dir");
-    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    let dir = east_west_dir(east, west);
     write(dir.path(), "flow.toml", &flow("east", "west", &[&a], ""));
     let mut ferry = Ferry::start(dir.path(), &[]);
     let remote = format!("east.{a}");
@@ -555,8 +557,7 @@ fn a_flow_whose_old_generation_ends_late_shows_the_new_generation_running() {
     let a = unique("reload-late-stop");
     create_topic(&east.bootstrap, &a, 1, &[]);
     produce(&east.bootstrap, &a, &records("a", 0..100, 1));
-    let dir = tempfile::tempdir().expect("flows dir");
-    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    let dir = east_west_dir(east, west);
     write(dir.path(), "flow.toml", &flow("east", "west", &[&a], ""));
     let mut ferry =
         Ferry::start_env(dir.path(), &["--shutdown-timeout", "2"], &[("FAILPOINTS", "flow-stop=1*return(8000)")]);
@@ -790,8 +791,7 @@ fn a_dry_run_lists_the_flow_that_would_restart_and_nothing_restarts() {
     let topic = unique("reload-dry");
     create_topic(&east.bootstrap, &topic, 1, &[]);
     produce(&east.bootstrap, &topic, &records("a", 0..50, 1));
-    let dir = tempfile::tempdir().expect("flows dir");
-    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    let dir = east_west_dir(east, west);
     write(dir.path(), "east-west.toml", &flow("east", "west", &[&topic], "refresh_topics_interval_seconds = 2\n"));
     let mut ferry = Ferry::start(dir.path(), &["--reload", "manual"]);
     let url = format!("http://{}", ferry.listen_addr());
@@ -868,8 +868,7 @@ fn reading_the_flows_directory_sets_off_no_reload() {
     use notify_debouncer_full::notify::{self, EventKind, RecursiveMode, Watcher as _};
 
     let (east, west) = shared_pair();
-    let dir = tempfile::tempdir().expect("flows dir");
-    write(dir.path(), "clusters.toml", &clusters_toml(&[("east", &east.bootstrap), ("west", &west.bootstrap)]));
+    let dir = east_west_dir(east, west);
     write(dir.path(), "notes.toml", "# no flows yet\n");
     // No periodic rescan during the test: it reads the files too (every 30 s by default).
     let mut ferry = Ferry::start_env(dir.path(), &[], &[("FERRY_TEST_RESCAN_INTERVAL_MS", "3600000")]);
