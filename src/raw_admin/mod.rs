@@ -28,6 +28,8 @@
 //! that thread runs).
 //!
 //! librdkafka 2.12 quirks this module papers over or documents:
+//! - a group call that times out before its coordinator answers aborted the whole process when the
+//!   coordinator came back (librdkafka#4605): fixed in the vendored librdkafka (`vendor/README.md`);
 //! - it knows only the classic group states: KIP-848 groups in `Assigning` or `Reconciling` are
 //!   reported as [`GroupState::Unknown`] (the state string is mapped by name, unknown names to 0);
 //! - DescribeConsumerGroups rejects an empty or duplicated group list: we return nothing for an

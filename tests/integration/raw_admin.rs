@@ -268,3 +268,67 @@ async fn alter_offsets_of_an_active_consumer_protocol_group_is_refused() {
     assert_eq!((state, members), (GroupState::Stable, 1));
     assert_eq!((e.code, e.name.as_str()), (25, "UNKNOWN_MEMBER_ID"), "{e}");
 }
+
+/// A group call (ListConsumerGroupOffsets) that times out while no broker answers, and the cluster
+/// coming back afterwards: the process lives on. librdkafka 2.12.1 freed the call's bookkeeping when the
+/// late coordinator lookup found the call gone, then read it again (librdkafka#4605): the process
+/// aborted on `rd_kafka_enq_once_del_source_return: Assertion 'eonce->refcnt > 0'` as soon as the
+/// coordinator answered, after any outage that outlasted a group call's timeout. The call runs in a
+/// child process (this test binary, running the ignored test below) so that an abort fails this test
+/// instead of ending the whole suite.
+#[test]
+fn a_group_call_that_timed_out_during_an_outage_does_not_abort_the_process_when_the_cluster_returns() {
+    let east = &shared_pair().0;
+    let exe = std::env::current_exe().expect("test binary");
+    let out = std::process::Command::new(exe)
+        .args(["--exact", "raw_admin::child_group_call_timed_out_during_an_outage", "--ignored", "--nocapture"])
+        .env(CHILD_BOOTSTRAP, &east.bootstrap)
+        .output()
+        .expect("run the child");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the child process ended with {}:\n{text}", out.status);
+    assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
+}
+
+const CHILD_BOOTSTRAP: &str = "FERRY_TEST_CHILD_BOOTSTRAP";
+
+#[test]
+#[ignore = "run in a child process by a_group_call_that_timed_out_during_an_outage_does_not_abort_..."]
+fn child_group_call_timed_out_during_an_outage() {
+    let Ok(cluster) = std::env::var(CHILD_BOOTSTRAP) else { return };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    // The admin client's only bootstrap address is a port where nothing listens yet: the outage.
+    let port = support::free_port();
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", format!("127.0.0.1:{port}"))
+        .set("reconnect.backoff.max.ms", "500")
+        .create()
+        .expect("admin client");
+    let group = unique("outage-group");
+    let e = rt.block_on(list_consumer_group_offsets(&admin, &group, Duration::from_secs(1))).expect_err("no broker");
+    assert_eq!(e.name, "_TIMED_OUT", "{e}");
+    // The cluster returns: the port now forwards to the real broker.
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the outage port");
+    std::thread::spawn(move || forward(listener, cluster));
+    // Connections come up, the timed-out call's coordinator lookup goes on, and later calls succeed.
+    rt.block_on(describe_cluster(&admin, TIMEOUT)).expect("the cluster answers again");
+    for _ in 0..3 {
+        rt.block_on(list_consumer_group_offsets(&admin, &group, TIMEOUT)).expect("group offsets after the outage");
+    }
+    rt.block_on(describe_consumer_groups(&admin, &[group], TIMEOUT)).expect("describe after the outage");
+}
+
+/// Forwards every connection accepted on `listener` to `to`, both ways, until either side closes.
+fn forward(listener: std::net::TcpListener, to: String) {
+    for client in listener.incoming().flatten() {
+        let Ok(upstream) = std::net::TcpStream::connect(&to) else { continue };
+        for (mut from, mut into) in
+            [(client.try_clone().expect("dup"), upstream.try_clone().expect("dup")), (upstream, client)]
+        {
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut from, &mut into);
+                let _ = into.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    }
+}
