@@ -568,6 +568,34 @@ public class BenchTool {
         return 0;
     }
 
+    /**
+     * Makes a fresh cluster one that has served clients: a group commit and a transaction create its
+     * __consumer_offsets and __transaction_state (50 partitions each), which a cluster in use has. On a
+     * fresh cluster their creation delays whichever client needs them first by seconds.
+     */
+    static int warm(String[] a) throws Exception {
+        long t0 = now();
+        String topic = "bench-warm";
+        try (Admin admin = admin(a[0])) {
+            admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get();
+            if (awaitTopic(admin, topic, now() + 60000) == null) throw new RuntimeException("no leader: " + topic);
+            admin.alterConsumerGroupOffsets("bench-warm", Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(0)))
+                .all().get();
+        }
+        Properties p = base(a[0]);
+        p.put("key.serializer", ByteArraySerializer.class.getName());
+        p.put("value.serializer", ByteArraySerializer.class.getName());
+        p.put("transactional.id", "bench-warm");
+        try (KafkaProducer<byte[], byte[]> tx = new KafkaProducer<>(p)) {
+            tx.initTransactions();
+            tx.beginTransaction();
+            tx.send(new ProducerRecord<>(topic, 0, null, "warm".getBytes(StandardCharsets.UTF_8)));
+            tx.commitTransaction();
+        }
+        out("warm " + now() + " " + (now() - t0));
+        return 0;
+    }
+
     static int produceOne(String[] a) throws Exception {
         try (KafkaProducer<byte[], byte[]> p = producer(a[0])) {
             p.send(new ProducerRecord<>(a[1], 0, null, "primer".getBytes(StandardCharsets.UTF_8))).get();
@@ -578,7 +606,7 @@ public class BenchTool {
 
     public static void main(String[] args) throws Exception {
         if (args.length < 2) {
-            System.err.println("usage: BenchTool watch|watch-committed|latency|syncs|commit|checkpoints|heartbeats|create|produce-one ...");
+            System.err.println("usage: BenchTool watch|watch-committed|latency|syncs|commit|checkpoints|heartbeats|create|produce-one|warm ...");
             System.exit(2);
         }
         String[] rest = Arrays.copyOfRange(args, 1, args.length);
@@ -592,6 +620,7 @@ public class BenchTool {
             case "heartbeats" -> heartbeats(rest);
             case "create" -> create(rest);
             case "produce-one" -> produceOne(rest);
+            case "warm" -> warm(rest);
             case "produce" -> produce(rest);
             default -> {
                 System.err.println("unknown subcommand " + args[0]);

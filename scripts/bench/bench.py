@@ -1185,6 +1185,9 @@ class Bench:
     def checkpoint_run(self, engine: str, parts: int, step: int, syncs: int, groups: dict[str, int]) -> dict:
         work, alias = self.next_run(engine)
         fresh_cluster("bdst")
+        # A target in use already has __consumer_offsets and __transaction_state; a fresh one creates them
+        # on first use, seconds that either engine's first group join or transaction would otherwise wait.
+        log(f"target warmed (a group commit and a transaction) in {self.tools.call('warm', DST).split()[-1]} ms")
         out = self.tools.call("syncs", SRC, f"mm2-offset-syncs.{alias}.internal", "ckpt", str(parts), str(syncs),
                               str(step))
         info = json.loads(out.strip().splitlines()[-1])
@@ -1875,22 +1878,25 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
                        f"after {fmt(med(rounds, 'ferry', 'syncs_read_s'), '.2f', ' s')} (a thread of its own, from the "
                        f"start); the published checkpoints loaded after "
                        f"{fmt(med(rounds, 'ferry', 'checkpoints_loaded_s'), '.2f', ' s')} (after the checkpoint "
-                       f"producer's transactions were initialised on the fresh target). The first emission needs both."]
+                       f"producer's transactions were initialised). The first emission needs the published checkpoints "
+                       f"and the newest syncs of the backlog, not all of it."]
         logged = all(r["ferry"].get("task_start_logged") for r in rounds if "ferry" in r)
         task = ("its log line `checkpoint computer starting`" if logged else
                 "the flow's start, an upper bound: this binary does not log the computer's start")
-        md += ["", f"Targets: ferry's first checkpoint of a lagging group within 1 s of its checkpoint computer starting "
-                   f"with {sc['syncs']:,} syncs: {check(med(rounds, 'ferry', 'first_after_task_start_s'), lambda v: v <= 1)}; "
-                   f"every group (the deep one included) checkpointed on every partition within 2 s: of process "
-                   f"start {check(med(rounds, 'ferry', 'all_checkpoints_s'), lambda v: v <= 2)}, of the checkpoint "
-                   f"computer's start {check(med(rounds, 'ferry', 'all_after_task_start_s'), lambda v: v <= 2)}. "
+        md += ["", f"Targets (issue 33): ferry's first checkpoint with {sc['syncs']:,} syncs within 2 s of its checkpoint "
+                   f"computer's start {check(med(rounds, 'ferry', 'first_after_task_start_s'), lambda v: v <= 2)} and "
+                   f"within 3 s of the process's start {check(med(rounds, 'ferry', 'first_checkpoint_s'), lambda v: v <= 3)}; "
+                   f"every group (the deep one included) checkpointed on every partition within 2 s of the computer's "
+                   f"start {check(med(rounds, 'ferry', 'all_after_task_start_s'), lambda v: v <= 2)}. "
                    f"ferry's checkpoint task start: {task}.",
                "", f"Method: {sc['syncs']:,} offset syncs in MM2's format (no ferry.sync header) on "
                    f"`mm2-offset-syncs.<target>.internal` on the source, for the {sc['partitions']} partitions of the "
                    f"empty topic `ckpt` (nothing to copy), a sync every {sc['step']} offsets, upstream = downstream, "
                    f"newest at {result['last_upstream']:,}. Groups committed on every partition, between two syncs: "
                    + ", ".join(f"{g} at {o:,}" for g, o in groups.items())
-                   + ". Checkpoint interval 1 s for both engines. Re-reads: sum over partitions of the group's offset "
+                   + ". Checkpoint interval 1 s for both engines. The target is fresh for each run and warmed before "
+                   "the engine starts (a group commit and a transaction create its __consumer_offsets and "
+                   "__transaction_state, as a cluster in use has them). Re-reads: sum over partitions of the group's offset "
                    f"minus the checkpointed downstream offset, the records a consumer failing over to the target "
                    f"would read again (MM2's +1 rule allows {sc['step'] // 2 - 1} per partition at best)."]
     if errors:
