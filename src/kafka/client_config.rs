@@ -30,6 +30,9 @@ pub fn property_refusal(result: RDKafkaConfRes, key: &str, desc: &str, value: &s
     }
 }
 
+/// The longest wait between a client's attempts to reach a broker (librdkafka's default: 10 s).
+pub const RECONNECT_BACKOFF_MAX_MS: &str = "1000";
+
 /// Base client configuration for `cluster`, with `role` in the client id. For a Kerberos cluster, its
 /// principal is logged in first (see `kerberos`): a client is never built on another principal's ticket,
 /// and a login that fails is this client's error.
@@ -62,6 +65,10 @@ pub fn client_config(
     }
     diagnose(cluster);
     let mut cfg = ClientConfig::new();
+    // Back on a returning cluster within a second, as Java clients (and so MM2) are: librdkafka's
+    // default doubles the wait between attempts up to 10 s, so a cluster back after an outage of some
+    // seconds went unnoticed for up to 10 s more. A cluster's own setting wins.
+    cfg.set("reconnect.backoff.max.ms", RECONNECT_BACKOFF_MAX_MS);
     for (k, v) in &cluster.client {
         cfg.set(k, v);
     }
@@ -309,3 +316,29 @@ impl ClientContext for WatchedConsumer {
 }
 
 impl rdkafka::consumer::ConsumerContext for WatchedConsumer {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(props: &[(&str, &str)]) -> ClusterSpec {
+        ClusterSpec {
+            alias: "east".into(),
+            bootstrap_servers: "e:1".into(),
+            client: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            file_keys: Default::default(),
+            secret_files: Vec::new(),
+            client_files: Vec::new(),
+            file: "flows.toml".into(),
+        }
+    }
+
+    #[test]
+    fn clients_retry_a_broker_within_a_second_unless_the_cluster_says_otherwise() {
+        let cfg = client_config(&cluster(&[]), &"east->west", "copier").expect("config");
+        assert_eq!(cfg.get("reconnect.backoff.max.ms"), Some(RECONNECT_BACKOFF_MAX_MS));
+        let cfg =
+            client_config(&cluster(&[("reconnect.backoff.max.ms", "5000")]), &"east->west", "copier").expect("config");
+        assert_eq!(cfg.get("reconnect.backoff.max.ms"), Some("5000"));
+    }
+}
