@@ -96,3 +96,124 @@ fn a_flow_over_a_long_link_copies_every_record_in_order_and_a_cut_of_20_s_loses_
         }
     }
 }
+
+/// A cooperative consumer that lost its assignment (its session timed out while its cluster was away) and
+/// whose subscription grows while it joins again, before it has a member id (a state librdkafka 2.12.1
+/// does not count as rebalancing), with a topic it has no metadata for: the process lives on and the
+/// group assigns the new topic's partitions. librdkafka asserted (`rd_kafka_cgrp_modify_subscription:
+/// Assertion 'rkcg_join_state == ...INIT || ...STEADY'`) and aborted the process; ferry's copier hit it
+/// when its source came back after a cut and the topic synchroniser added a topic during the copier
+/// group's rejoin (vendor/README.md). The link's round trip holds the join open; the consumer runs in a
+/// child process (this binary, the ignored test below) so an abort fails this test instead of ending the
+/// suite.
+#[test]
+fn a_subscription_that_grows_while_a_consumer_rejoins_does_not_abort_the_process() {
+    let far = Cluster::start_linked("join-race");
+    far.link().round_trip(Duration::from_millis(600));
+    let (a, b) = (unique("join-a"), unique("join-b"));
+    create_topic(&far.bootstrap, &a, 2, &[]);
+    create_topic(&far.bootstrap, &b, 2, &[]);
+    let exe = std::env::current_exe().expect("test binary");
+    let mut child = std::process::Command::new(exe)
+        .args(["--exact", "links::child_subscription_grows_while_rejoining", "--ignored", "--nocapture"])
+        .env(CHILD_ENV, format!("{}|{a}|{b}", far.linked_bootstrap()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the child");
+    // The child says when it holds its assignment; the link is then cut past its session timeout.
+    let stdout = child.stdout.take().expect("child stdout");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let mut text = String::new();
+    for line in lines.by_ref() {
+        let line = line.expect("child output");
+        text.push_str(&line);
+        text.push('\n');
+        if line.contains("CHILD ASSIGNED") {
+            far.link().cut();
+            std::thread::sleep(Duration::from_secs(9)); // the scenario: away longer than the 6 s session
+            far.link().restore();
+            break;
+        }
+    }
+    for line in lines {
+        text.push_str(&line.expect("child output"));
+        text.push('\n');
+    }
+    let out = child.wait_with_output().expect("child ends");
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the child process ended with {}:\n{text}", out.status);
+    assert!(text.contains("CHILD REJOINED") && text.contains("1 passed"), "the child did not get through:\n{text}");
+}
+
+const CHILD_ENV: &str = "FERRY_TEST_CHILD_JOIN_RACE";
+
+/// Sees librdkafka's group debug lines: when a join is sent, and when the session timed out.
+#[derive(Default)]
+struct JoinWatch {
+    joining: std::sync::atomic::AtomicBool,
+    timed_out: std::sync::atomic::AtomicBool,
+}
+
+impl rdkafka::ClientContext for JoinWatch {
+    fn log(&self, _: rdkafka::config::RDKafkaLogLevel, _: &str, message: &str) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if message.contains("changed join state init -> wait-join") {
+            self.joining.store(true, SeqCst);
+        }
+        if message.contains("session timed out") {
+            self.timed_out.store(true, SeqCst);
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for JoinWatch {}
+
+#[test]
+#[ignore = "run in a child process by a_subscription_that_grows_while_a_consumer_rejoins_does_not_abort_the_process"]
+fn child_subscription_grows_while_rejoining() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use std::sync::atomic::Ordering::SeqCst;
+    let Ok(args) = std::env::var(CHILD_ENV) else { return };
+    let [bootstrap, a, b] = args.split('|').collect::<Vec<_>>()[..] else { panic!("{args}") };
+    let consumer: BaseConsumer<JoinWatch> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", unique("join-race"))
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "1000")
+        .set("reconnect.backoff.max.ms", "500")
+        .set("debug", "cgrp")
+        .set_log_level(rdkafka::config::RDKafkaLogLevel::Debug)
+        .create_with_context(JoinWatch::default())
+        .expect("consumer");
+    let watch = consumer.context();
+    let holds = |c: &BaseConsumer<JoinWatch>, t: &str| {
+        c.assignment().is_ok_and(|l| l.elements().iter().any(|e| e.topic() == t))
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    consumer.subscribe(&[a]).expect("subscribe");
+    while !holds(&consumer, a) {
+        assert!(Instant::now() < deadline, "never assigned");
+        consumer.poll(Duration::from_millis(50));
+    }
+    println!("CHILD ASSIGNED");
+    // The parent cuts the link: the session times out, the assignment is lost, and the member joins
+    // again without a member id once the link is back.
+    while !watch.timed_out.load(SeqCst) {
+        assert!(Instant::now() < deadline, "the session never timed out");
+        consumer.poll(Duration::from_millis(20));
+    }
+    watch.joining.store(false, SeqCst);
+    while !watch.joining.load(SeqCst) {
+        assert!(Instant::now() < deadline, "never joined again");
+        consumer.poll(Duration::from_millis(5));
+    }
+    // The JoinGroup is on its way over the slow link: grow the subscription now.
+    consumer.subscribe(&[a, b]).expect("subscribe again");
+    println!("CHILD REJOINED");
+    while !holds(&consumer, b) {
+        assert!(Instant::now() < deadline, "the grown subscription was never assigned");
+        consumer.poll(Duration::from_millis(50));
+    }
+}

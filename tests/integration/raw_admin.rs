@@ -312,8 +312,17 @@ fn child_group_call_timed_out_during_an_outage() {
     std::thread::spawn(move || forward(listener, cluster));
     // Connections come up, the timed-out call's coordinator lookup goes on, and later calls succeed.
     rt.block_on(describe_cluster(&admin, TIMEOUT)).expect("the cluster answers again");
-    for _ in 0..3 {
-        rt.block_on(list_consumer_group_offsets(&admin, &group, TIMEOUT)).expect("group offsets after the outage");
+    // (A cluster fresh in this run may still be loading its group coordinator: asked again meanwhile.)
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let mut answered = 0;
+    while answered < 3 {
+        match rt.block_on(list_consumer_group_offsets(&admin, &group, TIMEOUT)) {
+            Ok(_) => answered += 1,
+            Err(e) if e.name.starts_with("COORDINATOR_") && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("group offsets after the outage: {e}"),
+        }
     }
     rt.block_on(describe_consumer_groups(&admin, &[group], TIMEOUT)).expect("describe after the outage");
 }

@@ -5445,13 +5445,19 @@ rd_kafka_cgrp_modify_subscription(rd_kafka_cgrp_t *rkcg,
                              "up-to-date metadata is available",
                              RD_KAFKAP_STR_PR(rkcg->rkcg_group_id));
 
-                rd_assert(
-                    rkcg->rkcg_join_state == RD_KAFKA_CGRP_JOIN_STATE_INIT ||
+                /* ferry patch: a subscription modified while a join without
+                 * a member id is in flight (wait-join or wait-metadata, which
+                 * RD_KAFKA_CGRP_REBALANCING() does not count, e.g. a member
+                 * rejoining after its assignment was lost) asserted here and
+                 * aborted the process. Such a member owns no partitions, so
+                 * there is nothing to revoke: its join goes on, and the update
+                 * check of the metadata requested above rejoins with the new
+                 * topics. */
+                if (rkcg->rkcg_join_state == RD_KAFKA_CGRP_JOIN_STATE_INIT ||
                     /* Possible via rd_kafka_cgrp_modify_subscription */
-                    rkcg->rkcg_join_state == RD_KAFKA_CGRP_JOIN_STATE_STEADY);
-
-                rd_kafka_cgrp_set_join_state(
-                    rkcg, RD_KAFKA_CGRP_JOIN_STATE_WAIT_METADATA);
+                    rkcg->rkcg_join_state == RD_KAFKA_CGRP_JOIN_STATE_STEADY)
+                        rd_kafka_cgrp_set_join_state(
+                            rkcg, RD_KAFKA_CGRP_JOIN_STATE_WAIT_METADATA);
 
 
                 /* Revoke/join will occur after metadata refresh completes */
