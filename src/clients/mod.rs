@@ -326,20 +326,10 @@ impl Connection {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
     fn spec(alias: &str, props: &[(&str, &str)]) -> ClusterSpec {
-        ClusterSpec {
-            alias: alias.into(),
-            bootstrap_servers: "localhost:1".into(),
-            client: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
-            file_keys: Default::default(),
-            secret_files: Vec::new(),
-            client_files: Vec::new(),
-            file: "clusters.toml".into(),
-        }
+        ClusterSpec::for_test(alias, props)
     }
 
     #[test]

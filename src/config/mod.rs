@@ -129,6 +129,20 @@ pub struct ClusterSpec {
 }
 
 impl ClusterSpec {
+    /// A cluster for unit tests: `alias` at an address nothing answers, with client properties `props`.
+    #[cfg(test)]
+    pub(crate) fn for_test(alias: &str, props: &[(&str, &str)]) -> ClusterSpec {
+        ClusterSpec {
+            alias: alias.into(),
+            bootstrap_servers: "localhost:1".into(),
+            client: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            file_keys: Default::default(),
+            secret_files: Vec::new(),
+            client_files: Vec::new(),
+            file: "clusters.toml".into(),
+        }
+    }
+
     /// Whether the value of client property `key` must never be shown.
     pub fn is_secret(&self, key: &str) -> bool {
         is_secret_key(key) || self.file_keys.contains(key)

@@ -322,15 +322,7 @@ mod tests {
     use super::*;
 
     fn cluster(props: &[(&str, &str)]) -> ClusterSpec {
-        ClusterSpec {
-            alias: "east".into(),
-            bootstrap_servers: "e:1".into(),
-            client: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            file_keys: Default::default(),
-            secret_files: Vec::new(),
-            client_files: Vec::new(),
-            file: "flows.toml".into(),
-        }
+        ClusterSpec::for_test("east", props)
     }
 
     #[test]

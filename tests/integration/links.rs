@@ -113,9 +113,7 @@ fn a_subscription_that_grows_while_a_consumer_rejoins_does_not_abort_the_process
     let (a, b) = (unique("join-a"), unique("join-b"));
     create_topic(&far.bootstrap, &a, 2, &[]);
     create_topic(&far.bootstrap, &b, 2, &[]);
-    let exe = std::env::current_exe().expect("test binary");
-    let mut child = std::process::Command::new(exe)
-        .args(["--exact", "links::child_subscription_grows_while_rejoining", "--ignored", "--nocapture"])
+    let mut child = support::process::child_test("links::child_subscription_grows_while_rejoining")
         .env(CHILD_ENV, format!("{}|{a}|{b}", far.linked_bootstrap()))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

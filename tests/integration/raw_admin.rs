@@ -279,9 +279,7 @@ async fn alter_offsets_of_an_active_consumer_protocol_group_is_refused() {
 #[test]
 fn a_group_call_that_timed_out_during_an_outage_does_not_abort_the_process_when_the_cluster_returns() {
     let east = &shared_pair().0;
-    let exe = std::env::current_exe().expect("test binary");
-    let out = std::process::Command::new(exe)
-        .args(["--exact", "raw_admin::child_group_call_timed_out_during_an_outage", "--ignored", "--nocapture"])
+    let out = support::process::child_test("raw_admin::child_group_call_timed_out_during_an_outage")
         .env(CHILD_BOOTSTRAP, &east.bootstrap)
         .output()
         .expect("run the child");

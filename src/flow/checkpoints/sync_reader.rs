@@ -484,16 +484,7 @@ mod tests {
 
     #[test]
     fn readers_fetch_without_librdkafkas_one_second_backoff_unless_the_cluster_says_otherwise() {
-        let mut cluster = ClusterSpec {
-            alias: "east".into(),
-            bootstrap_servers: "e:1".into(),
-            client: Default::default(),
-            file_keys: Default::default(),
-            secret_files: Vec::new(),
-            client_files: Vec::new(),
-            file: "flows.toml".into(),
-        };
-        cluster.client.insert("client.rack".into(), "r1".into());
+        let mut cluster = ClusterSpec::for_test("east", &[("client.rack", "r1")]);
         let reader = tuned(&cluster);
         assert_eq!(reader.client.get("fetch.queue.backoff.ms").map(String::as_str), Some("10"));
         assert_eq!(reader.client.get("client.rack").map(String::as_str), Some("r1"), "everything else kept");

@@ -36,6 +36,14 @@ if [ -n "$d" ]; then
 fi
 "#;
 
+/// This test binary running its ignored test `name` alone (`--nocapture`): a test whose failure would be
+/// a process abort runs its scenario there, so that an abort fails that test instead of ending the run.
+pub fn child_test(name: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
+    cmd.args(["--exact", name, "--ignored", "--nocapture"]);
+    cmd
+}
+
 /// Starts a watchdog for `child_pid` (see the module doc). `cleanup_dir` is removed after the
 /// child was killed because the test process died; never when the child exits on its own.
 pub fn spawn_watchdog(child_pid: u32, cleanup_dir: Option<&Path>) -> Child {
