@@ -310,13 +310,18 @@ fn child_group_call_timed_out_during_an_outage() {
     std::thread::spawn(move || forward(listener, cluster));
     // Connections come up, the timed-out call's coordinator lookup goes on, and later calls succeed.
     rt.block_on(describe_cluster(&admin, TIMEOUT)).expect("the cluster answers again");
-    // (A cluster fresh in this run may still be loading its group coordinator: asked again meanwhile.)
+    // (A cluster fresh in this run may still be loading or moving its group coordinator: asked again
+    // meanwhile, as ferry asks again next round. librdkafka 2.12.1 crashed (SIGSEGV) on NOT_COORDINATOR
+    // here: an admin client has no consumer group to re-query; see vendor/README.md.)
     let deadline = std::time::Instant::now() + TIMEOUT;
     let mut answered = 0;
     while answered < 3 {
         match rt.block_on(list_consumer_group_offsets(&admin, &group, TIMEOUT)) {
             Ok(_) => answered += 1,
-            Err(e) if e.name.starts_with("COORDINATOR_") && std::time::Instant::now() < deadline => {
+            Err(e)
+                if (e.name.starts_with("COORDINATOR_") || e.name == "NOT_COORDINATOR")
+                    && std::time::Instant::now() < deadline =>
+            {
                 std::thread::sleep(Duration::from_millis(200));
             }
             Err(e) => panic!("group offsets after the outage: {e}"),

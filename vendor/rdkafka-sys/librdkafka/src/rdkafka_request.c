@@ -1369,7 +1369,11 @@ err:
 
         actions = rd_kafka_handle_OffsetFetch_err_action(rkb, err, request);
 
-        if (actions & RD_KAFKA_ERR_ACTION_REFRESH) {
+        /* ferry patch: only a consumer has a group to re-query; an admin
+         * client's ListConsumerGroupOffsets answered NOT_COORDINATOR (or
+         * another coordinator error) dereferenced a NULL rk_cgrp here. Its
+         * caller gets the error. */
+        if (actions & RD_KAFKA_ERR_ACTION_REFRESH && rkb->rkb_rk->rk_cgrp) {
                 /* Re-query for coordinator */
                 rd_kafka_cgrp_op(rkb->rkb_rk->rk_cgrp, NULL, RD_KAFKA_NO_REPLYQ,
                                  RD_KAFKA_OP_COORD_QUERY, err);
