@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::config::NODE_ID_RESERVED;
 use crate::config::locate::{key_at, line_at, line_of_key};
 use crate::config::secrets::unquote_values;
 use crate::http::TlsFiles;
@@ -423,6 +424,12 @@ impl Checks<'_> {
             self.fail("listen", format!("`{raw}` is not an address to listen on (IP:PORT, e.g. 127.0.0.1:9464)"))
         });
         let node_id = Some(get("node_id")).filter(|id| !id.is_empty()).map(str::to_string);
+        if node_id.as_ref().is_some_and(|id| id.contains(NODE_ID_RESERVED)) {
+            self.fail::<()>(
+                "node_id",
+                format!("must not contain `{NODE_ID_RESERVED}` (ferry names a node's second producer `<id>{NODE_ID_RESERVED}1`)"),
+            );
+        }
         let deployment = get("deployment").to_string();
         if deployment.is_empty() {
             self.fail::<()>("deployment", "must not be empty (it prefixes the groups the node uses)");
@@ -585,6 +592,13 @@ mod tests {
             ]
         );
         assert!(e.to_string().contains("FERRY_LOG_FORMAT: `xml` is not a log format: text or json"), "{e}");
+    }
+
+    #[test]
+    fn a_node_id_cannot_hold_the_character_that_names_a_second_producer() {
+        let e = resolve_in(None, &[("FERRY_NODE_ID", "east~1")], &flows_flag()).expect_err("reserved");
+        assert!(e.to_string().contains("FERRY_NODE_ID: must not contain `~`"), "{e}");
+        assert!(resolve_in(None, &[("FERRY_NODE_ID", "east-1.example_2")], &flows_flag()).is_ok());
     }
 
     #[test]

@@ -82,7 +82,7 @@ SCENARIOS: dict[str, dict] = {
     # the headline's data, copied by the brokers' own tools only
     "limit": dict(kind="copy", records=1_000_000, size=512, partitions=8, engines="limit"),
     "latency": dict(kind="latency", rate=20_000, duration=60, warmup=10, size=512, partitions=8,
-                    engines="ferry,mm2,limit"),
+                    engines="ferry,ferry-eos,mm2,limit"),
     # ferry at 1, 10, 50 and 100 flows, MM2 (a herder per flow and one per reverse pair) up to 50
     "flows": dict(kind="flows", flows="1,10,50,100", mm2_flows="1,10,50", settle=15, window=30, heartbeats=1,
                   engines="ferry,mm2"),
@@ -903,8 +903,10 @@ class Bench:
             wl = Lines(watcher, work / "watch.log")
             time.sleep(1.5)
             t0 = time.time()
-            if engine == "ferry":
-                proc = self.ferry().start(work, "east", [ferry_flow("east", alias, [topic])], {"east": SRC, alias: DST})
+            if engine.startswith("ferry"):
+                extra = {"delivery": "exactly_once"} if engine == "ferry-eos" else {}
+                proc = self.ferry().start(work, "east", [ferry_flow("east", alias, [topic], **extra)],
+                                          {"east": SRC, alias: DST})
             else:
                 proc = MM2(self.tools).start(work, mm2_props([("east", alias, topic)], {"east": SRC, alias: DST}))
             self.tools.call("produce-one", SRC, topic)
@@ -1732,10 +1734,11 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
     elif kind == "latency":
         md += ["| engine | p50 | p90 | p99 | p99.9 | max | samples | CPU during the load | peak RSS | first copy after |",
                "|---|---|---|---|---|---|---|---|---|---|"]
-        for e in ("ferry", "mm2", "limit"):
+        for e in ("ferry", "ferry-eos", "mm2", "limit"):
             if not any(e in r for r in rounds):
                 continue
-            label = {"mm2": "MM2", "limit": "limit (consumer on the source)"}.get(e, e)
+            label = {"mm2": "MM2", "limit": "limit (consumer on the source)",
+                     "ferry-eos": "ferry-eos (`delivery = \"exactly_once\"`)"}.get(e, e)
             md.append(f"| {label} | {fmt(med(rounds, e, 'p50_ms'), '.0f', ' ms')} | {fmt(med(rounds, e, 'p90_ms'), '.0f', ' ms')} "
                       f"| {fmt(med(rounds, e, 'p99_ms'), '.0f', ' ms')} | {fmt(med(rounds, e, 'p999_ms'), '.0f', ' ms')} "
                       f"| {fmt(med(rounds, e, 'max_ms'), '.0f', ' ms')} | {fmt(med(rounds, e, 'samples'))} "
@@ -1749,7 +1752,8 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
                    f"{check(fp if fp is not None and mp is not None else None, lambda v: v < mp)}.",
                "", f"Method: {sc['rate']:,} records/s of {sc['size']} B over {sc['partitions']} partitions for "
                    f"{sc['duration']} s (producer-perf, acks=1, linger 5 ms) after the replicator copied a primer record; "
-                   f"a consumer on the target (no group, from the beginning) takes arrival wall clock - CreateTime per "
+                   f"a consumer on the target (no group, from the beginning, read_committed: an exactly-once copy's "
+                   f"records count once committed) takes arrival wall clock - CreateTime per "
                    f"record (one clock: both clusters are on this machine), skipping the first {sc['warmup']} s. The "
                    f"limit row is that consumer on the source topic: the brokers' own produce-to-consume latency."]
     elif kind == "flows":

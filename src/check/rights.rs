@@ -171,7 +171,7 @@ pub const RIGHTS: &[Row] = &[
         subject: CopierTransactionalId,
         rights: &[Write, Describe],
         used_by: "exactly-once copier: its transactions, and fencing another node's id when it takes over that node's partitions",
-        readme_resource: "transactional id `{D}.{source}->{target}.copier.` (prefixed: every node's `{D}.{source}->{target}.copier.<node id>`), only with `delivery = \"exactly_once\"`",
+        readme_resource: "transactional id `{D}.{source}->{target}.copier.` (prefixed: every node's `{D}.{source}->{target}.copier.<node id>` and `<node id>~1`), only with `delivery = \"exactly_once\"`",
         readme_rights_extra: "",
     },
     Row {

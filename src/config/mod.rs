@@ -11,6 +11,11 @@
 //! Secrets ([`secrets`]) come from `${VAR}` or `${file:PATH}`; no error this module produces quotes a
 //! value.
 
+/// A character node ids cannot hold (the node's settings refuse it): an exactly-once copier names its
+/// second producer with it (`flow::copier::transactions::sibling`), so that no node's id is another
+/// node's second producer's.
+pub const NODE_ID_RESERVED: char = '~';
+
 pub mod client_files;
 pub mod diff;
 mod fields;

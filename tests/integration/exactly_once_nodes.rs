@@ -604,3 +604,41 @@ fn a_failed_lifetime_releases_its_partitions_and_costs_one_restart() {
     assert!(f_log.contains("released its partitions at their committed positions"), "f released its partitions");
     nodes.terminate_all();
 }
+
+/// Fencing a node fences both of its producers: an exactly-once copier uses two, `<writer>` and
+/// `<writer>~1`, one transaction each in turn, so a node taking partitions over from a frozen node must
+/// also stop the transaction the frozen node has open on its second. Each producer holds an open
+/// transaction with a record; after ferry's fence of the node's writer id neither commits, and a
+/// `read_committed` reader sees none of their records.
+#[test]
+fn fencing_a_node_fences_both_of_its_producers() {
+    const WAIT: Duration = Duration::from_secs(30);
+    let (east, west) = shared_pair();
+    let topic = unique("fence-both");
+    create_topic(&west.bootstrap, &topic, 1, &[]);
+    let dir = support::flows_dir(east, west, &support::east_west_flow("\"x\"", "delivery = \"exactly_once\""));
+    let set = ferry::config::load_dir(dir.path(), ferry::kafka::check_client_properties).expect("valid flows");
+    let plan = set.flows.values().next().expect("one flow");
+    let writer = format!("ferry.{}.copier.{}", plan.id, unique("node"));
+    let ids = [writer.clone(), ferry::flow::copier::transactions::sibling(&writer)];
+    let producers: Vec<BaseProducer> = ids
+        .iter()
+        .map(|id| {
+            let p: BaseProducer =
+                support::client_config(&west.bootstrap, &[]).set("transactional.id", id).create().expect("producer");
+            p.init_transactions(WAIT).expect("init transactions");
+            p.begin_transaction().expect("begin");
+            p.send(BaseRecord::<[u8], [u8]>::to(&topic).partition(0).payload(id.as_bytes())).expect("send");
+            p.flush(WAIT).expect("the record is in the log, its transaction open");
+            p
+        })
+        .collect();
+    ferry::flow::copier::transactions::fence(plan, &writer).expect("fence the node");
+    for (p, id) in producers.iter().zip(&ids) {
+        let outcome = p.commit_transaction(WAIT);
+        println!("{id}: commit after the fence: {outcome:?}");
+        assert!(outcome.is_err(), "{id} committed after its node was fenced");
+    }
+    let seen = consume_all(&west.bootstrap, &topic, Duration::from_secs(10));
+    assert!(seen.is_empty(), "a read_committed reader sees records of a fenced node: {}", seen.len());
+}

@@ -188,22 +188,25 @@ impl CopyLoop {
         let mut progress = progress;
         progress.set_bridges(shared.clone());
         let source_watch = Arc::new(ClusterWatch::default());
-        let txn = (plan.settings.delivery == Delivery::ExactlyOnce).then(|| Transactions::new(&plan, identity));
+        let mut txn = (plan.settings.delivery == Delivery::ExactlyOnce).then(|| Transactions::new(&plan, identity));
         let sink = Arc::new(DeliveryContext(shared.clone()));
+        let transactional =
+            |id: &str| conns.target.transactional_lane(&flow, record_tuning(&plan), sink.clone(), id).map_err(err);
         let lane = match &txn {
-            Some(t) => conns.target.transactional_lane(&flow, record_tuning(&plan), sink, t.id()).map_err(err)?,
-            None => conns.target.record_lane(&flow, record_tuning(&plan), sink).map_err(err)?,
+            Some(t) => transactional(&t.ids()[0])?,
+            None => conns.target.record_lane(&flow, record_tuning(&plan), sink.clone()).map_err(err)?,
         };
         // Before the group assigns anything (and so before any progress is read): fences this node's
         // previous copier and aborts what it left open.
-        if let Some(t) = &txn {
+        if let Some(t) = txn.as_mut() {
             // Positions an earlier lifetime left dirty may be aborted ones: the committed progress,
             // read when the group assigns, is the truth, and nothing else is written.
             for slot in acks.take_dirty() {
                 slot.take_dirty();
             }
-            t.init(&plan, &lane)?;
-            tracing::info!(flow = %flow, transactional_id = t.id(), "exactly-once: the copier's transactions are initialised");
+            let spare = transactional(&t.ids()[1])?;
+            t.init(&plan, &lane, spare)?;
+            tracing::info!(flow = %flow, transactional_ids = ?t.ids(), "exactly-once: the copier's transactions are initialised");
         }
         let consumer = source_consumer(&plan, source_watch.clone(), identity).map_err(err)?;
         let probe = Probe::start(&plan, conns)?;

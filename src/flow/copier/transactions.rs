@@ -2,9 +2,15 @@
 //! covers them are committed in one transaction on the target, so a `read_committed` reader sees every
 //! source record once whatever happens to the node.
 //!
-//! **The producer.** One transactional producer per node and flow, with the id
-//! `<deployment>.<flow>.copier.<node id>` ([`transactional_id`]). Its `init_transactions` at the start
-//! of every copier lifetime fences the previous lifetime of the same node (a `kill -9`, a crash, a
+//! **The producers.** Two transactional producers per node and flow, used in turn: one transaction on
+//! the first, the next on the second, and so on. Their ids are `<deployment>.<flow>.copier.<node id>`
+//! ([`transactional_id`]) and the same with `~1` ([`sibling`]); progress records name the node by the
+//! first, and fencing a node fences both. Why two: the coordinator writes a committed transaction's
+//! markers after the commit returns, and the same producer's next transaction is refused
+//! (`CONCURRENT_TRANSACTIONS`, retried every 20 ms) until they are written; the other producer begins at
+//! once. Transactions never overlap: one commits (every record acknowledged) before the next begins, so
+//! each partition's records stay in order across the two. Their `init_transactions` at the start of
+//! every copier lifetime fences the previous lifetime of the same node (a `kill -9`, a crash, a
 //! restarted copier) and aborts whatever it left open, before anything is read.
 //!
 //! **A transaction** opens with the first record after a commit and holds records of every partition
@@ -66,6 +72,12 @@ pub fn transactional_id(identity: &Identity, plan: &FlowPlan) -> String {
     format!("{}{}", writers_prefix(identity, plan), identity.node_id)
 }
 
+/// The id of a node's second producer: its writer id (the first's) and `~1`. Node ids cannot hold
+/// `~` ([`crate::config::NODE_ID_RESERVED`]), so no node's first id is another's second.
+pub fn sibling(writer: &str) -> String {
+    format!("{writer}{}1", crate::config::NODE_ID_RESERVED)
+}
+
 /// What every writer of the flow's progress in this deployment is named with (the transactional ids of
 /// its nodes). Another deployment copying the same source partitions (the source's `heartbeats`, in a
 /// test bed of many deployments) writes the same progress keys: it is never fenced, nor waited for.
@@ -102,7 +114,12 @@ fn named(plan: &FlowPlan, id: &str, what: &str, e: &KafkaError) -> String {
 
 /// The copier's transactions: what is open, and the counts of what was committed.
 pub struct Transactions {
+    /// The node's writer id (its first producer's transactional id), named in progress records.
     id: String,
+    /// The transactional ids of the copy loop's current lane and of `spare`, in that order.
+    ids: [String; 2],
+    /// The producer that takes the next transaction: swapped with the copy loop's lane at each commit.
+    spare: Option<RecordLane>,
     flow: String,
     interval: Duration,
     max_bytes: usize,
@@ -125,8 +142,11 @@ pub struct Transactions {
 impl Transactions {
     pub fn new(plan: &FlowPlan, identity: &Identity) -> Self {
         let flow = plan.id.to_string();
+        let id = transactional_id(identity, plan);
         Self {
-            id: transactional_id(identity, plan),
+            ids: [id.clone(), sibling(&id)],
+            spare: None,
+            id,
             interval: plan.settings.transaction_interval,
             max_bytes: plan.settings.transaction_max_bytes,
             opened: None,
@@ -141,15 +161,32 @@ impl Transactions {
         }
     }
 
-    pub fn id(&self) -> &str {
-        &self.id
+    /// The transactional ids of the two producers: the lane the copy loop starts with, then the spare.
+    pub fn ids(&self) -> &[String; 2] {
+        &self.ids
     }
 
-    /// Fence every earlier producer with this node's id and abort what it left open.
-    pub fn init(&self, plan: &FlowPlan, lane: &RecordLane) -> Result<(), String> {
-        lane.producer()
-            .init_transactions(kafka::ADMIN_TIMEOUT)
-            .map_err(|e| named(plan, &self.id, "initialise the copier's transactions", &e))
+    /// Fence every earlier producer with this node's ids and abort what they left open (both producers
+    /// at once); `spare` takes the second transaction.
+    pub fn init(&mut self, plan: &FlowPlan, lane: &RecordLane, spare: RecordLane) -> Result<(), String> {
+        let init = |lane: &RecordLane, id: &str| {
+            lane.producer()
+                .init_transactions(kafka::ADMIN_TIMEOUT)
+                .map_err(|e| named(plan, id, "initialise the copier's transactions", &e))
+        };
+        let (first, second) = std::thread::scope(|s| {
+            let second = s.spawn(|| init(&spare, &self.ids[1]));
+            (init(lane, &self.ids[0]), second.join().unwrap_or_else(|_| Err("initialising panicked".to_string())))
+        });
+        first?;
+        second?;
+        self.spare = Some(spare);
+        Ok(())
+    }
+
+    /// The transactional id of the lane the copy loop holds now (for errors).
+    fn current(&self) -> &str {
+        &self.ids[0]
     }
 
     /// Open a transaction unless one is open: called before each record is sent.
@@ -158,7 +195,7 @@ impl Transactions {
             return Ok(());
         }
         shared.transaction_opened();
-        lane.producer().begin_transaction().map_err(|e| named(plan, &self.id, "begin a transaction", &e))?;
+        lane.producer().begin_transaction().map_err(|e| named(plan, self.current(), "begin a transaction", &e))?;
         self.opened = Some(Instant::now());
         self.bytes = 0;
         Ok(())
@@ -269,13 +306,14 @@ impl Transactions {
             if left < MIN_CALL {
                 return Err(format!(
                     "cluster `{}`: commit a transaction (transactional id {}): not committed by the deadline",
-                    plan.target.alias, self.id
+                    plan.target.alias,
+                    self.current()
                 ));
             }
             match lane.producer().commit_transaction(left.min(COMMIT_SLICE)) {
                 Err(KafkaError::Transaction(e)) if e.is_retriable() => {}
                 other => {
-                    other.map_err(|e| named(plan, &self.id, "commit a transaction", &e))?;
+                    other.map_err(|e| named(plan, self.current(), "commit a transaction", &e))?;
                     break;
                 }
             }
@@ -290,6 +328,11 @@ impl Transactions {
         self.committed.inc();
         self.commit_latency.observe(started.elapsed().as_secs_f64());
         METRICS.transaction_committed(&self.flow);
+        // The next transaction goes to the other producer: this one's markers are still being written.
+        if let Some(spare) = self.spare.as_mut() {
+            std::mem::swap(lane, spare);
+            self.ids.swap(0, 1);
+        }
         Ok(())
     }
 
@@ -314,7 +357,7 @@ impl Transactions {
             return touched;
         }
         self.aborted.inc();
-        tracing::warn!(flow = %self.flow, transactional_id = %self.id, reason = why, "aborting the copier's transaction; copying resumes from the last committed progress");
+        tracing::warn!(flow = %self.flow, transactional_id = %self.current(), reason = why, "aborting the copier's transaction; copying resumes from the last committed progress");
         let left = kafka::ADMIN_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
         // librdkafka's abort with no time left does not return while the coordinator is away.
         if left < MIN_CALL {
@@ -351,7 +394,7 @@ impl Transactions {
         let entries: Vec<Entry> = slots.iter().map(|s| Entry::Position(s.clone(), s.persisted(), true)).collect();
         let outcome = progress.write_in_transaction(lane, &entries, &self.id, &mut || deadline).and_then(|_| {
             let left = COMMIT_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
-            lane.producer().commit_transaction(left).map_err(|e| named(plan, &self.id, "release partitions", &e))
+            lane.producer().commit_transaction(left).map_err(|e| named(plan, self.current(), "release partitions", &e))
         });
         self.opened = None;
         if outcome.is_err() {
@@ -364,15 +407,41 @@ impl Transactions {
     }
 }
 
-/// Fence the producer with `id` (another node's, which may still hold partitions this node was just
-/// given): `init_transactions` with its id bumps its epoch, so none of its later commits succeeds, and
-/// returns once its open transaction is aborted (or its pending commit completed).
-pub fn fence(plan: &FlowPlan, id: &str) -> Result<Duration, String> {
+/// Fence the producers of `writer` (another node's, which may still hold partitions this node was just
+/// given): `init_transactions` with each of its two ids ([`sibling`]) bumps that producer's epoch, so
+/// none of its later commits succeeds, and returns once its open transaction is aborted (or its pending
+/// commit completed). Both at once.
+pub fn fence(plan: &FlowPlan, writer: &str) -> Result<Duration, String> {
     let started = Instant::now();
-    let mut cfg = kafka::client_config(&plan.target, &plan.id, "fence-producer").map_err(|e| e.to_string())?;
-    cfg.set("transactional.id", id).set("acks", "all");
-    let producer: BaseProducer =
-        cfg.create().map_err(|e| format!("cluster `{}`: create a producer to fence {id}: {e}", plan.target.alias))?;
-    producer.init_transactions(kafka::ADMIN_TIMEOUT).map_err(|e| named(plan, id, "fence an earlier writer", &e))?;
+    let one = |id: &str| -> Result<(), String> {
+        let mut cfg = kafka::client_config(&plan.target, &plan.id, "fence-producer").map_err(|e| e.to_string())?;
+        cfg.set("transactional.id", id).set("acks", "all");
+        let producer: BaseProducer = cfg
+            .create()
+            .map_err(|e| format!("cluster `{}`: create a producer to fence {id}: {e}", plan.target.alias))?;
+        producer.init_transactions(kafka::ADMIN_TIMEOUT).map_err(|e| named(plan, id, "fence an earlier writer", &e))
+    };
+    let second = sibling(writer);
+    let (a, b) = std::thread::scope(|s| {
+        let b = s.spawn(|| one(&second));
+        (one(writer), b.join().unwrap_or_else(|_| Err("fencing panicked".to_string())))
+    });
+    a?;
+    b?;
     Ok(started.elapsed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nodes_second_producer_is_of_its_deployment_and_no_other_nodes_first() {
+        let first = "ferry.east->west.copier.n1";
+        let second = sibling(first);
+        assert_eq!(second, "ferry.east->west.copier.n1~1");
+        assert!(second.starts_with("ferry.east->west.copier."), "covered by the prefixed binding and the kin rule");
+        // A node id cannot hold `~` (settings refuse it), so no node's first id looks like this.
+        assert!(second.contains(crate::config::NODE_ID_RESERVED));
+    }
 }
