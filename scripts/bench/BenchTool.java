@@ -52,6 +52,12 @@
 //       of scenarios whose partitions do not fit one topic). Prints a JSON line with the rate.
 //   produce-one BOOTSTRAP TOPIC
 //       writes one small record (the primer of the latency scenario).
+//   txn-probe BOOTSTRAP TOPIC PARTITIONS TXNS RECORDS SIZE [SIDE_TOPIC]
+//       a transactional producer (linger 20 ms, as ferry's) writes TXNS transactions of RECORDS records of
+//       SIZE bytes over PARTITIONS partitions of TOPIC (and, with SIDE_TOPIC, one small record per partition
+//       to it at the end of each, as ferry's progress records), timing each commitTransaction (which
+//       sends what is queued and waits for it). Prints a JSON line of the commit times: how long the broker
+//       and the Java client take, to compare with ferry_transaction_commit_seconds.
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -612,6 +618,36 @@ public class BenchTool {
         return 0;
     }
 
+    static int txnProbe(String[] a) throws Exception {
+        String topic = a[1];
+        int parts = Integer.parseInt(a[2]), txns = Integer.parseInt(a[3]), records = Integer.parseInt(a[4]);
+        byte[] value = new byte[Integer.parseInt(a[5])];
+        String side = a.length > 6 ? a[6] : null;
+        Properties p = base(a[0]);
+        p.put("key.serializer", ByteArraySerializer.class.getName());
+        p.put("value.serializer", ByteArraySerializer.class.getName());
+        p.put("transactional.id", "bench-txn-probe-" + now());
+        p.put("linger.ms", "20");
+        long[] ms = new long[txns];
+        try (KafkaProducer<byte[], byte[]> tx = new KafkaProducer<>(p)) {
+            tx.initTransactions();
+            for (int t = 0; t < txns; t++) {
+                tx.beginTransaction();
+                for (int i = 0; i < records; i++) tx.send(new ProducerRecord<>(topic, i % parts, null, value));
+                if (side != null)
+                    for (int i = 0; i < parts; i++) tx.send(new ProducerRecord<>(side, i, null, value.length > 0 ? new byte[64] : value));
+                long t0 = System.nanoTime();
+                tx.commitTransaction();
+                ms[t] = (System.nanoTime() - t0) / 1_000_000;
+            }
+        }
+        long[] s2 = ms.clone();
+        Arrays.sort(s2);
+        out(String.format(Locale.ROOT, "{\"txns\": %d, \"commit_p50_ms\": %d, \"commit_p90_ms\": %d, \"commit_max_ms\": %d}",
+                txns, s2[txns / 2], s2[(int) Math.min(txns - 1, Math.floor(0.9 * txns))], s2[txns - 1]));
+        return 0;
+    }
+
     public static void main(String[] args) throws Exception {
         if (args.length < 2) {
             System.err.println("usage: BenchTool watch|watch-committed|latency|syncs|commit|checkpoints|heartbeats|create|produce-one|warm ...");
@@ -630,6 +666,7 @@ public class BenchTool {
             case "produce-one" -> produceOne(rest);
             case "warm" -> warm(rest);
             case "produce" -> produce(rest);
+            case "txn-probe" -> txnProbe(rest);
             default -> {
                 System.err.println("unknown subcommand " + args[0]);
                 yield 2;

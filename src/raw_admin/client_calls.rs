@@ -97,3 +97,20 @@ pub fn send_offsets_to_transaction<C: rdkafka::producer::ProducerContext>(
         requires_abort,
     })
 }
+
+/// Send everything `producer` has queued at once (linger ignored) and wait until every record is
+/// reported, at most `timeout`. True if none is left. librdkafka's own flush, blocking: rdkafka's
+/// `flush` calls it without a timeout and then waits up to 100 ms for an event on the producer's queue,
+/// which a `ThreadedProducer`'s polling thread takes first, so each flush with anything in flight
+/// lasted at least 100 ms (every exactly-once commit did: bench/results.md, 2026-12-05).
+pub fn flush<C: rdkafka::producer::ProducerContext>(
+    producer: &rdkafka::producer::ThreadedProducer<C>,
+    timeout: Duration,
+) -> bool {
+    use rdkafka::producer::Producer as _;
+    let timeout_ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
+    // SAFETY: the producer's live handle, borrowed for the call; librdkafka's flush only waits for the
+    // producer's message count (its polling thread serves the reports meanwhile).
+    let err = unsafe { rd::rd_kafka_flush(producer.client().native_ptr(), timeout_ms) };
+    err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+}

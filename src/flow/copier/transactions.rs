@@ -310,6 +310,17 @@ impl Transactions {
                     self.current()
                 ));
             }
+            // Sent and acknowledged first, with librdkafka's own flush: the one inside rdkafka's commit
+            // waited at least 100 ms whenever a record was in flight (`raw_admin::flush`). What is not
+            // acknowledged within the slice fails the commit, as rdkafka's flush error did.
+            if !crate::raw_admin::flush(lane.producer(), left.min(COMMIT_SLICE)) {
+                return Err(format!(
+                    "cluster `{}`: commit a transaction (transactional id {}): its records were not all acknowledged within {} ms",
+                    plan.target.alias,
+                    self.current(),
+                    left.min(COMMIT_SLICE).as_millis()
+                ));
+            }
             match lane.producer().commit_transaction(left.min(COMMIT_SLICE)) {
                 Err(KafkaError::Transaction(e)) if e.is_retriable() => {}
                 other => {
