@@ -169,17 +169,11 @@ impl Transactions {
     /// Fence every earlier producer with this node's ids and abort what they left open (both producers
     /// at once); `spare` takes the second transaction.
     pub fn init(&mut self, plan: &FlowPlan, lane: &RecordLane, spare: RecordLane) -> Result<(), String> {
-        let init = |lane: &RecordLane, id: &str| {
+        both([(lane, &self.ids[0]), (&spare, &self.ids[1])], |(lane, id)| {
             lane.producer()
                 .init_transactions(kafka::ADMIN_TIMEOUT)
                 .map_err(|e| named(plan, id, "initialise the copier's transactions", &e))
-        };
-        let (first, second) = std::thread::scope(|s| {
-            let second = s.spawn(|| init(&spare, &self.ids[1]));
-            (init(lane, &self.ids[0]), second.join().unwrap_or_else(|_| Err("initialising panicked".to_string())))
-        });
-        first?;
-        second?;
+        })?;
         self.spare = Some(spare);
         Ok(())
     }
@@ -310,18 +304,7 @@ impl Transactions {
                     self.current()
                 ));
             }
-            // Sent and acknowledged first, with librdkafka's own flush: the one inside rdkafka's commit
-            // waited at least 100 ms whenever a record was in flight (`raw_admin::flush`). What is not
-            // acknowledged within the slice fails the commit, as rdkafka's flush error did.
-            if !crate::raw_admin::flush(lane.producer(), left.min(COMMIT_SLICE)) {
-                return Err(format!(
-                    "cluster `{}`: commit a transaction (transactional id {}): its records were not all acknowledged within {} ms",
-                    plan.target.alias,
-                    self.current(),
-                    left.min(COMMIT_SLICE).as_millis()
-                ));
-            }
-            match lane.producer().commit_transaction(left.min(COMMIT_SLICE)) {
+            match commit_flushed(lane, left.min(COMMIT_SLICE)) {
                 Err(KafkaError::Transaction(e)) if e.is_retriable() => {}
                 other => {
                     other.map_err(|e| named(plan, self.current(), "commit a transaction", &e))?;
@@ -405,7 +388,7 @@ impl Transactions {
         let entries: Vec<Entry> = slots.iter().map(|s| Entry::Position(s.clone(), s.persisted(), true)).collect();
         let outcome = progress.write_in_transaction(lane, &entries, &self.id, &mut || deadline).and_then(|_| {
             let left = COMMIT_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
-            lane.producer().commit_transaction(left).map_err(|e| named(plan, self.current(), "release partitions", &e))
+            commit_flushed(lane, left).map_err(|e| named(plan, self.current(), "release partitions", &e))
         });
         self.opened = None;
         if outcome.is_err() {
@@ -432,14 +415,29 @@ pub fn fence(plan: &FlowPlan, writer: &str) -> Result<Duration, String> {
             .map_err(|e| format!("cluster `{}`: create a producer to fence {id}: {e}", plan.target.alias))?;
         producer.init_transactions(kafka::ADMIN_TIMEOUT).map_err(|e| named(plan, id, "fence an earlier writer", &e))
     };
-    let second = sibling(writer);
-    let (a, b) = std::thread::scope(|s| {
-        let b = s.spawn(|| one(&second));
-        (one(writer), b.join().unwrap_or_else(|_| Err("fencing panicked".to_string())))
-    });
-    a?;
-    b?;
+    both([writer.to_string(), sibling(writer)], |id| one(id))?;
     Ok(started.elapsed())
+}
+
+/// `call` for each of two items at once (a node's two producers), the first error if any.
+fn both<T: Sync>(items: [T; 2], call: impl Fn(&T) -> Result<(), String> + Sync) -> Result<(), String> {
+    let [first, second] = &items;
+    let (a, b) = std::thread::scope(|s| {
+        let b = s.spawn(|| call(second));
+        (call(first), b.join().unwrap_or_else(|_| Err("a call for the second producer panicked".to_string())))
+    });
+    a.and(b)
+}
+
+/// Commit `lane`'s transaction, its records sent and acknowledged first with librdkafka's own flush:
+/// rdkafka's, inside its commit, waited at least 100 ms whenever a record was in flight
+/// (`raw_admin::flush`). What is not acknowledged within `timeout` fails the commit with the flush
+/// error rdkafka's commit gave.
+fn commit_flushed(lane: &RecordLane, timeout: Duration) -> Result<(), KafkaError> {
+    if !crate::raw_admin::flush(lane.producer(), timeout) {
+        return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
+    }
+    lane.producer().commit_transaction(timeout)
 }
 
 #[cfg(test)]
