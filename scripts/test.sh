@@ -7,7 +7,8 @@
 #      tests/integration/, a module per file) against real KRaft clusters that the harness starts and
 #      stops by itself, FERRY_TEST_THREADS of them at a time (default 6: most of a test is waiting; at 4 the
 #      tests kept one of the two cores busy on average)
-#   4. a table of the ten slowest tests (also after a failure), then, after a failure, each panic's first
+#   4. a table of the ten slowest tests (also after a failure), what the harness noticed on the way (a
+#      broker that answered late, target/test-notes.log), then, after a failure, each panic's first
 #      lines (target/test-output.log holds the whole output)
 #
 # scripts/test.sh --quick: the inner loop, minutes instead of the suite's 25: format, lint, the unit
@@ -40,8 +41,10 @@ times="${CARGO_TARGET_DIR:-target}/test-times.tsv"
 mkdir -p "$(dirname "$times")"
 rm -f "$times"
 out="$(dirname "$times")/test-output.log"
+notes="$(dirname "$times")/test-notes.log"
+rm -f "$notes"
 status=0
-FERRY_TEST_TIMES="$times" cargo test --locked --features failpoints -- --test-threads "${FERRY_TEST_THREADS:-6}" "$@" \
+FERRY_TEST_TIMES="$times" FERRY_TEST_NOTES="$notes" cargo test --locked --features failpoints -- --test-threads "${FERRY_TEST_THREADS:-6}" "$@" \
   2>&1 | tee "$out" || status=$?
 if [[ -s "$times" ]]; then
   echo
@@ -53,6 +56,11 @@ if [[ -s "$times" ]]; then
   # first start to the last end is how many tests ran at once on average (at most the thread count).
   awk -F'\t' '{ n++; s += $1; if ($3 + $1 > last) last = $3 + $1 }
        END { printf "  %d tests timed, %.0f s of test time in all, over %.0f s: %.1f at a time on average\n", n, s, last, (last > 0 ? s / last : 0) }' "$times"
+fi
+if [[ -s "$notes" ]]; then
+  echo
+  echo "what the harness noticed on the way (first 40 lines of $notes):"
+  awk 'NR <= 40 { print "  " substr($0, 1, 300) }' "$notes"
 fi
 if ((status != 0)); then
   # What failed, last: a CI log that keeps only its tail still says why (cargo prints a failed test's

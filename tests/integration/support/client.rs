@@ -243,13 +243,34 @@ fn create(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)
     for (k, v) in configs {
         new = new.set(k, v);
     }
-    let results = block_on(admin(bootstrap).create_topics([&new], &admin_opts()))
-        .unwrap_or_else(|e| panic!("create topic {topic} on {bootstrap}: {e}"));
+    // A request that timed out may still have created the topic: the retry then finds it (the names
+    // are the test's own). A shared broker once took over 30 s to answer late in a CI run; the note
+    // says when and what the broker was doing, so that a slow broker is seen, not hidden.
+    let start = Instant::now();
+    let mut timed_out = false;
+    let results = loop {
+        match block_on(admin(bootstrap).create_topics([&new], &admin_opts())) {
+            Err(KafkaError::AdminOp(RDKafkaErrorCode::OperationTimedOut)) if start.elapsed() < 3 * TIMEOUT => {
+                timed_out = true;
+                super::timing::note(&format!(
+                    "CreateTopics {topic} on {bootstrap} timed out after {:.0?}, retrying; {}",
+                    start.elapsed(),
+                    super::cluster::broker_state(bootstrap)
+                ));
+            }
+            r => {
+                break r.unwrap_or_else(|e| {
+                    panic!("create topic {topic} on {bootstrap} after {:.0?}: {e}", start.elapsed())
+                });
+            }
+        }
+    };
     let mut existed = false;
     for r in results {
         match r {
             Ok(_) => {}
-            Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) if existing_ok => existed = true,
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) if existing_ok => existed = true,
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) if timed_out => {}
             Err((t, code)) => panic!("create topic {t} on {bootstrap}: {code}"),
         }
     }

@@ -26,7 +26,7 @@ use std::fs::OpenOptions;
 use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
@@ -618,6 +618,7 @@ impl Cluster {
             .stderr(log);
         let java = cmd.spawn().expect("spawn java (is a JDK on PATH?)");
         self.watchdog = Some(spawn_watchdog(java.id(), Some(self.dir.path())));
+        register_broker(&self.bootstrap, java.id(), log_path);
         self.java = Some(java);
         self.wait_ready(log_start);
     }
@@ -737,6 +738,33 @@ fn probe(bootstrap: &str, props: &[(String, String)]) -> Result<(), String> {
         Some(Err((_, code))) => Err(format!("validate-only CreateTopics: {code}")),
         None => Err("validate-only CreateTopics: no result".into()),
     }
+}
+
+/// Each started broker by bootstrap address: its JVM and log, for [`broker_state`].
+static BROKERS: Mutex<BTreeMap<String, (u32, PathBuf)>> = Mutex::new(BTreeMap::new());
+
+fn register_broker(bootstrap: &str, pid: u32, log: PathBuf) {
+    BROKERS.lock().unwrap_or_else(|e| e.into_inner()).insert(bootstrap.to_string(), (pid, log));
+}
+
+/// What the broker at `bootstrap` is doing, for a note about a slow answer: its JVM's state and CPU
+/// (from `ps`), the machine's load, and the last lines of its log (WARN and above).
+pub fn broker_state(bootstrap: &str) -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let Some((pid, log)) = BROKERS.lock().unwrap_or_else(|e| e.into_inner()).get(bootstrap).cloned() else {
+        return format!("load {}; no broker of this harness at {bootstrap}", load.trim());
+    };
+    let ps = Command::new("ps")
+        .args(["-o", "stat=,pcpu=,rss=,etime=", "-p", &pid.to_string()])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    format!(
+        "load {}; broker JVM {pid}: stat,%cpu,rss,etime {ps}; its log's last lines:\n{}",
+        load.trim(),
+        tail(&log, 15)
+    )
 }
 
 /// The east/west pair shared by every test of this test binary, started in parallel on first use.

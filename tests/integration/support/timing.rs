@@ -50,3 +50,16 @@ pub fn touch() {
         }
     });
 }
+
+/// Appends a note to the file `FERRY_TEST_NOTES` names (`scripts/test.sh` prints it after the run):
+/// something a test got past that is worth knowing about, such as a broker that answered late.
+pub fn note(text: &str) {
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    let since = RUN_STARTED.get().map(|s| s.elapsed().as_secs_f64()).unwrap_or(0.0);
+    let line = format!("[{since:.0} s] {test}: {text}\n");
+    eprint!("{line}");
+    let Some(path) = std::env::var_os("FERRY_TEST_NOTES") else { return };
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = f.write_all(line.as_bytes());
+    }
+}
