@@ -32,6 +32,7 @@ pub mod stats;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 use rdkafka::admin::AdminClient;
 use rdkafka::config::ClientConfig;
@@ -43,6 +44,11 @@ use crate::kafka::{self, KafkaOpError};
 pub use internal::{InternalProducer, Lane, Outgoing};
 pub use records::{RecordLane, RecordSink, RecordTuning};
 pub use stats::StatsContext;
+
+/// A round trip this short is a near cluster: [`Connection::round_trip`] asks no further.
+pub const SHORT_ROUND_TRIP: Duration = Duration::from_millis(10);
+/// How long one call of [`Connection::round_trip`] waits.
+const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An admin client shared by every flow and actor of this node that talks to the same cluster.
 pub type Admin = Arc<AdminClient<StatsContext>>;
@@ -227,6 +233,30 @@ impl Connection {
                 .map_err(|e| KafkaOpError::kafka(&self.cluster.alias, "create admin client", e))?;
             Ok(Arc::new(admin))
         })
+    }
+
+    /// The round trip to the cluster: the quickest of up to three DescribeCluster calls on the
+    /// connection's admin client (the first may include connecting and logging in). A first answer
+    /// within [`SHORT_ROUND_TRIP`] is taken as it is, so a near cluster costs one small request. An
+    /// answer that refuses the call (no right to describe the cluster) still took a round trip; `None`
+    /// if the cluster did not answer at all (or the client cannot ask).
+    pub fn round_trip(&self) -> Option<Duration> {
+        let admin = self.admin().ok()?;
+        let mut best: Option<Duration> = None;
+        for _ in 0..3 {
+            let start = Instant::now();
+            let answer = kafka::block_on(self.alias(), crate::raw_admin::describe_cluster(&admin, ROUND_TRIP_TIMEOUT));
+            let took = start.elapsed();
+            match answer {
+                Ok(Err(e)) if e.code < 0 => break, // librdkafka's own: a timeout, no connection, too old a broker
+                Err(_) => break,
+                Ok(_) => best = Some(best.map_or(took, |b| b.min(took))),
+            }
+            if took < SHORT_ROUND_TRIP {
+                break;
+            }
+        }
+        best
     }
 
     /// The connection's metadata consumer (metadata, watermarks; never assigned).

@@ -33,6 +33,14 @@ fn a_flow_over_a_long_link_copies_every_record_in_order_and_a_cut_of_20_s_loses_
     let started = Instant::now();
     wait_all_arrived(&mut ferry, &west.bootstrap, &remote, &values("a", 0..20_000));
     println!("20,000 records over a {ROUND_TRIP:?} link in {:?} from the start", started.elapsed());
+    // The copier measured the link and fetches the long-link sizes (a near cluster gets librdkafka's).
+    let log = ferry.log();
+    let sizes =
+        log.lines().find(|l| l.contains("fetch sizes for the source's round trip")).expect("fetch sizes logged");
+    assert!(
+        sizes.contains("partition_bytes=8388608") && sizes.contains("response_bytes=25165824"),
+        "the long-link fetch sizes over a {ROUND_TRIP:?} link: {sizes}"
+    );
 
     wait_healthy(&mut ferry, FLOW, Duration::from_secs(60));
     // Records keep coming on the source while the link is cut.

@@ -3,6 +3,7 @@
 //! the copy loop, which applies them right after `poll` returns (see `rebalance`).
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -103,6 +104,7 @@ pub(super) fn source_consumer(
     plan: &FlowPlan,
     watch: Arc<ClusterWatch>,
     identity: &Identity,
+    rtt: Option<Duration>,
 ) -> Result<BaseConsumer<CopierContext>, KafkaOpError> {
     let group = (copier_group(identity, plan), plan.source.alias.clone());
     let mut cfg = kafka::client_config(&plan.source, &plan.id, "replication-consumer")?;
@@ -127,7 +129,7 @@ pub(super) fn source_consumer(
         // 512 B) at 150 MiB instead of 210 MiB peak RSS; 16 MiB starves a flow alone (52-64k records/s).
         // Many flows share the node's budget instead (clients::budget): together they copy no faster.
         .set("queued.max.messages.kbytes", (crate::clients::budget::flow_share() / 1024).to_string());
-    for (key, value) in long_link_fetch(&plan.source.client) {
+    for (key, value) in link_fetch(&plan.source.client, rtt) {
         cfg.set(key, value);
     }
     if plan.settings.delivery == Delivery::ExactlyOnce {
@@ -170,35 +172,58 @@ pub(super) fn source_consumer(
     .map_err(|e| KafkaOpError::kafka(&plan.source.alias, "create replication consumer", e))
 }
 
-/// How much one source partition may return per fetch. librdkafka keeps one fetch request in flight
-/// per broker, so a consumer moves at most one fetch response per round trip to each broker: with
-/// librdkafka's 1 MiB per partition, eight partitions of one broker move 8 MiB per round trip, 27 MB/s
-/// over a 300 ms link, and a single partition 3.5 MB/s whatever the link could carry (the classic
-/// "MM2 falls hours behind over a long link"). Measured with `scripts/bench.sh wan` (bench/results.md):
-/// 26.9 MB/s at 300 ms with 1 MiB, 77 MB/s with these settings, as fast as without latency. On a short
-/// link the next fetch leaves at once and a larger share changes nothing but the size of a response.
-pub(super) const PARTITION_FETCH_BYTES: usize = 8 * 1024 * 1024;
+/// How much one source partition may return per fetch, and one fetch response in all, for a source
+/// `rtt` away (`None`: not measured, the long-link sizes).
+///
+/// librdkafka keeps one fetch request in flight per broker, so a consumer moves at most one response
+/// per round trip to each broker: with librdkafka's 1 MiB per partition, eight partitions of one broker
+/// move 8 MiB per round trip, 27 MB/s over a 300 ms link, and a single partition 3.5 MB/s whatever the
+/// link could carry (the classic "MM2 falls hours behind over a long link"). So the sizes follow the
+/// bytes a round trip must carry: [`PARTITION_RATE`] per partition and [`RESPONSE_RATE`] per response,
+/// between librdkafka's 1 MiB per partition (and an 8 MiB response) on a near cluster and 8 MiB (24 MiB)
+/// from 84 ms on. Measured (`scripts/bench.sh wan` and `headline`, bench/results.md): 8 and
+/// 24 MiB copy 77 MB/s at 300 ms, as fast as without latency, where 1 MiB copied 26.9 MB/s; on a near
+/// cluster they cost a third more CPU and 50 MiB more memory than 1 and 8 MiB (the buffers of larger
+/// responses), for nothing: the next fetch leaves at once.
+pub(super) fn fetch_sizes(rtt: Option<Duration>) -> (usize, usize) {
+    let Some(rtt) = rtt else { return (PARTITION_FETCH_MAX, RESPONSE_MAX) };
+    let bytes = |rate: f64| (rate * rtt.as_secs_f64()) as usize;
+    (
+        bytes(PARTITION_RATE).clamp(PARTITION_FETCH_MIN, PARTITION_FETCH_MAX),
+        bytes(RESPONSE_RATE).clamp(RESPONSE_MIN, RESPONSE_MAX),
+    )
+}
 
-/// What one fetch response may hold in all (librdkafka's default is 50 MiB): what the larger shares
-/// above may add to the copier's memory, whatever the number of partitions. 24 MiB per round trip is
-/// 80 MB/s over 300 ms. Measured on the headline bench: peak RSS 171 MiB with librdkafka's fetch sizes,
-/// about 200-215 MiB with these.
-pub(super) const FETCH_MAX_BYTES: usize = 24 * 1024 * 1024;
+const MIB: usize = 1024 * 1024;
+/// Bytes per second one partition should be able to move over a long link.
+const PARTITION_RATE: f64 = 100e6;
+/// Bytes per second one fetch response (a broker's partitions) should be able to move.
+const RESPONSE_RATE: f64 = 300e6;
+const PARTITION_FETCH_MIN: usize = MIB;
+const PARTITION_FETCH_MAX: usize = 8 * MIB;
+const RESPONSE_MIN: usize = 8 * MIB;
+/// What the larger shares may add to the copier's memory, whatever the number of partitions (24 MiB
+/// per round trip is 80 MB/s over 300 ms).
+const RESPONSE_MAX: usize = 24 * MIB;
 
 /// How long a partition waits before its next fetch when the prefetch queue is full: librdkafka's
 /// default of a second idles the link for a second each time one large response fills the queue,
 /// which the copy loop drains in a fraction of that.
 pub(super) const FETCH_QUEUE_BACKOFF_MS: u32 = 200;
 
-/// The fetch settings that keep a long link busy (see [`PARTITION_FETCH_BYTES`]), the same on short
-/// links: an operator should not have to know how long the link is. Each gives way to the source
-/// cluster's own client property (and the response bound to a share per partition the cluster sets:
-/// librdkafka refuses a `fetch.max.bytes` below `max.partition.fetch.bytes`).
-pub(super) fn long_link_fetch(client: &std::collections::BTreeMap<String, String>) -> Vec<(&'static str, String)> {
+/// The fetch settings for a source `rtt` away ([`fetch_sizes`]): an operator should not have to know
+/// how long the link is. Each gives way to the source cluster's own client property (and the response
+/// bound to a share per partition the cluster sets: librdkafka refuses a `fetch.max.bytes` below
+/// `max.partition.fetch.bytes`).
+pub(super) fn link_fetch(
+    client: &std::collections::BTreeMap<String, String>,
+    rtt: Option<Duration>,
+) -> Vec<(&'static str, String)> {
     let own_share = client.contains_key("max.partition.fetch.bytes");
+    let (partition, response) = fetch_sizes(rtt);
     [
-        ("max.partition.fetch.bytes", PARTITION_FETCH_BYTES.to_string()),
-        ("fetch.max.bytes", FETCH_MAX_BYTES.to_string()),
+        ("max.partition.fetch.bytes", partition.to_string()),
+        ("fetch.max.bytes", response.to_string()),
         ("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.to_string()),
     ]
     .into_iter()
@@ -214,12 +239,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn long_link_fetch_settings_apply_unless_the_cluster_sets_its_own() {
+    fn link_fetch_settings_apply_unless_the_cluster_sets_its_own() {
         let none = std::collections::BTreeMap::new();
-        let set: Vec<&str> = long_link_fetch(&none).into_iter().map(|(k, _)| k).collect();
+        let set: Vec<&str> = link_fetch(&none, None).into_iter().map(|(k, _)| k).collect();
         assert_eq!(set, ["max.partition.fetch.bytes", "fetch.max.bytes", "fetch.queue.backoff.ms"]);
         let own = std::collections::BTreeMap::from([("max.partition.fetch.bytes".to_string(), "1048576".to_string())]);
-        let kept: Vec<&str> = long_link_fetch(&own).into_iter().map(|(k, _)| k).collect();
+        let kept: Vec<&str> = link_fetch(&own, Some(Duration::from_millis(300))).into_iter().map(|(k, _)| k).collect();
         assert_eq!(kept, ["fetch.queue.backoff.ms"], "a share of the cluster's own leaves librdkafka's response bound");
+    }
+
+    #[test]
+    fn fetch_sizes_follow_the_round_trip_between_librdkafkas_and_the_long_link_sizes() {
+        let ms = |m| Some(Duration::from_millis(m));
+        assert_eq!(fetch_sizes(ms(1)), (MIB, 8 * MIB), "a near cluster: librdkafka's share, a small response");
+        assert_eq!(fetch_sizes(ms(10)), (MIB, 8 * MIB));
+        assert_eq!(fetch_sizes(ms(40)), (4_000_000, 12_000_000), "100 and 300 MB/s over 40 ms");
+        assert_eq!(fetch_sizes(ms(100)), (8 * MIB, 24 * MIB), "a link between regions: the largest");
+        assert_eq!(fetch_sizes(ms(300)), (8 * MIB, 24 * MIB));
+        assert_eq!(fetch_sizes(ms(3000)), (8 * MIB, 24 * MIB), "bounded");
+        assert_eq!(fetch_sizes(None), (8 * MIB, 24 * MIB), "not measured: sizes that serve every link");
+        for m in 0..2000 {
+            let (p, r) = fetch_sizes(ms(m));
+            assert!(p <= r, "librdkafka refuses a response bound below the share per partition ({m} ms)");
+        }
     }
 }
