@@ -32,9 +32,8 @@ use crate::kafka::{self, KafkaOpError};
 /// Records one lane may have queued or in flight at its largest share (librdkafka's default queue of a
 /// producer of its own); a smaller share gets proportionally fewer.
 pub const LANE_MAX_RECORDS: usize = 100_000;
-/// Bytes (keys and values) one lane may have queued or in flight at most: what a flow's own producer was
-/// given (`queue.buffering.max.kbytes = 32768`, measured as enough for the copy rate of one flow). A lane
-/// gets its flow's share of the node's budget ([`super::budget`]), at most this.
+/// Bytes (keys and values) one lane may have queued or in flight at most: measured as enough for the copy
+/// rate of one flow ([`super::budget`]). A lane gets its flow's share of the node's budget, at most this.
 pub const LANE_MAX_BYTES: usize = super::budget::FLOW_MAX_BYTES;
 /// The producer's `message.max.bytes`: it also bounds a produce request, which brokers refuse above
 /// `socket.request.max.bytes` (100 MiB by default).

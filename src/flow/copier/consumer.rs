@@ -124,11 +124,7 @@ pub(super) fn source_consumer(
         // 5 minutes): refresh often, it is one small request for the subscribed topics.
         .set("topic.metadata.refresh.interval.ms", "5000")
         .set("fetch.wait.max.ms", "100")
-        // Prefetch: librdkafka's 64 MiB is the largest share of the copier's memory. Measured on the
-        // headline bench (bench/results.md): 32 MiB keeps the copy rate (93-99k vs 103k records/s of
-        // 512 B) at 150 MiB instead of 210 MiB peak RSS; 16 MiB starves a flow alone (52-64k records/s).
-        // Many flows share the node's budget instead (clients::budget): together they copy no faster.
-        .set("queued.max.messages.kbytes", (crate::clients::budget::flow_share() / 1024).to_string());
+        .set("queued.max.messages.kbytes", (prefetch_bytes(rtt) / 1024).to_string());
     for (key, value) in link_fetch(&plan.source.client, rtt) {
         cfg.set(key, value);
     }
@@ -206,6 +202,21 @@ const RESPONSE_MIN: usize = 8 * MIB;
 /// per round trip is 80 MB/s over 300 ms).
 const RESPONSE_MAX: usize = 24 * MIB;
 
+/// The consumer's prefetch (`queued.max.messages.kbytes`; librdkafka's 64 MiB would be the largest part
+/// of the copier's memory): the flow's share of the node's budget ([`crate::clients::budget`]), and on a
+/// long link at least a full response and [`PREFETCH_MARGIN`] more, so that a response arriving never
+/// holds the next fetch back for a round trip. Measured (bench/results.md, 2026-12-05): a 16 MiB share
+/// copied the headline as fast as 32 MiB on a near cluster, but over 300 ms 46 MB/s instead of 73.
+pub(super) fn prefetch_bytes(rtt: Option<Duration>) -> usize {
+    let (_, response) = fetch_sizes(rtt);
+    let long = response > RESPONSE_MIN;
+    let share = crate::clients::budget::flow_share();
+    if long { share.max(response + PREFETCH_MARGIN) } else { share }
+}
+
+/// What a long link's prefetch holds beyond one full response.
+const PREFETCH_MARGIN: usize = 8 * MIB;
+
 /// How long a partition waits before its next fetch when the prefetch queue is full: librdkafka's
 /// default of a second idles the link for a second each time one large response fills the queue,
 /// which the copy loop drains in a fraction of that.
@@ -258,6 +269,8 @@ mod tests {
         assert_eq!(fetch_sizes(ms(300)), (8 * MIB, 24 * MIB));
         assert_eq!(fetch_sizes(ms(3000)), (8 * MIB, 24 * MIB), "bounded");
         assert_eq!(fetch_sizes(None), (8 * MIB, 24 * MIB), "not measured: sizes that serve every link");
+        assert_eq!(prefetch_bytes(ms(1)), crate::clients::budget::flow_share(), "a near cluster: the flow's share");
+        assert_eq!(prefetch_bytes(ms(300)), 32 * MIB, "a long link: a full response and the margin");
         for m in 0..2000 {
             let (p, r) = fetch_sizes(ms(m));
             assert!(p <= r, "librdkafka refuses a response bound below the share per partition ({m} ms)");
