@@ -1297,7 +1297,7 @@ class Bench:
         t0 = time.time()
         data = work / "perf.data"
         # ferry runs under perf (attaching with -p misses the threads ferry starts later)
-        perf = self.ferry().start(work, "east", [ferry_flow("east", alias, d.topics)], {"east": SRC, alias: DST},
+        perf = self.ferry().start(work, "east", [ferry_flow("east", alias, d.topics, **d.ferry_flow)], {"east": SRC, alias: DST},
                                   wrap=["perf", "record", "-F", str(self.args.freq), "-g", "--call-graph",
                                         "dwarf,16384", "-o", str(data), "--"])
         pid = None
