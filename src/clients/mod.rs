@@ -237,15 +237,17 @@ impl Connection {
 
     /// The round trip to the cluster: the quickest of up to three DescribeCluster calls on the
     /// connection's admin client (the first may include connecting and logging in). A first answer
-    /// within [`SHORT_ROUND_TRIP`] is taken as it is, so a near cluster costs one small request. An
-    /// answer that refuses the call (no right to describe the cluster) still took a round trip; `None`
-    /// if the cluster did not answer at all (or the client cannot ask).
+    /// within [`SHORT_ROUND_TRIP`] is taken as it is, so a near cluster costs one small request. The
+    /// calls do not ask what ferry may do, so the broker's authorizer is not consulted (a read-only
+    /// principal leaves no denial in its log); an answer that refuses the call still took a round trip;
+    /// `None` if the cluster did not answer at all (or the client cannot ask).
     pub fn round_trip(&self) -> Option<Duration> {
         let admin = self.admin().ok()?;
         let mut best: Option<Duration> = None;
         for _ in 0..3 {
             let start = Instant::now();
-            let answer = kafka::block_on(self.alias(), crate::raw_admin::describe_cluster(&admin, ROUND_TRIP_TIMEOUT));
+            let answer =
+                kafka::block_on(self.alias(), crate::raw_admin::describe_cluster_plain(&admin, ROUND_TRIP_TIMEOUT));
             let took = start.elapsed();
             match answer {
                 Ok(Err(e)) if e.code < 0 => break, // librdkafka's own: a timeout, no connection, too old a broker

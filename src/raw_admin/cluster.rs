@@ -165,11 +165,31 @@ pub async fn describe_cluster<C: ClientContext + 'static>(
     admin: &AdminClient<C>,
     timeout: Duration,
 ) -> Result<ClusterDescription, AdminError> {
+    describe_cluster_asking(admin, timeout, true).await
+}
+
+/// [`describe_cluster`] without asking what the caller may do (`authorized_operations` stays empty):
+/// librdkafka sends it as a Metadata request for no topics, which the broker answers without consulting
+/// its authorizer, so a principal with no rights on the cluster leaves no denial in the broker's log.
+pub async fn describe_cluster_plain<C: ClientContext + 'static>(
+    admin: &AdminClient<C>,
+    timeout: Duration,
+) -> Result<ClusterDescription, AdminError> {
+    describe_cluster_asking(admin, timeout, false).await
+}
+
+async fn describe_cluster_asking<C: ClientContext + 'static>(
+    admin: &AdminClient<C>,
+    timeout: Duration,
+    ask_operations: bool,
+) -> Result<ClusterDescription, AdminError> {
     const OP: &str = "DescribeCluster";
     run(admin, OP, move |rk, cancel| {
         let options = AdminOptions::new(rk, rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECLUSTER, OP)?;
         options.set_request_timeout(timeout, OP)?;
-        options.include_authorized_operations(OP)?;
+        if ask_operations {
+            options.include_authorized_operations(OP)?;
+        }
         let queue = Queue::new(rk, OP)?;
         // SAFETY: valid handle, options and queue.
         unsafe { rd::rd_kafka_DescribeCluster(rk.0, options.0, queue.0) };

@@ -46,7 +46,7 @@ mod types;
 
 pub use acls::{AclBinding, AclFilter, AclPattern, AclPermission, AclResource, create_acls, describe_acls};
 pub use client_calls::{consumer_positions, flush, send_offsets_to_transaction};
-pub use cluster::{describe_cluster, describe_topics, incremental_alter_topic_configs};
+pub use cluster::{describe_cluster, describe_cluster_plain, describe_topics, incremental_alter_topic_configs};
 pub use groups::{
     alter_consumer_group_offsets, describe_consumer_groups, list_consumer_group_offsets, list_consumer_groups,
     list_consumer_groups_partial,
