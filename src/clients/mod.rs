@@ -46,7 +46,7 @@ pub use records::{RecordLane, RecordSink, RecordTuning};
 pub use stats::StatsContext;
 
 /// A round trip this short is a near cluster: [`Connection::round_trip`] asks no further.
-pub const SHORT_ROUND_TRIP: Duration = Duration::from_millis(10);
+const SHORT_ROUND_TRIP: Duration = Duration::from_millis(10);
 /// How long one call of [`Connection::round_trip`] waits.
 const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -107,6 +107,9 @@ pub(super) fn source_consumer(
     rtt: Option<Duration>,
 ) -> Result<BaseConsumer<CopierContext>, KafkaOpError> {
     let group = (copier_group(identity, plan), plan.source.alias.clone());
+    let (partition_bytes, response_bytes) = fetch_sizes(rtt);
+    let prefetch = prefetch_bytes(rtt);
+    tracing::info!(flow = %plan.id, source_round_trip_ms = rtt.map(|r| r.as_secs_f64() * 1e3), partition_bytes, response_bytes, prefetch_bytes = prefetch, "fetch sizes for the source's round trip (unless its client properties set them)");
     let mut cfg = kafka::client_config(&plan.source, &plan.id, "replication-consumer")?;
     // Positions live in MM2's progress topic, never in the group: the group only splits the work.
     cfg.set("group.id", copier_group(identity, plan))
@@ -124,7 +127,7 @@ pub(super) fn source_consumer(
         // 5 minutes): refresh often, it is one small request for the subscribed topics.
         .set("topic.metadata.refresh.interval.ms", "5000")
         .set("fetch.wait.max.ms", "100")
-        .set("queued.max.messages.kbytes", (prefetch_bytes(rtt) / 1024).to_string());
+        .set("queued.max.messages.kbytes", (prefetch / 1024).to_string());
     for (key, value) in link_fetch(&plan.source.client, rtt) {
         cfg.set(key, value);
     }

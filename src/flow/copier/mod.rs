@@ -210,8 +210,6 @@ impl CopyLoop {
         }
         // The fetch sizes follow the source's round trip (a long link needs larger responses).
         let rtt = conns.source.round_trip();
-        let (partition_bytes, response_bytes) = consumer::fetch_sizes(rtt);
-        tracing::info!(flow = %flow, source_round_trip_ms = rtt.map(|r| r.as_secs_f64() * 1e3), partition_bytes, response_bytes, "fetch sizes for the source's round trip (unless its client properties set them)");
         let consumer = source_consumer(&plan, source_watch.clone(), identity, rtt).map_err(err)?;
         let probe = Probe::start(&plan, conns)?;
         let book = Book::new(&plan);

@@ -686,6 +686,7 @@ impl Drop for Cluster {
         if self.secured.is_some() {
             unregister_security(&self.bootstrap);
         }
+        unregister_broker(&self.bootstrap);
         // self.dir (TempDir) is dropped after this and removes the data.
     }
 }
@@ -745,6 +746,10 @@ static BROKERS: Mutex<BTreeMap<String, (u32, PathBuf)>> = Mutex::new(BTreeMap::n
 
 fn register_broker(bootstrap: &str, pid: u32, log: PathBuf) {
     BROKERS.lock().unwrap_or_else(|e| e.into_inner()).insert(bootstrap.to_string(), (pid, log));
+}
+
+fn unregister_broker(bootstrap: &str) {
+    BROKERS.lock().unwrap_or_else(|e| e.into_inner()).remove(bootstrap);
 }
 
 /// What the broker at `bootstrap` is doing, for a note about a slow answer: its JVM's state and CPU

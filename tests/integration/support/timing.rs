@@ -21,14 +21,22 @@ struct Clock {
 
 impl Drop for Clock {
     fn drop(&mut self) {
-        let Some(path) = std::env::var_os("FERRY_TEST_TIMES") else { return };
+        if std::env::var_os("FERRY_TEST_TIMES").is_none() {
+            return;
+        }
         let run_started = *RUN_STARTED.get_or_init(|| self.started);
         let start = self.started.saturating_duration_since(run_started).as_secs_f64();
         let line = format!("{:.1}\t{}\t{start:.1}\n", self.started.elapsed().as_secs_f64(), self.test);
-        // One short write with O_APPEND: lines of tests ending together do not interleave.
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = f.write_all(line.as_bytes());
-        }
+        append_line("FERRY_TEST_TIMES", &line);
+    }
+}
+
+/// Appends `line` to the file the environment variable `var` names, if any. One short write with
+/// O_APPEND: lines of tests ending together do not interleave.
+fn append_line(var: &str, line: &str) {
+    let Some(path) = std::env::var_os(var) else { return };
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = f.write_all(line.as_bytes());
     }
 }
 
@@ -58,8 +66,5 @@ pub fn note(text: &str) {
     let since = RUN_STARTED.get().map(|s| s.elapsed().as_secs_f64()).unwrap_or(0.0);
     let line = format!("[{since:.0} s] {test}: {text}\n");
     eprint!("{line}");
-    let Some(path) = std::env::var_os("FERRY_TEST_NOTES") else { return };
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-        let _ = f.write_all(line.as_bytes());
-    }
+    append_line("FERRY_TEST_NOTES", &line);
 }
