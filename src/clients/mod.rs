@@ -12,6 +12,7 @@
 //! - a metadata consumer per isolation level (metadata and watermarks, never assigned);
 //! - a producer for ferry's internal topics (offset syncs, progress, heartbeats), whose delivery
 //!   reports go back to the lane that sent each record (see [`internal`]);
+//! - followers of internal topics: each flow's partitions on shared consumers (see [`readers`]);
 //! - a producer of copied records per tuning (compression, linger, batch size), shared by the
 //!   at-least-once flows that copy into the cluster, each flow within its own share of the queue
 //!   (see [`records`]).
@@ -20,12 +21,13 @@
 //! - the copier's consumer: its group is the flow's, and splits the flow's partitions between nodes;
 //! - the lease consumer: its group membership *is* the flow's leadership;
 //! - the checkpoint computer's transactional producer: its `transactional.id` fences per flow;
-//! - readers of internal topics with positions of their own (offset syncs, checkpoints, progress).
+//! - start-up reads of internal topics to their end (published checkpoints, progress): they come and go.
 //!
 //! This module sits below `flow`: it imports no flow code.
 
 pub mod budget;
 pub mod internal;
+pub mod readers;
 pub mod records;
 pub mod stats;
 
@@ -42,6 +44,7 @@ use crate::config::ClusterSpec;
 use crate::kafka::{self, KafkaOpError};
 
 pub use internal::{InternalProducer, Lane, Outgoing};
+pub use readers::PartitionReader;
 pub use records::{RecordLane, RecordSink, RecordTuning};
 pub use stats::StatsContext;
 
@@ -178,6 +181,7 @@ pub struct Connection {
     meta: Slot<MetaConsumer>,
     meta_uncommitted: Slot<MetaConsumer>,
     internal: Slot<Arc<InternalProducer>>,
+    readers: readers::Readers,
     records: records::RecordProducers,
     /// A Kerberos cluster's login, renewed while some flow holds the connection.
     _kerberos: Option<Arc<crate::kerberos::Hold>>,
@@ -203,6 +207,7 @@ impl Connection {
             meta: Slot::new(),
             meta_uncommitted: Slot::new(),
             internal: Slot::new(),
+            readers: readers::Readers::default(),
             records: records::RecordProducers::default(),
         }
     }

@@ -247,9 +247,8 @@ fn a_long_sync_backlog_does_not_delay_recent_groups() {
     let topic = "cp-backlog";
     let syncs_topic = "mm2-offset-syncs.west.internal";
     create_topic(&east.bootstrap, topic, 4, &[]);
-    if topic_partitions(&east.bootstrap, syncs_topic).is_none() {
-        create_topic(&east.bootstrap, syncs_topic, 1, &[("cleanup.policy", "compact")]);
-    }
+    // Other tests' flows east->west may be creating it now.
+    support::ensure_topic_with(&east.bootstrap, syncs_topic, 1, &[("cleanup.policy", "compact")]);
     // 30,000 syncs per partition, upstream 10 i -> downstream 5 i, interleaved: 120,000 records, more
     // than twice the tail ferry reads first.
     let per_partition = 30_000i64;
@@ -315,9 +314,8 @@ fn a_deep_group_is_checkpointed_as_soon_as_the_backlog_is_read() {
     let topic = "cp-deep";
     let syncs_topic = "mm2-offset-syncs.west.internal";
     create_topic(&east.bootstrap, topic, 2, &[]);
-    if topic_partitions(&east.bootstrap, syncs_topic).is_none() {
-        create_topic(&east.bootstrap, syncs_topic, 1, &[("cleanup.policy", "compact")]);
-    }
+    // Other tests' flows east->west may be creating it now.
+    support::ensure_topic_with(&east.bootstrap, syncs_topic, 1, &[("cleanup.policy", "compact")]);
     // 40,000 syncs per partition, upstream 10 i -> downstream 10 i: 80,000 records, more than the tail
     // ferry reads first, and the deep group far below that tail.
     let per_partition = 40_000i64;

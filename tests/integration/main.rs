@@ -31,6 +31,7 @@ mod operations;
 mod packaging;
 mod provenance;
 mod raw_admin;
+mod readers;
 mod reload;
 mod runbook;
 mod scaleout;

@@ -35,7 +35,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::{CheckpointState, EARLY_SYNCS, SharedCheckpointState, err, lock};
-use crate::clients::{FlowConnections, Isolation};
+use crate::clients::{Connection, FlowConnections, Isolation, PartitionReader, readers};
 use crate::config::{ClusterSpec, FlowId, FlowPlan, OffsetSyncsLocation};
 use crate::flow::offset_syncs::{FLOW_HEADER, syncs_location};
 use crate::kafka::{self, TopicSpec};
@@ -152,23 +152,6 @@ impl Backlog {
 /// in between.
 const BATCH: usize = 10_000;
 
-/// librdkafka settings of the readers' consumers, where the cluster's own client properties do not set
-/// them. librdkafka stops fetching a partition whose local queue holds `queued.min.messages` (100,000
-/// by default) and tries again only after `fetch.queue.backoff.ms`, one second by default: a reader
-/// that folds 100,000 small syncs into the store in a fraction of that second then waited out the
-/// rest of it, so a backlog of 1,000,000 syncs took about ten seconds to read instead of one.
-const READER_TUNING: [(&str, &str); 1] = [("fetch.queue.backoff.ms", "10")];
-
-/// The cluster as the readers connect to it: its client properties plus [`READER_TUNING`] (a property
-/// the cluster sets itself wins).
-fn tuned(cluster: &ClusterSpec) -> ClusterSpec {
-    let mut tuned = cluster.clone();
-    for (key, value) in READER_TUNING {
-        tuned.client.entry(key.to_string()).or_insert_with(|| value.to_string());
-    }
-    tuned
-}
-
 /// The flow and mark headers of a sync record ([`FLOW_HEADER`], [`SYNC_MARK_HEADER`]; the first of
 /// each), in one pass over its headers.
 fn sync_headers<'a>(msg: &'a BorrowedMessage<'_>) -> (Option<&'a [u8]>, Option<&'a [u8]>) {
@@ -185,9 +168,35 @@ fn sync_headers<'a>(msg: &'a BorrowedMessage<'_>) -> (Option<&'a [u8]>, Option<&
     (flow.flatten(), mark.flatten())
 }
 
+/// Where a reader's records come from.
+enum Records {
+    /// A partition of the connection's shared followers ([`PartitionReader`]): the forward and reverse
+    /// readers follow their topics for the computer's whole life.
+    Shared(PartitionReader),
+    /// A consumer of the reader's own: the early reader follows the partition the forward reader reads
+    /// at the same time (a shared consumer holds a partition once), and only while the backlog is read.
+    Own(kafka::AssignOnlyConsumer),
+}
+
+impl Records {
+    fn consumer(&self) -> &kafka::AssignOnlyConsumer {
+        match self {
+            Records::Shared(r) => r.consumer(),
+            Records::Own(c) => c,
+        }
+    }
+
+    fn poll(&self, wait: Duration) -> Option<rdkafka::error::KafkaResult<BorrowedMessage<'_>>> {
+        match self {
+            Records::Shared(r) => r.poll(wait),
+            Records::Own(c) => c.poll(wait),
+        }
+    }
+}
+
 /// Follows an offset-syncs topic into the shared store, from where the last reader stopped.
 pub(super) struct SyncReader {
-    consumer: kafka::AssignOnlyConsumer,
+    records: Records,
     topic: String,
     cluster: String,
     side: Side,
@@ -208,7 +217,7 @@ impl SyncReader {
         // The emitter creates it too; whoever comes first wins, with the same definition.
         let spec = TopicSpec::compacted(topic.clone(), 1, plan.settings.offset_syncs_rf());
         conns.on(cluster).ensure_topic(&plan.id, &spec).map_err(err)?;
-        Self::open(plan, state, cluster, topic, Side::Forward)
+        Self::open(plan, state, Some(conns.on(cluster)), cluster, topic, Side::Forward)
     }
 
     /// A reader of the reverse flow's syncs if that topic exists (it is never created here: it is the
@@ -224,24 +233,34 @@ impl SyncReader {
         if !exists {
             return Ok(None);
         }
-        Self::open(plan, state, cluster, topic, Side::Reverse).map(Some)
+        Self::open(plan, state, Some(conns.on(cluster)), cluster, topic, Side::Reverse).map(Some)
     }
 
-    pub(super) fn open(
+    /// A reader of `topic` on `cluster` from where the last reader of `side` stopped: on the shared
+    /// followers of `shared` (the cluster's connection), or on a consumer of its own without one.
+    fn open(
         plan: &FlowPlan,
         state: &SharedCheckpointState,
+        shared: Option<&Arc<Connection>>,
         cluster: &ClusterSpec,
         topic: String,
         side: Side,
     ) -> Result<Self, String> {
-        let consumer = kafka::assign_only_consumer(&tuned(cluster), &plan.id, "offset-syncs-reader").map_err(err)?;
         let position = *side.history(&mut lock(state)).1;
-        let mut tpl = TopicPartitionList::new();
         let start = if position > 0 { Offset::Offset(position) } else { Offset::Beginning };
-        tpl.add_partition_offset(&topic, 0, start).map_err(|e| e.to_string())?;
-        consumer.assign(&tpl).map_err(|e| format!("cluster `{}`: assign {topic}: {e}", cluster.alias))?;
+        let records = match shared {
+            Some(connection) => Records::Shared(connection.partition_reader(&topic, 0, start).map_err(err)?),
+            None => {
+                let consumer = kafka::assign_only_consumer(&readers::tuned(cluster), &plan.id, "offset-syncs-reader")
+                    .map_err(err)?;
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition_offset(&topic, 0, start).map_err(|e| e.to_string())?;
+                consumer.assign(&tpl).map_err(|e| format!("cluster `{}`: assign {topic}: {e}", cluster.alias))?;
+                Records::Own(consumer)
+            }
+        };
         Ok(Self {
-            consumer,
+            records,
             topic,
             cluster: cluster.alias.clone(),
             side,
@@ -270,7 +289,7 @@ impl SyncReader {
         if self.side.history(&mut lock(state)).0.is_read_to_end() {
             return Ok(());
         }
-        let (_, high) = kafka::watermarks(&self.consumer, &self.topic, 0)
+        let (_, high) = kafka::watermarks(self.records.consumer(), &self.topic, 0)
             .map_err(|e| format!("cluster `{}`: watermarks of {}: {e}", self.cluster, self.topic))?;
         let mut backlog = Backlog { end: high, progress: (Instant::now(), self.position(state)) };
         while !self.reached(state, high)? {
@@ -304,7 +323,7 @@ impl SyncReader {
                 return Ok(None);
             }
         }
-        let (low, high) = kafka::watermarks(&self.consumer, &self.topic, 0)
+        let (low, high) = kafka::watermarks(self.records.consumer(), &self.topic, 0)
             .map_err(|e| format!("cluster `{}`: watermarks of {}: {e}", self.cluster, self.topic))?;
         let from = self.position(state).max(low);
         if high - from <= EARLY_SYNCS {
@@ -317,7 +336,7 @@ impl SyncReader {
         }
         let (cluster, _) = syncs_location(plan);
         let mut early =
-            Self::open(plan, state, cluster, self.topic.clone(), Side::Early)?.cancelled_by(self.cancel.clone());
+            Self::open(plan, state, None, cluster, self.topic.clone(), Side::Early)?.cancelled_by(self.cancel.clone());
         early.read_to_end(state)?;
         tracing::info!(
             flow = %plan.id, topic = %self.topic, backlog = high - from,
@@ -361,7 +380,7 @@ impl SyncReader {
     /// Read everything published so far (bounded by `deadline`).
     pub(super) fn catch_up(&mut self, state: &SharedCheckpointState, deadline: Instant) -> Result<(), String> {
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
-        let high = match self.consumer.fetch_watermarks(&self.topic, 0, left) {
+        let high = match self.records.consumer().fetch_watermarks(&self.topic, 0, left) {
             Ok((_, high)) => high,
             Err(e) => {
                 tracing::warn!(cluster = %self.cluster, topic = %self.topic, error = %e, "cannot read the final offset syncs before the deadline");
@@ -381,7 +400,8 @@ impl SyncReader {
             return Ok(true);
         }
         let positions = self
-            .consumer
+            .records
+            .consumer()
             .position()
             .map_err(|e| format!("cluster `{}`: position in {}: {e}", self.cluster, self.topic))?;
         Ok(positions
@@ -403,7 +423,7 @@ impl SyncReader {
     /// up to [`BATCH`] records, under one lock of the state.
     pub(super) fn poll(&mut self, state: &SharedCheckpointState, wait: Duration) -> Result<(), String> {
         // The wait happens without the lock; the rest is what librdkafka already holds.
-        let Some(mut msg) = self.consumer.poll(wait) else { return Ok(()) };
+        let Some(mut msg) = self.records.poll(wait) else { return Ok(()) };
         let mut st = lock(state);
         for taken in 1..=BATCH {
             match msg {
@@ -414,7 +434,7 @@ impl SyncReader {
             if taken == BATCH {
                 break;
             }
-            match self.consumer.poll(Duration::ZERO) {
+            match self.records.poll(Duration::ZERO) {
                 Some(m) => msg = m,
                 None => break,
             }
@@ -480,16 +500,6 @@ mod tests {
             other_syncs_topic(OffsetSyncsLocation::Source, &p, "east", "west"),
             ("west".to_string(), "mm2-offset-syncs.east.internal".to_string())
         );
-    }
-
-    #[test]
-    fn readers_fetch_without_librdkafkas_one_second_backoff_unless_the_cluster_says_otherwise() {
-        let mut cluster = ClusterSpec::for_test("east", &[("client.rack", "r1")]);
-        let reader = tuned(&cluster);
-        assert_eq!(reader.client.get("fetch.queue.backoff.ms").map(String::as_str), Some("10"));
-        assert_eq!(reader.client.get("client.rack").map(String::as_str), Some("r1"), "everything else kept");
-        cluster.client.insert("fetch.queue.backoff.ms".into(), "250".into());
-        assert_eq!(tuned(&cluster).client.get("fetch.queue.backoff.ms").map(String::as_str), Some("250"));
     }
 
     #[test]

@@ -230,6 +230,11 @@ pub fn ensure_topic(bootstrap: &str, topic: &str, partitions: i32) {
     create(bootstrap, topic, partitions, &[], true);
 }
 
+/// [`ensure_topic`] with `configs` for the topic if it is created here.
+pub fn ensure_topic_with(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+    create(bootstrap, topic, partitions, configs, true);
+}
+
 /// Creates `topic` with replication factor 1 and waits until its metadata shows every partition
 /// with a leader. Panics if it exists already or the broker refuses.
 pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
