@@ -38,5 +38,6 @@ pub mod sync_rule;
 pub mod sync_store;
 #[cfg(test)]
 mod test_rng;
+pub mod ticks;
 pub mod topic_configs;
 pub mod translate;

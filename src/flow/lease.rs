@@ -79,17 +79,13 @@ pub fn worker(
     let sup = supervisor.clone();
     Worker::new(ActorKind::Lease, name, supervisor, Vec::new(), move |control| {
         // Alongside the elector: who copies what and who leads, for /flows (ends with the worker).
-        let stop = Arc::new(members::Stop::default());
         let watched = members::Watched {
             copier_group: copier_group(&identity, &plan),
             lease_group: lease_group(&identity, &plan),
             lease_topic: LEASE_TOPIC,
         };
-        let watcher = members::spawn(plan.clone(), conns.clone(), watched, sup.clone(), stop.clone());
-        let result = run(&plan, &conns, &sup, &identity, control);
-        stop.set();
-        let _ = watcher.join();
-        result
+        let _members = members::watch(conns.clone(), watched, sup.clone());
+        run(&plan, &conns, &sup, &identity, control)
     })
 }
 

@@ -1,16 +1,16 @@
 //! Who runs a flow, as the groups see it: the copier group's members (each node and how many source
 //! partitions it copies) and the node holding the lease. Read with DescribeGroups every
-//! [`INTERVAL`] by a thread of the lease worker, for `/flows/{id}` and `ferry status`: an operator sees
+//! [`INTERVAL`] for the lease worker, for `/flows/{id}` and `ferry status`: an operator sees
 //! where every partition went without asking each node.
 
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::messages::{GroupMembers, Parent};
 use crate::clients::{Admin, FlowConnections};
-use crate::config::FlowPlan;
 use crate::kafka;
 use crate::status::Member;
+use crate::ticks;
 
 pub const INTERVAL: Duration = Duration::from_secs(10);
 
@@ -63,35 +63,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Ends the members thread: set once, waited on between rounds (an idle flow's thread wakes once per
-/// [`INTERVAL`], not several times a second to look at a flag).
-#[derive(Default)]
-pub struct Stop {
-    stopped: Mutex<bool>,
-    changed: Condvar,
-}
-
-impl Stop {
-    pub fn set(&self) {
-        *self.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.changed.notify_all();
-    }
-
-    /// Waits until `until` or the stop; true once stopped.
-    fn wait_until(&self, until: Instant) -> bool {
-        let mut stopped = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
-        while !*stopped {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            stopped = self.changed.wait_timeout(stopped, left).unwrap_or_else(|p| p.into_inner()).0;
-        }
-        true
-    }
-}
-
-/// The groups to describe, named by the lease worker that spawns the watcher (the copier and the lease
+/// The groups to describe, named by the lease worker that starts the watch (the copier and the lease
 /// own their names; this module only reads the groups).
 pub struct Watched {
     /// The copier group, on the source cluster.
@@ -101,37 +73,20 @@ pub struct Watched {
     pub lease_topic: &'static str,
 }
 
-/// Describe both groups every [`INTERVAL`] until `stop`, reporting to the supervisor.
-pub fn spawn(
-    plan: Arc<FlowPlan>,
-    conns: Arc<FlowConnections>,
-    watched: Watched,
-    supervisor: Parent,
-    stop: Arc<Stop>,
-) -> std::thread::JoinHandle<()> {
-    std::thread::Builder::new()
-        .name(format!("members {}", plan.id))
-        .spawn(move || {
-            let Watched { copier_group: copier, lease_group: lease, lease_topic } = watched;
-            loop {
-                let next = Instant::now() + INTERVAL;
-                // The node's shared admin clients: no client of its own for a call every 10 s. Asked for
-                // each round: making one can fail (a Kerberos login) and works at a later round.
-                let (Ok(source), Ok(target)) = (conns.source.admin(), conns.target.admin()) else {
-                    if stop.wait_until(next) {
-                        return;
-                    }
-                    continue;
-                };
-                let members = describe(&source, &copier).map(|m| copier_members(&m));
-                let leader = describe(&target, &lease).map(|m| lease_holder(&m, lease_topic));
-                supervisor.members.do_send(GroupMembers { members, leader: leader.flatten() });
-                if stop.wait_until(next) {
-                    return;
-                }
-            }
-        })
-        .expect("spawn the members thread")
+/// Describes both groups every [`INTERVAL`], reporting to the supervisor, until the job is dropped. A
+/// job of the node's members ticker ([`ticks::members`]), not a thread per flow: one flow's round is two
+/// quick calls on the node's shared admin clients. A cluster that does not answer makes its flows'
+/// rounds wait for it (up to [`kafka::ADMIN_TIMEOUT`]), and delays the other flows' member lists
+/// meanwhile, never their copying or leadership.
+pub fn watch(conns: Arc<FlowConnections>, watched: Watched, supervisor: Parent) -> ticks::Job {
+    let Watched { copier_group: copier, lease_group: lease, lease_topic } = watched;
+    ticks::members().every(INTERVAL, move || {
+        // Asked for each round: making one can fail (a Kerberos login) and works at a later round.
+        let (Ok(source), Ok(target)) = (conns.source.admin(), conns.target.admin()) else { return };
+        let members = describe(&source, &copier).map(|m| copier_members(&m));
+        let leader = describe(&target, &lease).map(|m| lease_holder(&m, lease_topic));
+        supervisor.members.do_send(GroupMembers { members, leader: leader.flatten() });
+    })
 }
 
 /// (client id, assignment) of every member of `group`; `None` when the cluster does not answer.

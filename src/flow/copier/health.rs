@@ -1,13 +1,14 @@
-//! The copier's health as `/flows` shows it: a thread that reports the actor degraded while a cluster
+//! The copier's health as `/flows` shows it: a periodic job that reports the actor degraded while a cluster
 //! is away or the copier group is refused, and running again once they answer.
 
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::config::FlowPlan;
 use crate::flow::messages::{ActorKind, ActorStatusChanged, Parent};
 use crate::kafka::{self, ClusterWatch};
 use crate::status::ActorState;
+use crate::ticks;
 
 /// How long after librdkafka's last connection error a cluster still counts as away.
 const DEGRADED_WINDOW: Duration = Duration::from_secs(15);
@@ -18,12 +19,11 @@ const REFUSAL_WINDOW: Duration = Duration::from_secs(30);
 const CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// Reports the copier degraded while librdkafka says a cluster is away, or partitions are failing, and
-/// running again after, from its own thread: the copy loop can be busy exactly when a cluster is away
-/// (a full producer queue waits for the target), and must not look healthy meanwhile.
-/// Stops when dropped.
+/// running again after, from the node's ticker ([`crate::ticks::quick`]), not the copy loop: the loop
+/// can be busy exactly when a cluster is away (a full producer queue waits for the target), and must
+/// not look healthy meanwhile. Stops when dropped.
 pub(super) struct HealthReporter {
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _job: ticks::Job,
 }
 
 impl HealthReporter {
@@ -35,7 +35,6 @@ impl HealthReporter {
         target: &Arc<ClusterWatch>,
         partitions: &Arc<Mutex<Option<String>>>,
     ) -> Result<Self, String> {
-        let (stop, stopped) = mpsc::channel::<()>();
         let (source_alias, target_alias) = (plan.source.alias.clone(), plan.target.alias.clone());
         let (flow, supervisor, group, source, target, partitions) = (
             plan.id.to_string(),
@@ -45,48 +44,28 @@ impl HealthReporter {
             target.clone(),
             partitions.clone(),
         );
-        let thread = std::thread::Builder::new()
-            .name(format!("copier-health {flow}"))
-            .spawn(move || {
-                let mut degraded: Option<String> = None;
-                loop {
-                    let problem = group
-                        .current(REFUSAL_WINDOW)
-                        .or_else(|| source.recent(DEGRADED_WINDOW).map(|r| format!("source `{source_alias}` unreachable: {r}")))
-                        .or_else(|| {
-                            target.recent(DEGRADED_WINDOW).map(|r| format!("target `{target_alias}` unreachable: {r}"))
-                        })
-                        .or_else(|| {
-                            partitions
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .as_ref()
-                                .map(|p| format!("partitions not copying: {p}"))
-                        });
-                    if problem != degraded {
-                        let state = if problem.is_some() { ActorState::Degraded } else { ActorState::Running };
-                        if problem.is_some() != degraded.is_some() {
-                            tracing::info!(flow = %flow, actor = "copier", ?state, reason = problem.as_deref().unwrap_or("copying"), "copier health changed");
-                        }
-                        supervisor.status.do_send(ActorStatusChanged { kind: ActorKind::Copier, state, error: problem.clone() });
-                        degraded = problem;
-                    }
-                    match stopped.recv_timeout(CHECK_EVERY) {
-                        Err(mpsc::RecvTimeoutError::Timeout) => {}
-                        _ => return,
-                    }
+        let mut degraded: Option<String> = None;
+        let job = ticks::quick().every(CHECK_EVERY, move || {
+            let problem = group
+                .current(REFUSAL_WINDOW)
+                .or_else(|| source.recent(DEGRADED_WINDOW).map(|r| format!("source `{source_alias}` unreachable: {r}")))
+                .or_else(|| target.recent(DEGRADED_WINDOW).map(|r| format!("target `{target_alias}` unreachable: {r}")))
+                .or_else(|| {
+                    partitions
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .as_ref()
+                        .map(|p| format!("partitions not copying: {p}"))
+                });
+            if problem != degraded {
+                let state = if problem.is_some() { ActorState::Degraded } else { ActorState::Running };
+                if problem.is_some() != degraded.is_some() {
+                    tracing::info!(flow = %flow, actor = "copier", ?state, reason = problem.as_deref().unwrap_or("copying"), "copier health changed");
                 }
-            })
-            .map_err(|e| format!("cannot start the copier's health thread: {e}"))?;
-        Ok(Self { stop: Some(stop), thread: Some(thread) })
-    }
-}
-
-impl Drop for HealthReporter {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+                supervisor.status.do_send(ActorStatusChanged { kind: ActorKind::Copier, state, error: problem.clone() });
+                degraded = problem;
+            }
+        });
+        Ok(Self { _job: job })
     }
 }
