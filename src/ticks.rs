@@ -6,10 +6,9 @@
 //! wake-ups grow with its flows. Here each kind of duty is a [`Ticker`]: one thread that runs every
 //! flow's job at the job's own period. The thread sleeps until the next job is due.
 //!
-//! A job runs under the ticker's lock, so once [`Job`] is dropped its closure never runs again (a
-//! stopped copier's health is never reported after the copier; a job must not drop a [`Job`]). Jobs
-//! must be short: a job that
-//! blocks delays every other job of its ticker, so a ticker holds one kind of duty (the copier's health
+//! Once a [`Job`] is dropped its closure never runs again (a stopped copier's health is never reported
+//! after the copier). Jobs should be short: a job that blocks delays the other jobs of its ticker
+//! (never the flows that add or drop jobs), so a ticker holds one kind of duty (the copier's health
 //! never waits behind a slow cluster's DescribeGroups). A job that panics is dropped and logged; the
 //! ticker goes on with the others.
 
@@ -19,10 +18,13 @@ use std::time::{Duration, Instant};
 
 type Run = Box<dyn FnMut() + Send>;
 
+/// A job's closure, locked while it runs; `None` once its [`Job`] was dropped.
+type Slot = Arc<Mutex<Option<Run>>>;
+
 struct Entry {
     period: Duration,
     due: Instant,
-    run: Run,
+    run: Slot,
 }
 
 #[derive(Default)]
@@ -42,10 +44,11 @@ pub struct Ticker {
 #[must_use = "the job ends when this is dropped"]
 pub struct Job {
     id: u64,
+    run: Slot,
     shared: Arc<(Mutex<Jobs>, Condvar)>,
 }
 
-fn lock(m: &Mutex<Jobs>) -> MutexGuard<'_, Jobs> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -61,7 +64,8 @@ impl Ticker {
         let mut jobs = lock(m);
         let id = jobs.next_id;
         jobs.next_id += 1;
-        jobs.entries.insert(id, Entry { period, due: Instant::now(), run: Box::new(run) });
+        let slot: Slot = Arc::new(Mutex::new(Some(Box::new(run))));
+        jobs.entries.insert(id, Entry { period, due: Instant::now(), run: slot.clone() });
         if !jobs.started {
             let shared = self.shared.clone();
             let spawned = std::thread::Builder::new().name(self.name.to_string()).spawn(move || serve(&shared));
@@ -73,7 +77,7 @@ impl Ticker {
             }
         }
         wake.notify_all();
-        Job { id, shared: self.shared.clone() }
+        Job { id, run: slot, shared: self.shared.clone() }
     }
 
     /// How many jobs the ticker runs (for tests).
@@ -84,37 +88,45 @@ impl Ticker {
 
 impl Drop for Job {
     fn drop(&mut self) {
-        // Taken under the lock (which a running job holds): the closure never runs after this, and it
-        // is dropped outside the lock (it may hold things whose drop takes time).
-        let entry = lock(&self.shared.0).entries.remove(&self.id);
-        drop(entry);
+        lock(&self.shared.0).entries.remove(&self.id);
+        // Taken under the job's own lock, which a run in progress holds: the closure never runs after
+        // this (the ticker may have picked the job before it was removed, and finds it gone).
+        let closure = lock(&self.run).take();
+        drop(closure);
     }
 }
 
 fn serve(shared: &(Mutex<Jobs>, Condvar)) {
     let (m, wake) = shared;
-    let mut jobs = lock(m);
     loop {
+        // The due jobs are picked under the ticker's lock and run outside it: a slow job delays the
+        // ticker's other jobs, never a flow that adds or drops one.
         let now = Instant::now();
-        let due: Vec<u64> = jobs.entries.iter().filter(|(_, e)| e.due <= now).map(|(id, _)| *id).collect();
-        for id in due {
-            let Some(entry) = jobs.entries.get_mut(&id) else { continue };
-            entry.due = now + entry.period;
-            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (entry.run)()));
-            if let Err(panic) = ran {
+        let due: Vec<(u64, Slot)> = {
+            let mut jobs = lock(m);
+            jobs.entries
+                .iter_mut()
+                .filter(|(_, e)| e.due <= now)
+                .map(|(id, e)| {
+                    e.due = now + e.period;
+                    (*id, e.run.clone())
+                })
+                .collect()
+        };
+        for (id, slot) in due {
+            let mut run = lock(&slot);
+            let Some(f) = run.as_mut() else { continue };
+            if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
                 tracing::error!(panic = %crate::panics::panic_message(&panic), "a periodic job panicked; it is dropped");
-                jobs.entries.remove(&id);
+                *run = None;
+                lock(m).entries.remove(&id);
             }
         }
-        let next = jobs.entries.values().map(|e| e.due).min();
-        jobs = match next {
-            Some(at) => {
-                wake.wait_timeout(jobs, at.saturating_duration_since(Instant::now()))
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0
-            }
-            None => wake.wait(jobs).unwrap_or_else(|p| p.into_inner()),
-        };
+        let jobs = lock(m);
+        match jobs.entries.values().map(|e| e.due).min() {
+            Some(at) => drop(wake.wait_timeout(jobs, at.saturating_duration_since(Instant::now()))),
+            None => drop(wake.wait(jobs)),
+        }
     }
 }
 
@@ -168,6 +180,24 @@ mod tests {
         assert_eq!(ticker.jobs(), 1);
         drop(slow_job);
         assert_eq!(ticker.jobs(), 0);
+    }
+
+    #[test]
+    fn a_slow_job_never_holds_up_adding_or_dropping_another() {
+        let ticker = Ticker::new("test-ticks");
+        let (started, mark) = counter();
+        let mut mark = mark;
+        let _slow = ticker.every(Duration::from_millis(10), move || {
+            mark();
+            std::thread::sleep(Duration::from_millis(400));
+        });
+        wait_until("the slow job is running", || started.load(Ordering::SeqCst) >= 1);
+        let t = Instant::now();
+        let (n, f) = counter();
+        let other = ticker.every(Duration::from_secs(3600), f);
+        drop(other);
+        assert!(t.elapsed() < Duration::from_millis(200), "adding and dropping took {:?}", t.elapsed());
+        assert!(n.load(Ordering::SeqCst) <= 1);
     }
 
     #[test]
