@@ -62,6 +62,11 @@ impl ConsumerContext for LeaseContext {
         if let Err(e) = result {
             tracing::warn!(error = %e, "lease rebalance");
         }
+        // The lease topic holds no records: an assigned partition left fetching would send a fetch
+        // request (and wake the broker thread) twice a second for nothing, in every flow of the node.
+        if gained && let Err(e) = consumer.pause(tpl) {
+            tracing::debug!(error = %e, "pause the lease partition");
+        }
         if holds {
             self.changes.lock().unwrap_or_else(|p| p.into_inner()).push((gained, true));
         }

@@ -50,10 +50,32 @@ pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Run an admin future to completion from a worker thread (worker loops are blocking code).
 pub fn block_on<F: std::future::Future>(cluster: &str, fut: F) -> Result<F::Output, KafkaOpError> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| KafkaOpError::Other {
+    let rt = runtime().map_err(|reason| KafkaOpError::Other {
         cluster: cluster.to_string(),
         op: "start admin runtime".into(),
-        reason: e.to_string(),
+        reason,
     })?;
     Ok(rt.block_on(fut))
+}
+
+/// The node's runtime for admin calls (`raw_admin` waits for each on a blocking thread of the
+/// runtime): one for the node, driven by whichever thread calls `block_on`. A runtime per flow kept a
+/// blocking thread per flow alive between its calls (an idle 50-flow node ran 50 of them); the
+/// shared pool holds as many as calls are waiting at once.
+pub fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    if let Some(rt) = RUNTIME.get() {
+        return Ok(rt);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("kafka-admin")
+        // A blocking thread waits for one call's answer; an idle flow calls every few seconds, so
+        // keeping one around in between would be a thread per flow again.
+        .thread_keep_alive(std::time::Duration::from_millis(500))
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    // A second thread may have won meanwhile: its runtime is the node's, this one is dropped.
+    Ok(RUNTIME.get_or_init(|| rt))
 }

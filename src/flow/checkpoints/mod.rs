@@ -203,7 +203,8 @@ struct Computer<'a> {
     state: SharedCheckpointState,
     supervisor: Parent,
     identity: Arc<Identity>,
-    rt: tokio::runtime::Runtime,
+    /// The node's admin runtime ([`kafka::runtime`]).
+    rt: &'static tokio::runtime::Runtime,
     source_admin: Admin,
     target_admin: Admin,
     /// The flow's own: its transactional id fences an ex-leader of this flow (see [`transactional_id`]).
@@ -224,10 +225,7 @@ impl<'a> Computer<'a> {
         supervisor: Parent,
         identity: Arc<Identity>,
     ) -> Result<Self, String> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("start admin runtime: {e}"))?;
+        let rt = kafka::runtime().map_err(|e| format!("start admin runtime: {e}"))?;
         let txn = transactional_id(&identity, plan);
         let mut cfg =
             kafka::client_config(&plan.target, &plan.id, "checkpoints-producer").map_err(|e| e.to_string())?;

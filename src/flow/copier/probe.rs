@@ -198,10 +198,7 @@ impl Probe {
         // consumer): where `start_from = "latest"` begins is the end the copier itself would see.
         let copier_view = conns.source.meta(Isolation::AsConfigured).map_err(|e| e.to_string())?;
         let admin = conns.source.admin().map_err(|e| e.to_string())?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("start the probe's runtime: {e}"))?;
+        let rt = crate::kafka::runtime().map_err(|e| format!("start the probe's runtime: {e}"))?;
         let (tx, requests) = mpsc::channel();
         let (reports, rx) = mpsc::channel();
         let flow = plan.id.to_string();
@@ -265,7 +262,8 @@ struct ProbeLoop {
     copier_view: MetaConsumer,
     start_from: StartFrom,
     admin: Admin,
-    rt: tokio::runtime::Runtime,
+    /// The node's admin runtime ([`crate::kafka::runtime`]).
+    rt: &'static tokio::runtime::Runtime,
     reports: Sender<Report>,
     watched: HashMap<String, Watched>,
     /// `metrics_per_partition`, and the partitions that have series now (dropped once not watched).
