@@ -229,3 +229,53 @@ impl Lane {
         let _ = self.state.changed.wait_timeout_while(n, timeout, |n| *n == before);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{DefaultProducerContext, ThreadedProducer};
+
+    /// The ids of this process's threads named `name` (as /proc shows it: 15 characters at most).
+    fn threads_named(name: &str) -> BTreeSet<String> {
+        std::fs::read_dir("/proc/self/task")
+            .expect("/proc/self/task")
+            .flatten()
+            .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name))
+            .map(|t| t.file_name().to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// Time thread `tid` has run on a CPU (the scheduler's own count, in nanoseconds).
+    fn ran(tid: &str) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).expect("schedstat");
+        Duration::from_nanos(stat.split_whitespace().next().and_then(|n| n.parse().ok()).expect("run time"))
+    }
+
+    /// Every shared producer of ferry is a `ThreadedProducer`, whose thread polls with a 100 ms
+    /// timeout. rdkafka turned the time left before a deadline into whole milliseconds rounding down,
+    /// so the last fraction of each wait was polled with a timeout of 0 in a tight loop: up to 1 ms of
+    /// a core per 100 ms, per producer, on an idle node (87 % of an idle one-flow node's CPU in `perf`).
+    /// vendor/rdkafka rounds up (see vendor/README.md).
+    #[test]
+    fn an_idle_producers_polling_thread_sleeps_between_polls() {
+        let before = threads_named("producer pollin");
+        let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .set("reconnect.backoff.max.ms", "10000")
+            .create()
+            .expect("producer");
+        std::thread::sleep(Duration::from_millis(300));
+        let ours: Vec<String> = threads_named("producer pollin").difference(&before).cloned().collect();
+        assert_eq!(ours.len(), 1, "one polling thread of this producer: {ours:?}");
+        let start = ran(&ours[0]);
+        std::thread::sleep(Duration::from_secs(2));
+        let used = ran(&ours[0]) - start;
+        drop(producer);
+        // Twenty polls of 100 ms: a few microseconds each when the thread sleeps through its waits, up
+        // to 1 ms each when it spins at their ends.
+        assert!(used < Duration::from_millis(4), "the idle polling thread ran {used:?} in 2 s");
+    }
+}
