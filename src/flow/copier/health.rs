@@ -34,7 +34,7 @@ impl HealthReporter {
         source: &Arc<ClusterWatch>,
         target: &Arc<ClusterWatch>,
         partitions: &Arc<Mutex<Option<String>>>,
-    ) -> Result<Self, String> {
+    ) -> Self {
         let (source_alias, target_alias) = (plan.source.alias.clone(), plan.target.alias.clone());
         let (flow, supervisor, group, source, target, partitions) = (
             plan.id.to_string(),
@@ -66,6 +66,6 @@ impl HealthReporter {
                 degraded = problem;
             }
         });
-        Ok(Self { _job: job })
+        Self { _job: job }
     }
 }

@@ -264,7 +264,7 @@ impl CopyLoop {
             &self.source_watch,
             &self.shared.watch,
             &self.problems,
-        )?;
+        );
         // A panic in the loop still goes through the ordered shutdown below: in-flight records are waited
         // for, and the final position of every partition is published.
         let copied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.copy()));
