@@ -42,3 +42,4 @@ mod takeover;
 mod topics;
 mod topologies;
 mod validate;
+mod wide_clients;

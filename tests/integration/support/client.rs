@@ -361,10 +361,11 @@ pub fn list_topics(bootstrap: &str) -> Vec<String> {
     names
 }
 
-/// Collects delivery failures of a produce call.
-struct Deliveries {
-    failed: Mutex<Vec<String>>,
-    done: AtomicUsize,
+/// Counts the acknowledgements of a producer and collects its delivery failures.
+#[derive(Default)]
+pub struct Deliveries {
+    pub failed: Mutex<Vec<String>>,
+    pub done: AtomicUsize,
 }
 
 impl ClientContext for Deliveries {}
@@ -395,7 +396,7 @@ pub fn produce(bootstrap: &str, topic: &str, recs: &[Rec]) {
         .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string())
         // Records near and above 1 MB (librdkafka's default limit); the topic decides what it takes.
         .set("message.max.bytes", "10000000")
-        .create_with_context(Deliveries { failed: Mutex::new(Vec::new()), done: AtomicUsize::new(0) })
+        .create_with_context(Deliveries::default())
         .unwrap_or_else(|e| panic!("producer for {bootstrap}: {e}"));
     for rec in recs {
         let mut record = base_record(topic, rec);

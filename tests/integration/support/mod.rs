@@ -56,10 +56,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use client::{
-    CONSUME_ALL_GROUP, ConnectError, Rec, as_client, client_config, commit_group_offsets, consume_all, consume_all_as,
-    create_partitions, create_topic, delete_group, delete_records, delete_topic, end_offsets, ensure_topic_with,
-    group_offsets, list_topics, produce, produce_transactional, set_topic_configs, topic_overrides, topic_partitions,
-    try_connect,
+    CONSUME_ALL_GROUP, ConnectError, Deliveries, Rec, as_client, client_config, commit_group_offsets, consume_all,
+    consume_all_as, create_partitions, create_topic, delete_group, delete_records, delete_topic, end_offsets,
+    ensure_topic_with, group_offsets, list_topics, produce, produce_transactional, set_topic_configs, topic_overrides,
+    topic_partitions, try_connect,
 };
 pub use cluster::{ADMIN, Cluster, Security, kafka_java, kafka_libdir, shared_pair};
 pub use ferry::{Ferry, ferry_bin, ferry_cli, ferry_cli_env};

@@ -306,8 +306,10 @@ impl TopicPartitionList {
         partition: i32,
         offset: Offset,
     ) -> KafkaResult<()> {
-        self.add_partition(topic, partition);
-        self.set_partition_offset(topic, partition, offset)
+        // Sets the offset of the element just added: set_partition_offset would
+        // look the partition up from the start of the list, which made
+        // building a list of n partitions cost n*n/2 string comparisons.
+        self.add_partition(topic, partition).set_offset(offset)
     }
 
     /// Given a topic name and a partition number, returns the corresponding list element.

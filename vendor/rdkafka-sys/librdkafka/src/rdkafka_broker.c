@@ -3575,9 +3575,19 @@ rd_kafka_broker_ops_serve(rd_kafka_broker_t *rkb, rd_ts_t timeout_us) {
         rd_kafka_op_t *rko;
         int cnt = 0;
 
-        while ((rko = rd_kafka_q_pop(rkb->rkb_ops, timeout_us, 0)) &&
-               (cnt++, !rd_kafka_broker_op_serve(rkb, rko)))
+        while ((rko = rd_kafka_q_pop(rkb->rkb_ops, timeout_us, 0))) {
+                /* A plain wake-up only asks for one more pass of the
+                 * broker's serve loop: keep serving the ops queued behind
+                 * it, so that wake-ups queued together cost one pass, not
+                 * one pass each (a consumer assigned 10,000 partitions
+                 * queues a wake-up per fetch state change, and each pass
+                 * walks every partition of the broker). */
+                rd_bool_t plain_wakeup = rko->rko_type == RD_KAFKA_OP_WAKEUP;
+                cnt++;
+                if (rd_kafka_broker_op_serve(rkb, rko) && !plain_wakeup)
+                        break;
                 timeout_us = RD_POLL_NOWAIT;
+        }
 
         return cnt;
 }
@@ -3672,6 +3682,8 @@ static rd_ts_t rd_kafka_broker_consumer_toppars_serve(rd_kafka_broker_t *rkb) {
         rd_kafka_toppar_t *rktp, *rktp_tmp;
         rd_ts_t min_backoff = RD_TS_MAX;
 
+        rkb->rkb_fetch_decide.now = rd_clock();
+
         TAILQ_FOREACH_SAFE(rktp, &rkb->rkb_toppars, rktp_rkblink, rktp_tmp) {
                 rd_ts_t backoff;
 
@@ -3679,6 +3691,12 @@ static rd_ts_t rd_kafka_broker_consumer_toppars_serve(rd_kafka_broker_t *rkb) {
                 backoff = rd_kafka_broker_consumer_toppar_serve(rkb, rktp);
                 if (backoff < min_backoff)
                         min_backoff = backoff;
+        }
+
+        rkb->rkb_fetch_decide.now = 0;
+        if (rkb->rkb_fetch_decide.fwdq) {
+                rd_kafka_q_destroy(rkb->rkb_fetch_decide.fwdq);
+                rkb->rkb_fetch_decide.fwdq = NULL;
         }
 
         return min_backoff;
@@ -4154,8 +4172,97 @@ static int rd_kafka_toppar_producer_serve(rd_kafka_broker_t *rkb,
 
 
 
+static void rd_kafka_toppar_destroy_cb(void *rktp) {
+        rd_kafka_toppar_destroy((rd_kafka_toppar_t *)rktp);
+}
+
 /**
- * @brief Produce from all toppars assigned to this broker.
+ * @brief Drops the list's partitions, keeping its storage for the next pass.
+ */
+static void rd_kafka_broker_produce_release(rd_list_t *rl) {
+        int i;
+        for (i = 0; i < rl->rl_cnt; i++)
+                rd_kafka_toppar_destroy((rd_kafka_toppar_t *)rl->rl_elems[i]);
+        rl->rl_cnt = 0;
+}
+
+/**
+ * @brief Lists \p rktp for its broker's producer passes: it was given
+ *        messages by a thread other than its broker's, or joined the broker.
+ *
+ * @locks rktp_lock MUST be held
+ * @locality any
+ */
+void rd_kafka_broker_produce_pending(rd_kafka_toppar_t *rktp) {
+        rd_kafka_broker_t *rkb = rktp->rktp_broker;
+
+        if (!rkb || rktp->rktp_partition == RD_KAFKA_PARTITION_UA)
+                return; /* Listed when it joins a broker */
+
+        mtx_lock(&rkb->rkb_produce.lock);
+        rd_list_add(&rkb->rkb_produce.incoming, rd_kafka_toppar_keep(rktp));
+        mtx_unlock(&rkb->rkb_produce.lock);
+}
+
+/**
+ * @brief Releases every partition listed for producing.
+ *
+ * @locality broker thread
+ */
+static void rd_kafka_broker_produce_forget(rd_kafka_broker_t *rkb) {
+        mtx_lock(&rkb->rkb_produce.lock);
+        rd_list_clear(&rkb->rkb_produce.incoming);
+        mtx_unlock(&rkb->rkb_produce.lock);
+        rd_list_clear(&rkb->rkb_produce.taken);
+        rd_list_clear(&rkb->rkb_produce.pending);
+        rd_list_clear(&rkb->rkb_produce.next);
+}
+
+/**
+ * @brief Whether \p rktp has nothing for the producer to do: no message
+ *        queued, its wake-up armed for the next first message, and no
+ *        drain in progress. Serving such a partition only re-arms that
+ *        same wake-up.
+ *
+ * The partition's message queue is read without its lock: a message
+ * enqueued meanwhile lists the partition again (rkb_produce.incoming) and
+ * wakes the broker thread, whose next pass serves it.
+ *
+ * @locality broker thread
+ * @locks none
+ */
+static RD_INLINE rd_bool_t
+rd_kafka_toppar_producer_idle(const rd_kafka_toppar_t *rktp) {
+        const rd_kafka_msgq_t *rkmq = &rktp->rktp_msgq;
+
+        /* Broker thread's own */
+        if (rktp->rktp_xmit_msgq.rkmq_msg_cnt > 0 || rktp->rktp_eos.wait_drain)
+                return rd_false;
+
+        /* The application's side */
+        return __atomic_load_n(&rkmq->rkmq_msg_cnt, __ATOMIC_ACQUIRE) == 0 &&
+               __atomic_load_n(&rkmq->rkmq_wakeup.on_first,
+                               __ATOMIC_RELAXED) &&
+               !__atomic_load_n(&rkmq->rkmq_wakeup.signalled,
+                                __ATOMIC_RELAXED);
+}
+
+/**
+ * @brief Lists \p rktp in rkb_produce.next unless this pass did already.
+ *
+ * @locality broker thread
+ */
+static RD_INLINE void rd_kafka_broker_produce_keep(rd_kafka_broker_t *rkb,
+                                                   rd_kafka_toppar_t *rktp) {
+        if (rktp->rktp_produce_pass == rkb->rkb_produce.pass)
+                return;
+        rktp->rktp_produce_pass = rkb->rkb_produce.pass;
+        rd_list_add(&rkb->rkb_produce.next, rd_kafka_toppar_keep(rktp));
+}
+
+/**
+ * @brief Produce from the toppars assigned to this broker that have
+ *        something to send (all of them on a timeout scan or a new PID).
  *
  * @param next_wakeup is updated if the next IO/ops timeout should be
  *                    less than the input value (i.e., sooner).
@@ -4172,11 +4279,9 @@ static int rd_kafka_broker_produce_toppars(rd_kafka_broker_t *rkb,
         rd_kafka_pid_t pid      = RD_KAFKA_PID_INITIALIZER;
         rd_bool_t may_send      = rd_true;
         rd_bool_t flushing      = rd_false;
-
-        /* Round-robin serve each toppar. */
-        rktp = rkb->rkb_active_toppar_next;
-        if (unlikely(!rktp))
-                return 0;
+        rd_bool_t full_pass;
+        rd_list_t tmp;
+        int i, n, start;
 
         if (rd_kafka_is_idempotent(rkb->rkb_rk)) {
                 /* Idempotent producer: get a copy of the current pid. */
@@ -4199,24 +4304,76 @@ static int rd_kafka_broker_produce_toppars(rd_kafka_broker_t *rkb,
 
         flushing = may_send && rd_atomic32_get(&rkb->rkb_rk->rk_flushing) > 0;
 
-        do {
-                rd_ts_t this_next_wakeup = ret_next_wakeup;
+        /* A new PID concerns every partition (in-flight requests of the
+         * old one are purged, sequences restart) */
+        full_pass = do_timeout_scan || !rd_kafka_pid_eq(pid, rkb->rkb_produce.pid);
+        rkb->rkb_produce.pid = pid;
+        rkb->rkb_produce.pass++;
 
-                /* Try producing toppar */
-                cnt += rd_kafka_toppar_producer_serve(
-                    rkb, rktp, pid, now, &this_next_wakeup, do_timeout_scan,
-                    may_send, flushing);
+        /* Take the partitions listed by other threads */
+        mtx_lock(&rkb->rkb_produce.lock);
+        tmp                       = rkb->rkb_produce.taken;
+        rkb->rkb_produce.taken    = rkb->rkb_produce.incoming;
+        rkb->rkb_produce.incoming = tmp;
+        mtx_unlock(&rkb->rkb_produce.lock);
 
-                rd_kafka_set_next_wakeup(&ret_next_wakeup, this_next_wakeup);
+#define SERVE(RKTP)                                                            \
+        do {                                                                   \
+                rd_ts_t this_next_wakeup = ret_next_wakeup;                    \
+                cnt += rd_kafka_toppar_producer_serve(                         \
+                    rkb, RKTP, pid, now, &this_next_wakeup, do_timeout_scan,   \
+                    may_send, flushing);                                       \
+                rd_kafka_set_next_wakeup(&ret_next_wakeup, this_next_wakeup);  \
+        } while (0)
 
-        } while ((rktp = CIRCLEQ_LOOP_NEXT(&rkb->rkb_active_toppars, rktp,
-                                           rktp_activelink)) !=
-                 rkb->rkb_active_toppar_next);
+        if (full_pass) {
+                /* Round-robin serve each toppar. */
+                rktp = rkb->rkb_active_toppar_next;
+                if (rktp) {
+                        do {
+                                SERVE(rktp);
+                                if (!rd_kafka_toppar_producer_idle(rktp))
+                                        rd_kafka_broker_produce_keep(rkb, rktp);
+                        } while ((rktp = CIRCLEQ_LOOP_NEXT(
+                                      &rkb->rkb_active_toppars, rktp,
+                                      rktp_activelink)) !=
+                                 rkb->rkb_active_toppar_next);
 
-        /* Update next starting toppar to produce in round-robin list. */
-        rd_kafka_broker_active_toppar_next(
-            rkb,
-            CIRCLEQ_LOOP_NEXT(&rkb->rkb_active_toppars, rktp, rktp_activelink));
+                        /* Update next starting toppar to produce in
+                         * round-robin list. */
+                        rd_kafka_broker_active_toppar_next(
+                            rkb, CIRCLEQ_LOOP_NEXT(&rkb->rkb_active_toppars,
+                                                   rktp, rktp_activelink));
+                }
+
+        } else {
+                /* The partitions not idle when last served, round-robin,
+                 * then those given messages since */
+                n     = rd_list_cnt(&rkb->rkb_produce.pending);
+                start = n > 0 ? (int)(rkb->rkb_produce.pass % (uint64_t)n) : 0;
+                for (i = 0; i < n + rd_list_cnt(&rkb->rkb_produce.taken); i++) {
+                        rktp = i < n ? rd_list_elem(&rkb->rkb_produce.pending,
+                                                    (start + i) % n)
+                                     : rd_list_elem(&rkb->rkb_produce.taken,
+                                                    i - n);
+
+                        if (rktp->rktp_produce_pass == rkb->rkb_produce.pass ||
+                            rktp->rktp_broker != rkb ||
+                            rd_kafka_toppar_producer_idle(rktp))
+                                continue; /* Listed twice, left, or idle */
+
+                        SERVE(rktp);
+                        if (!rd_kafka_toppar_producer_idle(rktp))
+                                rd_kafka_broker_produce_keep(rkb, rktp);
+                }
+        }
+#undef SERVE
+
+        rd_kafka_broker_produce_release(&rkb->rkb_produce.taken);
+        rd_kafka_broker_produce_release(&rkb->rkb_produce.pending);
+        tmp                      = rkb->rkb_produce.pending;
+        rkb->rkb_produce.pending = rkb->rkb_produce.next;
+        rkb->rkb_produce.next    = tmp;
 
         *next_wakeup = ret_next_wakeup;
 
@@ -4726,6 +4883,9 @@ static int rd_kafka_broker_thread_main(void *arg) {
         while (rd_kafka_broker_ops_serve(rkb, RD_POLL_NOWAIT))
                 ;
 
+        /* Release the partitions listed for producing */
+        rd_kafka_broker_produce_forget(rkb);
+
         rd_kafka_broker_fail(rkb, LOG_DEBUG, rd_kafka_broker_destroy_error(rk),
                              "Broker handle is terminating");
 
@@ -4818,6 +4978,13 @@ void rd_kafka_broker_destroy_final(rd_kafka_broker_t *rkb) {
 
         rd_kafka_q_purge(rkb->rkb_ops);
         rd_kafka_q_destroy_owner(rkb->rkb_ops);
+
+        rd_kafka_broker_produce_forget(rkb);
+        rd_list_destroy(&rkb->rkb_produce.incoming);
+        rd_list_destroy(&rkb->rkb_produce.taken);
+        rd_list_destroy(&rkb->rkb_produce.pending);
+        rd_list_destroy(&rkb->rkb_produce.next);
+        mtx_destroy(&rkb->rkb_produce.lock);
 
         rd_avg_destroy(&rkb->rkb_avg_int_latency);
         rd_avg_destroy(&rkb->rkb_avg_outbuf_latency);
@@ -4926,6 +5093,12 @@ rd_kafka_broker_t *rd_kafka_broker_add(rd_kafka_t *rk,
         rkb->rkb_logname = rd_strdup(rkb->rkb_name);
         TAILQ_INIT(&rkb->rkb_toppars);
         CIRCLEQ_INIT(&rkb->rkb_active_toppars);
+        mtx_init(&rkb->rkb_produce.lock, mtx_plain);
+        rd_list_init(&rkb->rkb_produce.incoming, 0, rd_kafka_toppar_destroy_cb);
+        rd_list_init(&rkb->rkb_produce.taken, 0, rd_kafka_toppar_destroy_cb);
+        rd_list_init(&rkb->rkb_produce.pending, 0, rd_kafka_toppar_destroy_cb);
+        rd_list_init(&rkb->rkb_produce.next, 0, rd_kafka_toppar_destroy_cb);
+        rd_kafka_pid_reset(&rkb->rkb_produce.pid);
         TAILQ_INIT(&rkb->rkb_monitors);
         rd_kafka_bufq_init(&rkb->rkb_outbufs);
         rd_kafka_bufq_init(&rkb->rkb_waitresps);
@@ -5911,6 +6084,9 @@ void rd_kafka_broker_active_toppar_add(rd_kafka_broker_t *rkb,
 
         if (is_consumer)
                 rktp->rktp_fetch = 1;
+        else
+                /* A partition joins with the messages it had queued */
+                rd_kafka_broker_produce_pending(rktp);
 
         if (unlikely(rkb->rkb_active_toppar_cnt == 1))
                 rd_kafka_broker_active_toppar_next(rkb, rktp);

@@ -121,6 +121,35 @@ struct rd_kafka_broker_s { /* rd_kafka_broker_t */
                                                     * This is used for
                                                     * round-robin. */
 
+        /* Consumer: what a pass of fetch decisions over the broker's
+         * partitions reads once for all of them (its clock, and the length
+         * and size of the queue their fetch queues forward to), instead of
+         * locking that queue twice per partition.
+         * Broker thread only. */
+        struct {
+                rd_ts_t now;      /* 0 outside a pass */
+                rd_kafka_q_t *fwdq; /* With a reference, or NULL */
+                int len;
+                uint64_t size;
+        } rkb_fetch_decide;
+
+        /* Producer: the partitions a pass serves, so that a pass costs what
+         * there is to send rather than every partition of the broker (a pass
+         * follows each produce response and each first message of an empty
+         * partition). Every partition is still served by the pass that scans
+         * for message timeouts (every second) and after a PID change. Each
+         * list holds a reference on its partitions. */
+        struct {
+                mtx_t lock;         /* Protects .incoming */
+                rd_list_t incoming; /* Given messages by other threads */
+                rd_list_t taken;    /* Broker thread: .incoming, taken */
+                rd_list_t pending;  /* Broker thread: not idle when last
+                                     * served */
+                rd_list_t next;     /* Broker thread: next .pending */
+                uint64_t pass;      /* Broker thread: pass number */
+                rd_kafka_pid_t pid; /* Broker thread: PID of the last pass */
+        } rkb_produce;
+
 
         rd_kafka_cgrp_t *rkb_cgrp;
 
@@ -708,6 +737,8 @@ rd_kafka_broker_active_toppar_next(rd_kafka_broker_t *rkb,
 void rd_kafka_broker_active_toppar_add(rd_kafka_broker_t *rkb,
                                        rd_kafka_toppar_t *rktp,
                                        const char *reason);
+
+void rd_kafka_broker_produce_pending(rd_kafka_toppar_t *rktp);
 
 void rd_kafka_broker_active_toppar_del(rd_kafka_broker_t *rkb,
                                        rd_kafka_toppar_t *rktp,

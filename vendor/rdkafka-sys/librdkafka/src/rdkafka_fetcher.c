@@ -1267,6 +1267,43 @@ rd_kafka_toppar_fetch_decide_next_fetch_start_pos(rd_kafka_toppar_t *rktp) {
  * @locality broker thread
  * @locks none
  */
+/**
+ * @brief The number of messages and bytes in \p rktp's fetch queue, or in
+ *        the queue it forwards to: during a pass over the broker's
+ *        partitions, read once for all partitions forwarding to one queue.
+ *
+ * @locality broker thread
+ * @locks none
+ */
+static void rd_kafka_toppar_fetchq_fill(rd_kafka_broker_t *rkb,
+                                        rd_kafka_toppar_t *rktp,
+                                        int *len,
+                                        uint64_t *size) {
+        rd_kafka_q_t *fwdq;
+
+        if (rkb->rkb_fetch_decide.now && rkb->rkb_fetch_decide.fwdq &&
+            __atomic_load_n(&rktp->rktp_fetchq->rkq_fwdq, __ATOMIC_RELAXED) ==
+                rkb->rkb_fetch_decide.fwdq) {
+                /* The pass holds a reference on the queue compared with */
+                *len  = rkb->rkb_fetch_decide.len;
+                *size = rkb->rkb_fetch_decide.size;
+                return;
+        }
+
+        if (!rkb->rkb_fetch_decide.now ||
+            !(fwdq = rd_kafka_q_fwd_get(rktp->rktp_fetchq, 1 /*lock*/))) {
+                *len  = rd_kafka_q_len(rktp->rktp_fetchq);
+                *size = rd_kafka_q_size(rktp->rktp_fetchq);
+                return;
+        }
+
+        if (rkb->rkb_fetch_decide.fwdq)
+                rd_kafka_q_destroy(rkb->rkb_fetch_decide.fwdq);
+        rkb->rkb_fetch_decide.fwdq = fwdq;
+        rkb->rkb_fetch_decide.len = *len = rd_kafka_q_len(fwdq);
+        rkb->rkb_fetch_decide.size = *size = rd_kafka_q_size(fwdq);
+}
+
 rd_ts_t rd_kafka_toppar_fetch_decide(rd_kafka_toppar_t *rktp,
                                      rd_kafka_broker_t *rkb,
                                      int force_remove) {
@@ -1359,25 +1396,33 @@ rd_ts_t rd_kafka_toppar_fetch_decide(rd_kafka_toppar_t *rktp,
                        rktp->rktp_next_fetch_start.offset)) {
                 should_fetch = 0;
                 reason       = "no concrete offset";
-        } else if (rktp->rktp_ts_fetch_backoff > rd_clock()) {
+        } else if (rktp->rktp_ts_fetch_backoff >
+                   (rkb->rkb_fetch_decide.now ? rkb->rkb_fetch_decide.now
+                                              : rd_clock())) {
                 reason       = "fetch backed off";
                 ts_backoff   = rktp->rktp_ts_fetch_backoff;
                 should_fetch = 0;
-        } else if (rd_kafka_q_len(rktp->rktp_fetchq) >=
-                   rkb->rkb_rk->rk_conf.queued_min_msgs) {
-                /* Skip toppars who's local message queue is already above
-                 * the lower threshold. */
-                reason     = "queued.min.messages exceeded";
-                ts_backoff = rd_kafka_toppar_fetch_backoff(
-                    rkb, rktp, RD_KAFKA_RESP_ERR__QUEUE_FULL);
-                should_fetch = 0;
+        } else {
+                int qlen;
+                uint64_t qsize;
 
-        } else if ((int64_t)rd_kafka_q_size(rktp->rktp_fetchq) >=
-                   rkb->rkb_rk->rk_conf.queued_max_msg_bytes) {
-                reason     = "queued.max.messages.kbytes exceeded";
-                ts_backoff = rd_kafka_toppar_fetch_backoff(
-                    rkb, rktp, RD_KAFKA_RESP_ERR__QUEUE_FULL);
-                should_fetch = 0;
+                rd_kafka_toppar_fetchq_fill(rkb, rktp, &qlen, &qsize);
+
+                if (qlen >= rkb->rkb_rk->rk_conf.queued_min_msgs) {
+                        /* Skip toppars who's local message queue is already
+                         * above the lower threshold. */
+                        reason     = "queued.min.messages exceeded";
+                        ts_backoff = rd_kafka_toppar_fetch_backoff(
+                            rkb, rktp, RD_KAFKA_RESP_ERR__QUEUE_FULL);
+                        should_fetch = 0;
+
+                } else if ((int64_t)qsize >=
+                           rkb->rkb_rk->rk_conf.queued_max_msg_bytes) {
+                        reason     = "queued.max.messages.kbytes exceeded";
+                        ts_backoff = rd_kafka_toppar_fetch_backoff(
+                            rkb, rktp, RD_KAFKA_RESP_ERR__QUEUE_FULL);
+                        should_fetch = 0;
+                }
         }
 
 done:

@@ -711,6 +711,9 @@ void rd_kafka_toppar_enq_msg(rd_kafka_toppar_t *rktp,
                 rd_kafka_msgq_enq_sorted(rktp->rktp_rkt, &rktp->rktp_msgq, rkm);
         }
 
+        if (rktp->rktp_msgq.rkmq_msg_cnt == 1)
+                rd_kafka_broker_produce_pending(rktp);
+
         if (unlikely(rktp->rktp_partition != RD_KAFKA_PARTITION_UA &&
                      rd_kafka_msgq_may_wakeup(&rktp->rktp_msgq, now) &&
                      (wakeup_q = rktp->rktp_msgq_wakeup_q))) {
@@ -1001,6 +1004,8 @@ int rd_kafka_toppar_retry_msgq(rd_kafka_toppar_t *rktp,
                                 0 /* backoff will be calculated */, status,
                                 rktp->rktp_rkt->rkt_conf.msg_order_cmp, rd_true,
                                 retry_ms, retry_max_ms);
+        if (rktp->rktp_msgq.rkmq_msg_cnt > 0)
+                rd_kafka_broker_produce_pending(rktp);
         rd_kafka_toppar_unlock(rktp);
 
         return r;
@@ -1016,6 +1021,8 @@ void rd_kafka_toppar_insert_msgq(rd_kafka_toppar_t *rktp,
         rd_kafka_toppar_lock(rktp);
         rd_kafka_msgq_insert_msgq(&rktp->rktp_msgq, rkmq,
                                   rktp->rktp_rkt->rkt_conf.msg_order_cmp);
+        if (rktp->rktp_msgq.rkmq_msg_cnt > 0)
+                rd_kafka_broker_produce_pending(rktp);
         rd_kafka_toppar_unlock(rktp);
 }
 

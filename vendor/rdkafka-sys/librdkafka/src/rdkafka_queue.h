@@ -401,9 +401,34 @@ rd_kafka_q_enq0(rd_kafka_q_t *rkq, rd_kafka_op_t *rko, int at_head) {
                 TAILQ_INSERT_TAIL(&rkq->rkq_q, rko, rko_link);
         else if (at_head)
                 TAILQ_INSERT_HEAD(&rkq->rkq_q, rko, rko_link);
-        else
-                TAILQ_INSERT_SORTED(&rkq->rkq_q, rko, rd_kafka_op_t *, rko_link,
-                                    rd_kafka_op_cmp_prio);
+        else {
+                /* The queue is ordered by priority: the op goes after the
+                 * last of at least its priority. Look for that place from
+                 * both ends at once, so that it costs the shorter side
+                 * (walking from the head only, n ops of one priority queued
+                 * ahead of the application's messages cost n*n/2 steps: a
+                 * consumer assigned 10,000 partitions while it consumes
+                 * queues a version barrier for each). */
+                rd_kafka_op_t *fwd = TAILQ_FIRST(&rkq->rkq_q);
+                rd_kafka_op_t *bwd = TAILQ_LAST(&rkq->rkq_q, rd_kafka_op_tailq);
+                while (1) {
+                        if (!fwd) {
+                                TAILQ_INSERT_TAIL(&rkq->rkq_q, rko, rko_link);
+                                break;
+                        }
+                        if (fwd->rko_prio < rko->rko_prio) {
+                                TAILQ_INSERT_BEFORE(fwd, rko, rko_link);
+                                break;
+                        }
+                        if (bwd->rko_prio >= rko->rko_prio) {
+                                TAILQ_INSERT_AFTER(&rkq->rkq_q, bwd, rko,
+                                                   rko_link);
+                                break;
+                        }
+                        fwd = TAILQ_NEXT(fwd, rko_link);
+                        bwd = TAILQ_PREV(bwd, rd_kafka_op_tailq, rko_link);
+                }
+        }
         rkq->rkq_qlen++;
         rkq->rkq_qsize += rko->rko_len;
 }
