@@ -4172,6 +4172,9 @@ static int rd_kafka_toppar_producer_serve(rd_kafka_broker_t *rkb,
 
 
 
+/* The producer passes of every broker of the process, numbered */
+static uint64_t rd_kafka_broker_produce_passes;
+
 static void rd_kafka_toppar_destroy_cb(void *rktp) {
         rd_kafka_toppar_destroy((rd_kafka_toppar_t *)rktp);
 }
@@ -4196,8 +4199,9 @@ static void rd_kafka_broker_produce_release(rd_list_t *rl) {
 void rd_kafka_broker_produce_pending(rd_kafka_toppar_t *rktp) {
         rd_kafka_broker_t *rkb = rktp->rktp_broker;
 
-        if (!rkb || rktp->rktp_partition == RD_KAFKA_PARTITION_UA)
-                return; /* Listed when it joins a broker */
+        if (!rkb || rkb->rkb_source == RD_KAFKA_INTERNAL ||
+            rktp->rktp_partition == RD_KAFKA_PARTITION_UA)
+                return; /* Listed when it joins a broker that produces */
 
         mtx_lock(&rkb->rkb_produce.lock);
         rd_list_add(&rkb->rkb_produce.incoming, rd_kafka_toppar_keep(rktp));
@@ -4210,9 +4214,15 @@ void rd_kafka_broker_produce_pending(rd_kafka_toppar_t *rktp) {
  * @locality broker thread
  */
 static void rd_kafka_broker_produce_forget(rd_kafka_broker_t *rkb) {
+        rd_list_t tmp;
+
+        /* Released outside the lock: a partition's last reference may go */
         mtx_lock(&rkb->rkb_produce.lock);
-        rd_list_clear(&rkb->rkb_produce.incoming);
+        tmp                       = rkb->rkb_produce.incoming;
+        rkb->rkb_produce.incoming = rkb->rkb_produce.taken;
+        rkb->rkb_produce.taken    = tmp;
         mtx_unlock(&rkb->rkb_produce.lock);
+        rd_list_clear(&rkb->rkb_produce.incoming);
         rd_list_clear(&rkb->rkb_produce.taken);
         rd_list_clear(&rkb->rkb_produce.pending);
         rd_list_clear(&rkb->rkb_produce.next);
@@ -4308,7 +4318,10 @@ static int rd_kafka_broker_produce_toppars(rd_kafka_broker_t *rkb,
          * old one are purged, sequences restart) */
         full_pass = do_timeout_scan || !rd_kafka_pid_eq(pid, rkb->rkb_produce.pid);
         rkb->rkb_produce.pid = pid;
-        rkb->rkb_produce.pass++;
+        /* Unique among every broker's passes: a partition keeps its stamp
+         * when it moves to another broker */
+        rkb->rkb_produce.pass =
+            __atomic_add_fetch(&rd_kafka_broker_produce_passes, 1, __ATOMIC_RELAXED);
 
         /* Take the partitions listed by other threads */
         mtx_lock(&rkb->rkb_produce.lock);

@@ -146,7 +146,8 @@ struct rd_kafka_broker_s { /* rd_kafka_broker_t */
                 rd_list_t pending;  /* Broker thread: not idle when last
                                      * served */
                 rd_list_t next;     /* Broker thread: next .pending */
-                uint64_t pass;      /* Broker thread: pass number */
+                uint64_t pass;      /* Broker thread: this pass's number,
+                                     * unique in the process */
                 rd_kafka_pid_t pid; /* Broker thread: PID of the last pass */
         } rkb_produce;
 

@@ -1385,6 +1385,12 @@ rd_ts_t rd_kafka_toppar_fetch_decide(rd_kafka_toppar_t *rktp,
 
                 rd_kafka_q_purge_toppar_version(rktp->rktp_fetchq, rktp,
                                                 version);
+
+                /* The queue the pass read may have shrunk: read it again */
+                if (rkb->rkb_fetch_decide.fwdq) {
+                        rd_kafka_q_destroy(rkb->rkb_fetch_decide.fwdq);
+                        rkb->rkb_fetch_decide.fwdq = NULL;
+                }
         }
 
 

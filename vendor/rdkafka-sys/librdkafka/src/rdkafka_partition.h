@@ -156,9 +156,9 @@ struct rd_kafka_toppar_s {                           /* rd_kafka_toppar_t */
         rd_kafka_broker_t *rktp_leader;      /**< Current leader broker.
                                               *   This updated simultaneously
                                               *   with rktp_leader_id. */
-        uint64_t rktp_produce_pass; /* Broker thread: the pass of the
-                                     * broker's producer that last listed
-                                     * this partition (rkb_produce) */
+        uint64_t rktp_produce_pass; /* Broker thread: the producer pass
+                                     * that last listed this partition
+                                     * (rkb_produce.pass) */
         rd_kafka_broker_t *rktp_broker;      /**< Current preferred broker
                                               *   (usually the leader).
                                               *   This updated asynchronously
