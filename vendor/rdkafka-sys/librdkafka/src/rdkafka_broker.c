@@ -4258,6 +4258,32 @@ rd_kafka_toppar_producer_idle(const rd_kafka_toppar_t *rktp) {
 }
 
 /**
+ * @brief Whether \p rktp only waits for its linger: its records are all in
+ *        the broker thread's transmit queue, fewer than a batch, and the
+ *        time to send them (rkmq_wakeup.abstime, set by the serve that moved
+ *        them there) is still to come. Serving it would only take its lock to
+ *        find that out.
+ *
+ * @locality broker thread
+ * @locks none
+ */
+static RD_INLINE rd_bool_t
+rd_kafka_toppar_producer_lingers(const rd_kafka_broker_t *rkb,
+                                 const rd_kafka_toppar_t *rktp,
+                                 rd_ts_t now) {
+        const rd_kafka_msgq_t *xmitq = &rktp->rktp_xmit_msgq;
+        const rd_kafka_conf_t *conf  = &rkb->rkb_rk->rk_conf;
+
+        return xmitq->rkmq_msg_cnt > 0 &&
+               xmitq->rkmq_msg_cnt < conf->batch_num_messages &&
+               xmitq->rkmq_msg_bytes < conf->batch_size &&
+               !rktp->rktp_eos.wait_drain &&
+               rktp->rktp_msgq.rkmq_wakeup.abstime > now &&
+               __atomic_load_n(&rktp->rktp_msgq.rkmq_msg_cnt,
+                               __ATOMIC_ACQUIRE) == 0;
+}
+
+/**
  * @brief Lists \p rktp in rkb_produce.next unless this pass did already.
  *
  * @locality broker thread
@@ -4374,6 +4400,16 @@ static int rd_kafka_broker_produce_toppars(rd_kafka_broker_t *rkb,
                             rktp->rktp_broker != rkb ||
                             rd_kafka_toppar_producer_idle(rktp))
                                 continue; /* Listed twice, left, or idle */
+
+                        if (!flushing &&
+                            rd_kafka_toppar_producer_lingers(rkb, rktp, now)) {
+                                /* Wake up when its linger ends */
+                                rd_kafka_set_next_wakeup(
+                                    &ret_next_wakeup,
+                                    rktp->rktp_msgq.rkmq_wakeup.abstime);
+                                rd_kafka_broker_produce_keep(rkb, rktp);
+                                continue;
+                        }
 
                         SERVE(rktp);
                         if (!rd_kafka_toppar_producer_idle(rktp))
