@@ -4179,6 +4179,12 @@ static void rd_kafka_toppar_destroy_cb(void *rktp) {
         rd_kafka_toppar_destroy((rd_kafka_toppar_t *)rktp);
 }
 
+static RD_INLINE void rd_kafka_broker_produce_swap(rd_list_t *a, rd_list_t *b) {
+        rd_list_t tmp = *a;
+        *a            = *b;
+        *b            = tmp;
+}
+
 /**
  * @brief Drops the list's partitions, keeping its storage for the next pass.
  */
@@ -4214,13 +4220,10 @@ void rd_kafka_broker_produce_pending(rd_kafka_toppar_t *rktp) {
  * @locality broker thread
  */
 static void rd_kafka_broker_produce_forget(rd_kafka_broker_t *rkb) {
-        rd_list_t tmp;
-
         /* Released outside the lock: a partition's last reference may go */
         mtx_lock(&rkb->rkb_produce.lock);
-        tmp                       = rkb->rkb_produce.incoming;
-        rkb->rkb_produce.incoming = rkb->rkb_produce.taken;
-        rkb->rkb_produce.taken    = tmp;
+        rd_kafka_broker_produce_swap(&rkb->rkb_produce.incoming,
+                                     &rkb->rkb_produce.taken);
         mtx_unlock(&rkb->rkb_produce.lock);
         rd_list_clear(&rkb->rkb_produce.incoming);
         rd_list_clear(&rkb->rkb_produce.taken);
@@ -4316,7 +4319,6 @@ static int rd_kafka_broker_produce_toppars(rd_kafka_broker_t *rkb,
         rd_bool_t may_send      = rd_true;
         rd_bool_t flushing      = rd_false;
         rd_bool_t full_pass;
-        rd_list_t tmp;
         int i, n, start;
 
         if (rd_kafka_is_idempotent(rkb->rkb_rk)) {
@@ -4351,9 +4353,8 @@ static int rd_kafka_broker_produce_toppars(rd_kafka_broker_t *rkb,
 
         /* Take the partitions listed by other threads */
         mtx_lock(&rkb->rkb_produce.lock);
-        tmp                       = rkb->rkb_produce.taken;
-        rkb->rkb_produce.taken    = rkb->rkb_produce.incoming;
-        rkb->rkb_produce.incoming = tmp;
+        rd_kafka_broker_produce_swap(&rkb->rkb_produce.incoming,
+                                     &rkb->rkb_produce.taken);
         mtx_unlock(&rkb->rkb_produce.lock);
 
 #define SERVE(RKTP)                                                            \
@@ -4420,9 +4421,8 @@ static int rd_kafka_broker_produce_toppars(rd_kafka_broker_t *rkb,
 
         rd_kafka_broker_produce_release(&rkb->rkb_produce.taken);
         rd_kafka_broker_produce_release(&rkb->rkb_produce.pending);
-        tmp                      = rkb->rkb_produce.pending;
-        rkb->rkb_produce.pending = rkb->rkb_produce.next;
-        rkb->rkb_produce.next    = tmp;
+        rd_kafka_broker_produce_swap(&rkb->rkb_produce.pending,
+                                     &rkb->rkb_produce.next);
 
         *next_wakeup = ret_next_wakeup;
 

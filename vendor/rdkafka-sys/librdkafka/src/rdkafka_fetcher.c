@@ -1256,18 +1256,6 @@ rd_kafka_toppar_fetch_decide_next_fetch_start_pos(rd_kafka_toppar_t *rktp) {
 }
 
 /**
- * @brief Decide whether this toppar should be on the fetch list or not.
- *
- * Also:
- *  - update toppar's op version (for broker thread's copy)
- *  - finalize statistics (move rktp_offsets to rktp_offsets_fin)
- *
- * @returns the partition's Fetch backoff timestamp, or 0 if no backoff.
- *
- * @locality broker thread
- * @locks none
- */
-/**
  * @brief The number of messages and bytes in \p rktp's fetch queue, or in
  *        the queue it forwards to: during a pass over the broker's
  *        partitions, read once for all partitions forwarding to one queue.
@@ -1304,6 +1292,18 @@ static void rd_kafka_toppar_fetchq_fill(rd_kafka_broker_t *rkb,
         rkb->rkb_fetch_decide.size = *size = rd_kafka_q_size(fwdq);
 }
 
+/**
+ * @brief Decide whether this toppar should be on the fetch list or not.
+ *
+ * Also:
+ *  - update toppar's op version (for broker thread's copy)
+ *  - finalize statistics (move rktp_offsets to rktp_offsets_fin)
+ *
+ * @returns the partition's Fetch backoff timestamp, or 0 if no backoff.
+ *
+ * @locality broker thread
+ * @locks none
+ */
 rd_ts_t rd_kafka_toppar_fetch_decide(rd_kafka_toppar_t *rktp,
                                      rd_kafka_broker_t *rkb,
                                      int force_remove) {
