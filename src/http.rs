@@ -30,6 +30,7 @@ use actix_web::middleware::{Next, from_fn};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 
 use crate::config::FlowId;
+pub use crate::http_client::{ClientOptions, ClientTls, get, probe, request};
 use crate::metrics::METRICS;
 use crate::node::{Node, Pause};
 use crate::reload::{PlanReload, PlanResult, Reload, ReloadResult, Trigger};
@@ -418,119 +419,6 @@ pub fn serve(opts: &HttpOptions, status: StatusBoard, node: Addr<Node>) -> std::
     };
     Ok(server.run())
 }
-
-/// `GET url` (http:// or https://) with `timeout` for connecting and for each read and write; returns
-/// the response's status code. For `ferry health`: no redirects, no body, no keep-alive. `ca` is a PEM
-/// file of certificates to trust for https (besides the system's); `insecure` skips verification.
-pub fn probe(url: &str, ca: Option<&Path>, insecure: bool, timeout: Duration) -> Result<u16, String> {
-    get(url, ca, insecure, timeout).map(|(code, _)| code)
-}
-
-/// `GET url` like [`probe`], returning the status code and the body (for `ferry status`).
-pub fn get(url: &str, ca: Option<&Path>, insecure: bool, timeout: Duration) -> Result<(u16, Vec<u8>), String> {
-    request("GET", url, &ClientOptions { ca, insecure, bearer: None, timeout })
-}
-
-/// How [`request`] talks to a node.
-#[derive(Clone, Copy, Debug)]
-pub struct ClientOptions<'a> {
-    /// PEM file of certificates to trust for https (besides the system's).
-    pub ca: Option<&'a Path>,
-    /// Skip the verification of an https node's certificate.
-    pub insecure: bool,
-    /// Sent as `Authorization: Bearer <token>` (the admin token of mutating endpoints).
-    pub bearer: Option<&'a str>,
-    /// For connecting and for each read and write.
-    pub timeout: Duration,
-}
-
-/// `method url` (http:// or https://) without a body; returns the status code and the body. For the
-/// `ferry` commands that talk to a node: no redirects, no keep-alive. Errors say which step failed
-/// (resolving, connecting, the TLS handshake, the exchange), never the token.
-pub fn request(method: &str, url: &str, opts: &ClientOptions<'_>) -> Result<(u16, Vec<u8>), String> {
-    use std::net::{TcpStream, ToSocketAddrs};
-    let ClientOptions { ca, insecure, bearer, timeout } = *opts;
-
-    let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
-        (Some(rest), _) => (false, rest),
-        (_, Some(rest)) => (true, rest),
-        _ => return Err("the URL must start with http:// or https://".into()),
-    };
-    let (authority, path) = rest.find('/').map_or((rest, "/"), |i| (&rest[..i], &rest[i..]));
-    let default_port = if tls { 443 } else { 80 };
-    let (host, port) = match authority.strip_prefix('[') {
-        // [v6]:port
-        Some(v6) => {
-            let (host, after) = v6.split_once(']').ok_or("unclosed `[` in the URL's host")?;
-            let port = after.strip_prefix(':').map_or(Ok(default_port), str::parse);
-            (host, port.map_err(|_| "bad port in the URL")?)
-        }
-        None => match authority.rsplit_once(':') {
-            Some((host, port)) => (host, port.parse().map_err(|_| "bad port in the URL")?),
-            None => (authority, default_port),
-        },
-    };
-    let addr = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {host}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{host} has no address"))?;
-    let stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-    stream
-        .set_read_timeout(Some(timeout))
-        .and_then(|()| stream.set_write_timeout(Some(timeout)))
-        .map_err(|e| e.to_string())?;
-    let authorization = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    // A body-less POST still says so: the node refuses a body without a declared length.
-    let length = if method == "GET" || method == "HEAD" { "" } else { "Content-Length: 0\r\n" };
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: ferry-cli\r\n{authorization}{length}Connection: close\r\n\r\n"
-    );
-    let mut head = Vec::new();
-    let mut exchange = |s: &mut dyn ReadWrite| -> std::io::Result<()> {
-        s.write_all(request.as_bytes())?;
-        let mut buf = [0u8; 8192];
-        // The whole answer (the node closes the connection), up to 16 MiB.
-        while head.len() < 16 << 20 {
-            let n = s.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            head.extend_from_slice(&buf[..n]);
-        }
-        Ok(())
-    };
-    if tls {
-        use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
-        let mut builder = SslConnector::builder(SslMethod::tls_client()).map_err(|e| e.to_string())?;
-        if let Some(ca) = ca {
-            builder.set_ca_file(ca).map_err(|e| format!("cannot use the CA file {}: {e}", ca.display()))?;
-        }
-        if insecure {
-            builder.set_verify(SslVerifyMode::NONE);
-        }
-        let mut config = builder.build().configure().map_err(|e| e.to_string())?;
-        config.set_verify_hostname(!insecure);
-        let mut s = config.connect(host, stream).map_err(|e| format!("TLS handshake with {addr} failed: {e}"))?;
-        exchange(&mut s).map_err(|e| format!("{addr}: {e}"))?;
-    } else {
-        let mut s = stream;
-        exchange(&mut s).map_err(|e| format!("{addr}: {e}"))?;
-    }
-    let line_end = head.windows(2).position(|w| w == b"\r\n").unwrap_or(head.len());
-    let status = String::from_utf8_lossy(&head[..line_end]).to_string();
-    let code = status
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .filter(|_| status.starts_with("HTTP/"))
-        .ok_or_else(|| format!("not an HTTP answer from {addr}"))?;
-    let body = head.windows(4).position(|w| w == b"\r\n\r\n").map_or(Vec::new(), |i| head[i + 4..].to_vec());
-    Ok((code, body))
-}
-
-trait ReadWrite: std::io::Read + std::io::Write {}
-impl<T: std::io::Read + std::io::Write> ReadWrite for T {}
 
 #[cfg(test)]
 mod tests {

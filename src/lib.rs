@@ -16,6 +16,7 @@ pub mod failpoints;
 pub mod filter;
 pub mod flow;
 pub mod http;
+pub mod http_client;
 #[cfg(test)]
 mod import_map;
 pub mod import_mm2;
@@ -32,6 +33,7 @@ pub mod raw_admin;
 mod reference_docs;
 pub mod reload;
 pub mod restart_policy;
+pub mod schemas;
 pub mod settings;
 pub mod status;
 pub mod sync_rule;

@@ -65,6 +65,16 @@ pub struct Metrics {
     /// Records the target refused or that could not be delivered; each stops its partition for a
     /// retry.
     pub partition_failures: IntCounterVec,
+    /// Source subjects brought to the target registry (schemas = sync | translate), per flow.
+    pub schema_subjects_synced: IntCounterVec,
+    /// Keys and values whose schema ID was replaced by the target registry's (schemas = translate).
+    pub schema_ids_translated: IntCounterVec,
+    /// Records with neither key nor value in the Confluent framing, copied unchanged.
+    pub records_unframed: IntCounterVec,
+    /// Keys and values copied with their source ID because it could not be resolved (on_unknown_schema = pass).
+    pub schema_ids_passed: IntCounterVec,
+    /// Calls to a schema registry that failed (no answer, or refused), per cluster whose registry it is.
+    pub schema_registry_errors: IntCounterVec,
     /// Source partitions currently not copying because of a failure (retrying or stopped).
     pub partitions_failing: IntGaugeVec,
     /// Target acknowledgement time minus record timestamp (MM2: replication-latency-ms).
@@ -301,6 +311,36 @@ impl Metrics {
                 "ferry_partition_failures_total",
                 "Records the target refused or that could not be delivered (each stops its partition for a retry).",
                 &["flow", "topic"],
+            ),
+            schema_subjects_synced: counter(
+                &registry,
+                "ferry_schema_subjects_synced_total",
+                "Source subjects brought to the target's schema registry (every version in order).",
+                &["flow"],
+            ),
+            schema_ids_translated: counter(
+                &registry,
+                "ferry_schema_ids_translated_total",
+                "Record keys and values whose schema ID was replaced by the target registry's ID of the same schema.",
+                &["flow", "topic"],
+            ),
+            records_unframed: counter(
+                &registry,
+                "ferry_records_unframed_total",
+                "Records of a schema flow with neither key nor value in the Confluent framing (copied unchanged).",
+                &["flow", "topic"],
+            ),
+            schema_ids_passed: counter(
+                &registry,
+                "ferry_schema_ids_passed_total",
+                "Record keys and values copied with the source's schema ID because it could not be resolved (on_unknown_schema = \"pass\").",
+                &["flow", "topic"],
+            ),
+            schema_registry_errors: counter(
+                &registry,
+                "ferry_schema_registry_errors_total",
+                "Calls to a schema registry without an answer or refused, per cluster whose registry it is.",
+                &["registry"],
             ),
             partitions_failing: gauge(
                 &registry,
@@ -666,6 +706,10 @@ impl Metrics {
             &self.source_resets,
             &self.records_skipped,
             &self.partition_failures,
+            &self.schema_subjects_synced,
+            &self.schema_ids_translated,
+            &self.records_unframed,
+            &self.schema_ids_passed,
             &self.partitions_failing,
             &self.replication_latency,
             &self.record_age,
@@ -815,6 +859,7 @@ mod tests {
             file_keys: Default::default(),
             secret_files: Vec::new(),
             client_files: files,
+            schema_registry: None,
             file: "c.toml".into(),
         };
         let m = Metrics::new();

@@ -143,6 +143,13 @@ pub fn members() -> &'static Ticker {
     MEMBERS.get_or_init(|| Ticker::new("members"))
 }
 
+/// The ticker of the flows' schema refreshes (calls to schema registries, which a registry that does
+/// not answer makes slow: kept apart from the others).
+pub fn schemas() -> &'static Ticker {
+    static SCHEMAS: OnceLock<Ticker> = OnceLock::new();
+    SCHEMAS.get_or_init(|| Ticker::new("schemas"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

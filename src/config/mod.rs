@@ -23,6 +23,7 @@ mod load;
 pub(crate) mod locate;
 pub mod login;
 pub mod raw;
+pub mod schema_registry;
 pub mod secrets;
 mod start_from;
 pub mod topology;
@@ -130,6 +131,9 @@ pub struct ClusterSpec {
     /// The files its client properties name (certificates, keys, CA bundles, keytabs), with their
     /// digests: a rotated certificate is a changed cluster, though its path is the same.
     pub client_files: Vec<client_files::ClientFile>,
+    /// The cluster's schema registry, if it names one. Not part of the cluster's identity (its clients):
+    /// the flows that use it carry it in their settings, so a changed registry restarts only them.
+    pub schema_registry: Option<schema_registry::RegistrySpec>,
     pub file: PathBuf,
 }
 
@@ -144,6 +148,7 @@ impl ClusterSpec {
             file_keys: Default::default(),
             secret_files: Vec::new(),
             client_files: Vec::new(),
+            schema_registry: None,
             file: "clusters.toml".into(),
         }
     }
@@ -289,6 +294,8 @@ pub struct FlowSettings {
     pub sync_topic_acls_interval: Duration,
     /// Where a source partition with no stored progress starts copying.
     pub start_from: StartFrom,
+    /// Schema registry sync and schema-ID translation (with both clusters' registries).
+    pub schemas: schema_registry::SchemaSettings,
 }
 
 /// Where a source partition that has no stored progress (a new flow, a new topic or partition)

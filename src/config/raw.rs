@@ -24,6 +24,22 @@ pub struct RawCluster {
     /// librdkafka properties applied to every client of this cluster.
     #[serde(default)]
     pub client: BTreeMap<String, RawValue>,
+    /// The cluster's schema registry (flows with `schemas = "sync"` or `"translate"`).
+    pub schema_registry: Option<RawRegistry>,
+}
+
+/// `[clusters.X.schema_registry]`: a Confluent-compatible schema registry API.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRegistry {
+    pub url: String,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub bearer_token: Option<String>,
+    pub ca_file: Option<String>,
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+    pub timeout_seconds: Option<f64>,
 }
 
 /// A librdkafka property value: operators write `"lz4"`, `5` or `true`; librdkafka wants strings.
@@ -116,4 +132,10 @@ pub struct RawFlow {
     pub sync_topic_acls_interval_seconds: Option<f64>,
     /// Where a partition with no stored progress starts: "earliest", "latest" or an RFC 3339 time.
     pub start_from: Option<String>,
+    /// "off" (default), "sync" (subjects kept in step on the target registry) or "translate" (also each
+    /// record's schema ID replaced by the target's).
+    pub schemas: Option<String>,
+    /// `translate`: "hold" (default) a partition on an ID that cannot be resolved, or "pass" it unchanged.
+    pub on_unknown_schema: Option<String>,
+    pub schemas_refresh_interval_seconds: Option<f64>,
 }

@@ -267,6 +267,79 @@ mod tests {
     }
 
     #[test]
+    fn schema_flows_need_a_registry_on_both_sides_whose_secrets_never_show() {
+        use crate::config::schema_registry::{Auth, OnUnknownSchema, SchemaMode};
+        let flow = |extra: &str| format!("[[flows]]\nsource = \"east\"\ntarget = \"west\"\n{extra}\n");
+        let east = "[clusters.east.schema_registry]\nurl = \"http://r-east:8081/\"\nusername = \"ferry\"\npassword = \"${REG_PW}\"\n";
+        let west =
+            "[clusters.west.schema_registry]\nurl = \"https://r-west:8081\"\nbearer_token = \"tok-abcdef-123\"\n";
+        let env = |k: &str| (k == "REG_PW").then(|| "s3cret-registry-pw".to_string());
+        let text =
+            |e: ConfigErrors| e.0.iter().map(|e| format!("{}: {}", e.key, e.reason)).collect::<Vec<_>>().join("\n");
+
+        let refused = parse(&[("c.toml", &format!("{CLUSTERS}{east}")), ("f.toml", &flow("schemas = \"sync\""))], &env)
+            .expect_err("no registry on west");
+        let shown = text(refused);
+        assert!(shown.contains("flows[0].schemas") && shown.contains("the target `west` has none"), "{shown}");
+
+        let both = format!("{CLUSTERS}{east}{west}");
+        let set = parse(&[("c.toml", &both), ("f.toml", &flow("schemas = \"translate\""))], &env).expect("valid");
+        let s = &set.flows.values().next().expect("flow").settings.schemas;
+        assert_eq!((s.mode, s.on_unknown), (SchemaMode::Translate, OnUnknownSchema::Hold));
+        let source = s.source.as_ref().expect("source registry");
+        assert_eq!(source.url, "http://r-east:8081", "the trailing / dropped");
+        assert!(matches!(&source.auth, Auth::Basic { password, .. } if password == "s3cret-registry-pw"));
+        let shown = format!("{}\n{set:?}", set.describe());
+        assert!(!shown.contains("s3cret-registry-pw") && !shown.contains("tok-abcdef-123"), "{shown}");
+
+        // A flow without `schemas` carries no registry: a changed registry restarts only the flows using it.
+        let off = parse(&[("c.toml", &both), ("f.toml", &flow(""))], &env).expect("valid");
+        assert_eq!(off.flows.values().next().expect("flow").settings.schemas, Default::default());
+
+        for (extra, key, why) in [
+            ("schemas = \"always\"", "flows[0].schemas", "not a schema mode"),
+            (
+                "schemas = \"sync\"\non_unknown_schema = \"pass\"",
+                "flows[0].on_unknown_schema",
+                "only to schemas = \"translate\"",
+            ),
+            (
+                "schemas = \"translate\"\non_unknown_schema = \"drop\"",
+                "flows[0].on_unknown_schema",
+                "use \"hold\" or \"pass\"",
+            ),
+            (
+                "schemas = \"sync\"\nschemas_refresh_interval_seconds = 0",
+                "flows[0].schemas_refresh_interval_seconds",
+                "between 1",
+            ),
+        ] {
+            let shown = text(parse(&[("c.toml", &both), ("f.toml", &flow(extra))], &env).expect_err(extra));
+            assert!(shown.contains(key) && shown.contains(why), "{extra}: {shown}");
+        }
+        for (registry, key, why) in [
+            ("url = \"registry:8081\"", "url", "http:// or https://"),
+            ("url = \"http://r\"\nusername = \"u\"", "password", "set password too"),
+            ("url = \"http://r\"\npassword = \"p\"", "username", "set username too"),
+            (
+                "url = \"http://r\"\nusername = \"u\"\npassword = \"p\"\nbearer_token = \"t\"",
+                "bearer_token",
+                "not both",
+            ),
+            ("url = \"https://\"", "url", "http:// or https://"),
+            ("url = \"http://r\"\nca_file = \"/nonexistent/ca.pem\"", "ca_file", "cannot read"),
+            ("url = \"http://r\"\ntimeout_seconds = 0", "timeout_seconds", "between 0.1"),
+        ] {
+            let clusters = format!("{CLUSTERS}[clusters.east.schema_registry]\n{registry}\n");
+            let shown = text(parse(&[("c.toml", &clusters)], &env).expect_err(registry));
+            assert!(
+                shown.contains(&format!("clusters.east.schema_registry.{key}")) && shown.contains(why),
+                "{registry}: {shown}"
+            );
+        }
+    }
+
+    #[test]
     fn mm2s_switches_and_what_a_flow_writes_to_its_source() {
         let flow = "[[flows]]\nsource = \"east\"\ntarget = \"west\"\nreplication_factor = 3\n\
                     checkpoints_topic_replication_factor = -1\nheartbeats_topic_replication_factor = 1\n\

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use super::client_files::io_reason;
 use super::fields::*;
-use super::raw::RawCluster;
+use super::raw::{RawCluster, RawRegistry};
+use super::schema_registry::{Auth, RegistrySpec};
 use super::secrets;
 use super::{ClientCheck, ClusterSpec};
 
@@ -79,6 +80,14 @@ pub(super) fn cluster(
             Vec::new()
         }
     };
+    let schema_registry = match rc.schema_registry {
+        None => None,
+        Some(raw) => {
+            let registry = registry(alias, raw, dir, env, &mut secret_files, &format!("{base}.schema_registry"), errs);
+            ok &= registry.is_some();
+            registry
+        }
+    };
     let spec = ClusterSpec {
         alias: alias.to_string(),
         bootstrap_servers: bootstrap,
@@ -86,10 +95,14 @@ pub(super) fn cluster(
         file_keys,
         secret_files,
         client_files,
+        schema_registry,
         file: file.to_path_buf(),
     };
     // Remembered even if the set is refused: whatever librdkafka says about them later is scrubbed.
     secrets::remember(&spec.secret_values());
+    if let Some(r) = &spec.schema_registry {
+        secrets::remember(&r.secret_values());
+    }
     if ok {
         // What `ferry run` would otherwise learn only when it creates its first client, on every restart.
         for (property, reason) in check(&spec) {
@@ -102,6 +115,85 @@ pub(super) fn cluster(
         }
     }
     ok.then_some(spec)
+}
+
+/// `[clusters.X.schema_registry]` → a [`RegistrySpec`]: values substituted (the password and token
+/// remembered as secrets), the URL and the authentication checked, the TLS files readable.
+fn registry(
+    alias: &str,
+    raw: RawRegistry,
+    dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    secret_files: &mut Vec<PathBuf>,
+    base: &str,
+    errs: &mut Errors<'_>,
+) -> Option<RegistrySpec> {
+    let before = errs.out.len();
+    let mut value = |key: &str, v: Option<String>, errs: &mut Errors<'_>| -> Option<String> {
+        match substitute(&v?, env, dir, secret_files) {
+            Ok(s) => Some(s.value),
+            Err(reason) => {
+                errs.push(format!("{base}.{key}"), reason);
+                None
+            }
+        }
+    };
+    let url = value("url", Some(raw.url), errs).unwrap_or_default();
+    let url = url.trim().trim_end_matches('/').to_string();
+    let host = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
+    if host.is_none_or(|h| h.is_empty() || h.starts_with('/')) {
+        errs.push(format!("{base}.url"), "must be an http:// or https:// URL (the base of the registry's API)");
+    }
+    let username = value("username", raw.username, errs);
+    let password = value("password", raw.password, errs);
+    let bearer = value("bearer_token", raw.bearer_token, errs);
+    let auth = match (username, password, bearer) {
+        (None, None, None) => Auth::None,
+        (Some(username), Some(password), None) => Auth::Basic { username, password },
+        (None, None, Some(token)) => Auth::Bearer(token),
+        (_, _, Some(_)) => {
+            errs.push(format!("{base}.bearer_token"), "set either username and password or bearer_token, not both");
+            Auth::None
+        }
+        (Some(_), None, None) => {
+            errs.push(
+                format!("{base}.password"),
+                "username is set: set password too (e.g. \"${file:/run/secrets/registry}\")",
+            );
+            Auth::None
+        }
+        (None, Some(_), None) => {
+            errs.push(format!("{base}.username"), "password is set: set username too");
+            Auth::None
+        }
+    };
+    let mut path = |key: &str, v: Option<String>, errs: &mut Errors<'_>| -> Option<PathBuf> {
+        let p = value(key, v, errs)?;
+        let p = dir.join(p);
+        if let Err(e) = std::fs::metadata(&p) {
+            errs.push(format!("{base}.{key}"), format!("cannot read {}: {}", p.display(), io_reason(&e)));
+        }
+        Some(p)
+    };
+    let ca_file = path("ca_file", raw.ca_file, errs);
+    let cert_file = path("cert_file", raw.cert_file, errs);
+    let key_file = path("key_file", raw.key_file, errs);
+    if cert_file.is_some() != key_file.is_some() {
+        errs.push(format!("{base}.cert_file"), "a client certificate needs both cert_file and key_file");
+    }
+    let timeout = raw.timeout_seconds.unwrap_or(10.0);
+    if !(0.1..=300.0).contains(&timeout) {
+        errs.push(format!("{base}.timeout_seconds"), format!("must be between 0.1 and 300, got {timeout}"));
+    }
+    (errs.out.len() == before).then(|| RegistrySpec {
+        cluster: alias.to_string(),
+        url,
+        auth,
+        ca_file,
+        cert_file,
+        key_file,
+        timeout: std::time::Duration::from_secs_f64(timeout.clamp(0.1, 300.0)),
+    })
 }
 
 /// A value after substitution, and whether any of it was read from a secret file.

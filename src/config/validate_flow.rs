@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::fields::*;
 use super::raw::RawFlow;
+use super::schema_registry::{OnUnknownSchema, SchemaMode, SchemaSettings};
 use super::{
     ClusterSpec, Delivery, FlowId, FlowPlan, FlowSettings, GroupProtocol, OffsetSyncsLocation, PolicyKind,
     SourceGapPolicy, StartFrom,
@@ -246,6 +247,14 @@ pub(super) fn flow(
         );
     }
 
+    let schemas = schema_settings(
+        (rf.schemas.as_deref(), rf.on_unknown_schema.as_deref(), rf.schemas_refresh_interval_seconds),
+        source.as_ref(),
+        target.as_ref(),
+        &k,
+        errs,
+    );
+
     let settings = FlowSettings {
         topics,
         topics_exclude,
@@ -328,6 +337,7 @@ pub(super) fn flow(
             errs,
         ),
         start_from,
+        schemas,
     };
 
     if errs.out.len() > before {
@@ -366,4 +376,78 @@ pub(super) fn flow(
         topology: Arc::default(),
         file: file.to_path_buf(),
     })
+}
+
+/// `schemas`, `on_unknown_schema` and `schemas_refresh_interval_seconds`, with the registries of both
+/// clusters when the flow uses them (refused, naming the side, when one has none).
+fn schema_settings(
+    (schemas, on_unknown_schema, refresh_seconds): (Option<&str>, Option<&str>, Option<f64>),
+    source: Option<&ClusterSpec>,
+    target: Option<&ClusterSpec>,
+    k: &dyn Fn(&str) -> String,
+    errs: &mut Errors<'_>,
+) -> SchemaSettings {
+    let mode = match schemas.unwrap_or("off") {
+        "off" => SchemaMode::Off,
+        "sync" => SchemaMode::Sync,
+        "translate" => SchemaMode::Translate,
+        other => {
+            errs.push(k("schemas"), format!("`{other}` is not a schema mode; use \"off\", \"sync\" or \"translate\""));
+            SchemaMode::Off
+        }
+    };
+    let on_unknown = match on_unknown_schema.unwrap_or("hold") {
+        "hold" => OnUnknownSchema::Hold,
+        "pass" => OnUnknownSchema::Pass,
+        other => {
+            errs.push(k("on_unknown_schema"), format!("`{other}` is not a choice; use \"hold\" or \"pass\""));
+            OnUnknownSchema::Hold
+        }
+    };
+    if on_unknown_schema.is_some() && mode != SchemaMode::Translate {
+        errs.push(k("on_unknown_schema"), "applies only to schemas = \"translate\"");
+    }
+    let refresh = refresh_seconds.unwrap_or(super::schema_registry::DEFAULT_REFRESH_INTERVAL.as_secs_f64());
+    if !(1.0..=86_400.0).contains(&refresh) {
+        errs.push(k("schemas_refresh_interval_seconds"), format!("must be between 1 and 86400, got {refresh}"));
+    }
+    let mut settings = SchemaSettings {
+        mode,
+        on_unknown,
+        refresh_interval: Duration::from_secs_f64(refresh.clamp(1.0, 86_400.0)),
+        source: None,
+        target: None,
+    };
+    if mode == SchemaMode::Off {
+        return settings;
+    }
+    let named = if mode == SchemaMode::Sync { "sync" } else { "translate" };
+    for (side, cluster) in [("source", source), ("target", target)] {
+        let Some(cluster) = cluster else { continue };
+        match &cluster.schema_registry {
+            Some(r) => {
+                if side == "source" {
+                    settings.source = Some(r.clone());
+                } else {
+                    settings.target = Some(r.clone());
+                }
+            }
+            None => errs.push(
+                k("schemas"),
+                format!(
+                    "schemas = \"{named}\" needs a schema registry on both clusters, and the {side} `{}` has none (add [clusters.{}.schema_registry] with its url)",
+                    cluster.alias, cluster.alias
+                ),
+            ),
+        }
+    }
+    if let (Some(s), Some(t)) = (&settings.source, &settings.target)
+        && s.url == t.url
+    {
+        errs.push(
+            k("schemas"),
+            format!("the source and the target name the same schema registry ({}): there is nothing to sync", s.url),
+        );
+    }
+    settings
 }

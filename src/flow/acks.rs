@@ -233,6 +233,11 @@ impl PartitionAck {
         }
     }
 
+    /// Whether a failure froze this partition (until the retry clears it).
+    pub fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
     /// The failure that froze this partition, if any.
     pub fn failure(&self) -> Option<DeliveryFailure> {
         lock(&self.failure).clone()

@@ -35,6 +35,7 @@ mod readers;
 mod reload;
 mod runbook;
 mod scaleout;
+mod schemas;
 mod secrets;
 mod secure_harness;
 mod security;

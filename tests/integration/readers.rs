@@ -22,6 +22,7 @@ fn cluster(bootstrap: &str) -> ClusterSpec {
         file_keys: Default::default(),
         secret_files: Vec::new(),
         client_files: Vec::new(),
+        schema_registry: None,
         file: "clusters.toml".into(),
     }
 }

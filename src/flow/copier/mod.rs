@@ -153,6 +153,8 @@ struct CopyLoop {
     consumer_errors: RateLimitedLog,
     /// Stamp and honour the provenance header (identity replication); `None` for flows without it.
     provenance: Option<provenance::Provenance>,
+    /// `schemas = "sync" | "translate"`: the flow's schema IDs and its registries' refresh.
+    schemas: Option<crate::schemas::FlowSchemas>,
     /// Exactly-once flows: the transactions of the lane's own producer (see [`transactions`]).
     txn: Option<Transactions>,
     /// This node as the flow's writer of progress (`<deployment>.<flow>.copier.<node>`; an exactly-once
@@ -247,6 +249,7 @@ impl CopyLoop {
             pending,
             consumer_errors: RateLimitedLog::new(Duration::from_secs(10)),
             provenance: provenance::Provenance::for_plan(&plan),
+            schemas: crate::schemas::start(&plan),
             txn,
             kin: transactions::writers_prefix(identity, &plan),
             writer,
@@ -484,6 +487,31 @@ impl CopyLoop {
                     }
                 }
             }
+            // Schema IDs: the target's in place of the source's. A record whose ID cannot be resolved
+            // holds its partition like a refused delivery (retried with backoff, named in `/flows`);
+            // the partition's later records wait for it, so the target gets them in order.
+            let mut translated = crate::schemas::Translated::default();
+            if let Some(schemas) = self.schemas.as_mut() {
+                if part.ack.has_failed() {
+                    continue;
+                }
+                match schemas.translator.record(msg.topic(), msg.key(), msg.payload()) {
+                    Ok(t) => translated = t,
+                    Err(error) => {
+                        let size = msg.payload_len() + msg.key().map_or(0, <[u8]>::len);
+                        let failure = DeliveryFailure {
+                            offset: msg.offset(),
+                            size,
+                            error,
+                            permanent: false,
+                            unknown_partition: false,
+                            purged: false,
+                        };
+                        part.ack.fail(&self.acks, failure, false);
+                        continue;
+                    }
+                }
+            }
             let lane = self.lane.as_mut().expect("the lane exists until the loop ends");
             if let Some(txn) = self.txn.as_mut() {
                 txn.ensure_open(&self.plan, lane, &self.shared)?;
@@ -492,7 +520,7 @@ impl CopyLoop {
             // Counted before the producer takes it (its report may come at once), uncounted if a panic
             // comes before it does.
             let counted = InFlight::count(&part.ack);
-            match send(lane, &self.control, &mut self.pending, remote, &msg, stamp) {
+            match send(lane, &self.control, &mut self.pending, remote, &msg, stamp, &translated) {
                 Sent::Ok => {
                     counted.handed_over();
                     failpoints::check(failpoints::COPIER_SENT)?;

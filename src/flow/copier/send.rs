@@ -58,15 +58,17 @@ pub(super) fn send(
     remote: &str,
     msg: &BorrowedMessage<'_>,
     stamp: Option<&[u8]>,
+    translated: &crate::schemas::Translated,
 ) -> Sent {
     if let Err(e) = failpoints::check(failpoints::COPIER_DELIVER) {
         return Sent::Refused(None, e);
     }
     let mut record: Record<'_> = lane.record(remote, msg.offset()).partition(msg.partition());
-    if let Some(key) = msg.key() {
+    // Translated bytes (schema IDs of the target's registry) in place of the source's.
+    if let Some(key) = translated.key.as_deref().or(msg.key()) {
         record = record.key(key);
     }
-    if let Some(payload) = msg.payload() {
+    if let Some(payload) = translated.value.as_deref().or(msg.payload()) {
         record = record.payload(payload);
     }
     if let Some(ts) = msg.timestamp().to_millis().filter(|t| *t >= 0) {

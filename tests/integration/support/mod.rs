@@ -44,6 +44,7 @@ pub mod oidc;
 pub mod ports;
 pub mod process;
 pub mod prometheus;
+pub mod registry;
 pub mod scenario;
 pub mod timing;
 pub mod tls;

@@ -1,0 +1,147 @@
+//! What the copier does with a record's schema IDs: nothing (`off`), make sure its schemas are on the
+//! target (`sync`), or also replace each ID with the target's (`translate`).
+//!
+//! IDs already resolved are a map lookup per key and value; a new ID asks the registries once, on the
+//! copy loop's thread (the answer is remembered for the flow's life). An ID that cannot be resolved
+//! holds its partition (the copier retries it with its backoff, and `/flows` names the error), unless
+//! the flow says `on_unknown_schema = "pass"`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus::IntCounter;
+
+use super::framing;
+use super::sync::SchemaSync;
+use super::{OnUnknownSchema, SchemaMode};
+use crate::metrics::METRICS;
+
+/// A failed resolution is answered from memory this long (every partition of a topic carries the same
+/// IDs: one registry call per ID, not one per partition).
+const FAILURE_MEMORY: Duration = Duration::from_secs(2);
+
+/// A record's key and value after translation; `None`: unchanged.
+#[derive(Debug, Default, PartialEq)]
+pub struct Translated {
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+}
+
+#[derive(Default)]
+struct TopicIds {
+    /// Source ID → target ID, for keys and for values.
+    key: HashMap<u32, u32>,
+    value: HashMap<u32, u32>,
+    translated: Option<IntCounter>,
+    unframed: Option<IntCounter>,
+    passed: Option<IntCounter>,
+}
+
+pub struct Translator {
+    flow: String,
+    mode: SchemaMode,
+    on_unknown: OnUnknownSchema,
+    sync: Arc<Mutex<SchemaSync>>,
+    topics: HashMap<String, TopicIds>,
+    /// Recently failed (source ID, topic, key?) → when, and why.
+    failed: HashMap<(u32, String, bool), (Instant, String)>,
+}
+
+impl Translator {
+    pub fn new(flow: String, mode: SchemaMode, on_unknown: OnUnknownSchema, sync: Arc<Mutex<SchemaSync>>) -> Self {
+        Translator { flow, mode, on_unknown, sync, topics: HashMap::new(), failed: HashMap::new() }
+    }
+
+    /// A record of `topic` with this key and value: the bytes to send instead, or why it must wait.
+    pub fn record(&mut self, topic: &str, key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Translated, String> {
+        if !self.topics.contains_key(topic) {
+            let labels = [self.flow.as_str(), topic];
+            let ids = TopicIds {
+                translated: Some(METRICS.schema_ids_translated.with_label_values(&labels)),
+                unframed: Some(METRICS.records_unframed.with_label_values(&labels)),
+                passed: Some(METRICS.schema_ids_passed.with_label_values(&labels)),
+                ..TopicIds::default()
+            };
+            self.topics.insert(topic.to_string(), ids);
+        }
+        let key_id = key.and_then(framing::schema_id);
+        let value_id = value.and_then(framing::schema_id);
+        if key_id.is_none() && value_id.is_none() {
+            inc(&self.topics[topic].unframed);
+            return Ok(Translated::default());
+        }
+        let key = match (key, key_id) {
+            (Some(bytes), Some(id)) => self.part(topic, true, bytes, id)?,
+            _ => None,
+        };
+        let value = match (value, value_id) {
+            (Some(bytes), Some(id)) => self.part(topic, false, bytes, id)?,
+            _ => None,
+        };
+        Ok(Translated { key, value })
+    }
+
+    fn part(&mut self, topic: &str, is_key: bool, bytes: &[u8], id: u32) -> Result<Option<Vec<u8>>, String> {
+        let ids = &self.topics[topic];
+        let known = if is_key { ids.key.get(&id) } else { ids.value.get(&id) };
+        if let Some(target) = known {
+            return Ok(self.rewrite(topic, bytes, id, *target));
+        }
+        let memo = (id, topic.to_string(), is_key);
+        let remembered =
+            self.failed.get(&memo).filter(|(at, _)| at.elapsed() < FAILURE_MEMORY).map(|(_, why)| why.clone());
+        let from_memory = remembered.is_some();
+        let resolved = match remembered {
+            Some(why) => Err(why),
+            None => {
+                let mut sync = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+                sync.target_id(id, topic, is_key).map_err(|e| {
+                    format!("schema ID {id} of the {} could not be resolved: {e}", if is_key { "key" } else { "value" })
+                })
+            }
+        };
+        match resolved {
+            Ok(target) => {
+                self.failed.remove(&memo);
+                let ids = self.topics.get_mut(topic).expect("added above");
+                if is_key {
+                    ids.key.insert(id, target)
+                } else {
+                    ids.value.insert(id, target)
+                };
+                Ok(self.rewrite(topic, bytes, id, target))
+            }
+            Err(why) => {
+                // Remembered from the first failure: retried once the memory is older than FAILURE_MEMORY.
+                if !from_memory {
+                    self.failed.insert(memo, (Instant::now(), why.clone()));
+                }
+                match (self.mode, self.on_unknown) {
+                    // `sync` sends the record as it is anyway; the refresh tries again.
+                    (SchemaMode::Sync, _) => Ok(None),
+                    (_, OnUnknownSchema::Pass) => {
+                        inc(&self.topics[topic].passed);
+                        Ok(None)
+                    }
+                    _ => Err(why),
+                }
+            }
+        }
+    }
+
+    fn rewrite(&self, topic: &str, bytes: &[u8], source: u32, target: u32) -> Option<Vec<u8>> {
+        if self.mode != SchemaMode::Translate {
+            return None;
+        }
+        inc(&self.topics[topic].translated);
+        // The same number on both registries: nothing to copy.
+        (source != target).then(|| framing::with_id(bytes, target))
+    }
+}
+
+fn inc(counter: &Option<IntCounter>) {
+    if let Some(c) = counter {
+        c.inc();
+    }
+}

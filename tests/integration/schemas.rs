@@ -1,0 +1,246 @@
+//! Schemas travel with the data (`schemas = "sync" | "translate"`), against real registries: one
+//! Apicurio Registry per cluster of the shared pair ([`support::registry::shared_registries`]), and
+//! records in the Confluent framing copied between real brokers.
+
+use crate::support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+use support::observe::{self, health, metric_sum};
+use support::registry::{SchemaRegistry, framed, id_of, shared_registries};
+use support::{Ferry, Rec, cluster_toml, consume_all, create_topic, produce, shared_pair, unique, wait_for};
+
+const ARRIVAL: Duration = Duration::from_secs(120);
+const FLOW: &str = "east->west";
+
+fn avro(name: &str, fields: &[(&str, &str)]) -> String {
+    let fields: Vec<String> = fields.iter().map(|(n, t)| format!(r#"{{"name":"{n}","type":{t}}}"#)).collect();
+    format!(r#"{{"type":"record","name":"{name}","namespace":"com.example","fields":[{}]}}"#, fields.join(","))
+}
+
+/// A flows directory for the shared pair with each cluster's registry URL (`None`: no registry).
+fn flows_dir(east_registry: Option<&str>, west_registry: Option<&str>, flow: &str) -> tempfile::TempDir {
+    let (east, west) = shared_pair();
+    let dir = tempfile::tempdir().expect("flows dir");
+    let mut clusters = String::new();
+    for (alias, cluster, registry) in [("east", east, east_registry), ("west", west, west_registry)] {
+        clusters.push_str(&cluster_toml(alias, &cluster.bootstrap, &[]));
+        if let Some(url) = registry {
+            clusters.push_str(&format!("[clusters.{alias}.schema_registry]\nurl = \"{url}\"\ntimeout_seconds = 2\n"));
+        }
+    }
+    std::fs::write(dir.path().join("clusters.toml"), clusters).expect("write clusters");
+    std::fs::write(dir.path().join("flow.toml"), flow).expect("write flow");
+    dir
+}
+
+fn flow(topic: &str, extra: &str) -> String {
+    format!("[[flows]]\nsource = \"east\"\ntarget = \"west\"\ntopics = [\"{topic}\"]\n{extra}\n")
+}
+
+/// The records of `topic` on `cluster` once at least `n` are there.
+fn wait_records(bootstrap: &str, topic: &str, n: usize, what: &str) -> Vec<Rec> {
+    let mut got = Vec::new();
+    wait_for(ARRIVAL, what, || {
+        got = if support::topic_partitions(bootstrap, topic).is_some() {
+            consume_all(bootstrap, topic, Duration::from_secs(20))
+        } else {
+            Vec::new()
+        };
+        got.len() >= n
+    });
+    got
+}
+
+/// `translate`: every framed key and value arrives with the target registry's ID of the same schema
+/// (its bytes after the ID untouched), subjects renamed with their topic, versions in the source's order,
+/// references first; unframed records, tombstones and short values pass unchanged and are counted; a
+/// version registered while the flow runs is picked up from the first record that carries it.
+#[test]
+fn translate_gives_each_record_the_target_registrys_id_of_the_same_schema() {
+    let (east, west) = shared_pair();
+    let (east_reg, west_reg) = shared_registries();
+    let topic = unique("schemas-tr");
+    create_topic(&east.bootstrap, &topic, 2, &[]);
+    let subject = format!("{topic}-value");
+    let key_subject = format!("{topic}-key");
+    // Filler schemas on the source only, so that the two registries number differently.
+    for i in 0..3 {
+        east_reg.register(
+            &format!("filler{i}-{topic}"),
+            &avro(&format!("Filler{i}"), &[("f", "\"int\"")]),
+            None,
+            json!([]),
+        );
+    }
+    // A record-named subject (kept as it is) referenced by version 2 of the value subject.
+    let money_subject = format!("com.example.Money{}", topic.replace('-', "_"));
+    let money_name = money_subject.trim_start_matches("com.example.");
+    let money_id = east_reg.register(&money_subject, &avro(money_name, &[("cents", "\"long\"")]), None, json!([]));
+    let v1 = east_reg.register(&subject, &avro("Order", &[("id", "\"long\"")]), None, json!([]));
+    let v2_schema = avro(
+        "Order",
+        &[("id", "\"long\""), ("total", &format!(r#"["null","com.example.{money_name}"],"default":null"#))],
+    );
+    let v2 = east_reg.register(
+        &subject,
+        &v2_schema,
+        None,
+        json!([{"name": format!("com.example.{money_name}"), "subject": money_subject, "version": 1}]),
+    );
+    let key_id = east_reg.register(&key_subject, "\"string\"", None, json!([]));
+    println!("source IDs: money {money_id}, v1 {v1}, v2 {v2}, key {key_id}");
+
+    let mut recs = Vec::new();
+    for i in 0..40u8 {
+        let id = if i % 2 == 0 { v1 } else { v2 };
+        recs.push(
+            Rec::new(i32::from(i % 2), &framed(id, &[i, 0xfe, 0xed]), 1_700_000_000_000 + i64::from(i))
+                .key(&framed(key_id, &[b'k', i])),
+        );
+    }
+    recs.push(Rec::new(0, b"{\"plain\": \"json\"}", 1_700_000_001_000)); // unframed
+    recs.push(Rec::new(0, &[0, 0, 1], 1_700_000_001_001)); // magic byte, too short for an ID
+    let mut tombstone = Rec::new(1, b"", 1_700_000_001_002).key(&framed(key_id, b"gone"));
+    tombstone.value = None;
+    recs.push(tombstone);
+    produce(&east.bootstrap, &topic, &recs);
+
+    let dir = flows_dir(
+        Some(&east_reg.url()),
+        Some(&west_reg.url()),
+        &flow(&topic, "schemas = \"translate\"\nschemas_refresh_interval_seconds = 2"),
+    );
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let remote = format!("east.{topic}");
+    let got = wait_records(&west.bootstrap, &remote, recs.len(), "every record on west");
+    assert_eq!(got.len(), recs.len(), "every record once");
+
+    // The target's subjects: renamed with the topic, the record-named one as it is, versions in order.
+    let target_subject = format!("east.{subject}");
+    assert_eq!(west_reg.versions(&target_subject), vec![1, 2], "both versions, in order");
+    let (t1, s1, _) = west_reg.version(&target_subject, 1).expect("version 1 on west");
+    let (t2, s2, refs2) = west_reg.version(&target_subject, 2).expect("version 2 on west");
+    let (tk, _, _) = west_reg.version(&format!("east.{key_subject}"), 1).expect("the key subject on west");
+    assert_eq!(s1, east_reg.schema(v1).expect("v1"), "the same schema text");
+    assert_eq!(s2, v2_schema);
+    assert_eq!(refs2[0]["subject"], money_subject.as_str(), "the reference keeps its record-named subject: {refs2}");
+    assert!(west_reg.version(&money_subject, 1).is_some(), "the referenced schema is on west");
+    assert!(
+        west_reg.versions(&format!("filler0-{topic}")).is_empty()
+            && west_reg.versions(&format!("east.filler0-{topic}")).is_empty(),
+        "subjects of no copied topic stay home"
+    );
+    assert_ne!((t1, t2), (v1, v2), "the registries number differently (else the test proves nothing)");
+
+    // Every framed record: the target's ID, the bytes after it unchanged.
+    let source_by_bytes: BTreeMap<(i32, Vec<u8>), &Rec> = recs
+        .iter()
+        .filter_map(|r| r.value.as_ref().map(|v| ((r.partition, v[v.len().min(5)..].to_vec()), r)))
+        .collect();
+    let mut translated = 0;
+    for r in &got {
+        let Some(value) = &r.value else {
+            assert_eq!(r.key.as_deref().map(id_of), Some(Some(tk)), "the tombstone's key is translated");
+            continue;
+        };
+        match id_of(value) {
+            Some(id) => {
+                let source =
+                    source_by_bytes.get(&(r.partition, value[5..].to_vec())).expect("a source record with these bytes");
+                let want = if id_of(source.value.as_ref().expect("value")) == Some(v1) { t1 } else { t2 };
+                assert_eq!(id, want, "partition {} record {:?}", r.partition, &value[5..]);
+                assert_eq!(&value[5..], &source.value.as_ref().expect("value")[5..], "bytes after the ID unchanged");
+                assert_eq!(r.key.as_deref().and_then(id_of), Some(tk), "the key's ID too");
+                translated += 1;
+            }
+            None => assert!(
+                value.as_slice() == b"{\"plain\": \"json\"}" || value.as_slice() == [0, 0, 1],
+                "unframed unchanged: {value:?}"
+            ),
+        }
+    }
+    assert_eq!(translated, 40);
+
+    // A new version while the flow runs: its first record brings it over.
+    let v3 = east_reg.register(
+        &subject,
+        &avro("Order", &[("id", "\"long\""), ("note", r#""string","default":"""#)]),
+        None,
+        json!([]),
+    );
+    produce(&east.bootstrap, &topic, &[Rec::new(0, &framed(v3, b"v3"), 1_700_000_002_000)]);
+    let got = wait_records(&west.bootstrap, &remote, recs.len() + 1, "the version 3 record on west");
+    let (t3, _, _) = west_reg.version(&target_subject, 3).expect("version 3 on west");
+    let last = got.iter().find(|r| r.value.as_deref().is_some_and(|v| v.ends_with(b"v3"))).expect("the v3 record");
+    assert_eq!(last.value.as_deref().and_then(id_of), Some(t3));
+
+    let text = observe::metrics(ferry.listen_addr());
+    let labels = [("flow", FLOW), ("topic", topic.as_str())];
+    assert!(metric_sum(&text, "ferry_schema_ids_translated_total", &labels) >= 82.0, "{text}");
+    assert_eq!(metric_sum(&text, "ferry_records_unframed_total", &labels), 2.0, "the JSON and the short value");
+    assert!(metric_sum(&text, "ferry_schema_subjects_synced_total", &[("flow", FLOW)]) >= 3.0);
+    ferry.terminate(Duration::from_secs(30));
+}
+
+/// A record whose schema cannot be resolved (the target's registry does not answer) holds its partition,
+/// named in `/health`, while the flow's other partitions copy on; once the registry answers, the held
+/// records arrive in order with the target's IDs: never one with an untranslated ID.
+#[test]
+fn an_unresolvable_schema_holds_its_partition_until_the_registry_answers() {
+    let (east, west) = shared_pair();
+    let (east_reg, _) = shared_registries();
+    let topic = unique("schemas-hold");
+    create_topic(&east.bootstrap, &topic, 2, &[]);
+    let id = east_reg.register(&format!("{topic}-value"), &avro("Held", &[("n", "\"int\"")]), None, json!([]));
+    let mut recs: Vec<Rec> =
+        (0..10u8).map(|i| Rec::new(0, &framed(id, &[i]), 1_700_000_000_000 + i64::from(i))).collect();
+    recs.push(Rec::new(1, b"not framed", 1_700_000_000_100));
+    produce(&east.bootstrap, &topic, &recs);
+
+    // West's registry: nothing listens on its port yet.
+    let port = support::free_port();
+    let west_url = format!("http://127.0.0.1:{port}{}", support::registry::API);
+    let extra = "schemas = \"translate\"\nrestart_backoff_initial_seconds = 0.2\nrestart_backoff_max_seconds = 2";
+    let dir = flows_dir(Some(&east_reg.url()), Some(&west_url), &flow(&topic, extra));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let remote = format!("east.{topic}");
+    ferry.wait_log("node started", Duration::from_secs(60));
+    let addr = ferry.listen_addr();
+    let mut problem = serde_json::Value::Null;
+    wait_for(ARRIVAL, "partition 0 held with a named schema error, partition 1 copied", || {
+        let h = health(addr);
+        problem = h["flows"][FLOW]["partition_problems"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["topic"] == topic.as_str() && p["partition"] == 0).cloned())
+            .unwrap_or_default();
+        problem["reason"].as_str().is_some_and(|r| r.contains(&format!("schema ID {id}")))
+            && support::topic_partitions(&west.bootstrap, &remote).is_some()
+            && consume_all(&west.bootstrap, &remote, Duration::from_secs(10)).iter().any(|r| r.partition == 1)
+    });
+    println!("held: {problem}");
+    assert_eq!(problem["offset"], 0, "held at the first record: {problem}");
+    let copied = consume_all(&west.bootstrap, &remote, Duration::from_secs(10));
+    assert!(copied.iter().all(|r| r.partition == 1), "nothing of the held partition was written: {copied:?}");
+    let text = observe::metrics(addr);
+    assert!(metric_sum(&text, "ferry_schema_registry_errors_total", &[("registry", "west")]) >= 1.0, "{text}");
+
+    // The registry comes: the held records follow, in order, translated.
+    let west_reg = SchemaRegistry::start_on(port);
+    let got = wait_records(&west.bootstrap, &remote, recs.len(), "the held records on west");
+    assert_eq!(got.len(), recs.len(), "every record once");
+    let (target_id, _, _) = west_reg.version(&format!("east.{topic}-value"), 1).expect("the subject on west");
+    let held: Vec<&Rec> = got.iter().filter(|r| r.partition == 0).collect();
+    for (i, r) in held.iter().enumerate() {
+        let v = r.value.as_deref().expect("value");
+        assert_eq!((id_of(v), &v[5..]), (Some(target_id), &[i as u8][..]), "record {i} of partition 0");
+    }
+    wait_for(Duration::from_secs(30), "the problem cleared", || {
+        health(addr)["flows"][FLOW]["partition_problems"]
+            .as_array()
+            .is_none_or(|ps| ps.iter().all(|p| p["topic"] != topic.as_str()))
+    });
+    ferry.terminate(Duration::from_secs(30));
+}
