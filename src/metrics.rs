@@ -648,6 +648,27 @@ impl Metrics {
             s.total += n;
             *s.by_reason.entry(reason.to_string()).or_insert(0) += n;
         }
+        // A flow has schema figures once its schema work started (its series exist).
+        let mut schemas: HashMap<&str, crate::status::SchemaFigures> = HashMap::new();
+        let schema_families = [
+            self.schema_subjects_synced.collect(),
+            self.schema_ids_translated.collect(),
+            self.records_unframed.collect(),
+            self.schema_ids_passed.collect(),
+        ];
+        for (i, families) in schema_families.iter().enumerate() {
+            for m in families.iter().flat_map(|f| f.get_metric().iter()) {
+                let Some(flow) = flow_of(m) else { continue };
+                let n = m.get_counter().get_value() as u64;
+                let s = schemas.entry(flow).or_default();
+                match i {
+                    0 => s.subjects_synced += n,
+                    1 => s.ids_translated += n,
+                    2 => s.records_unframed += n,
+                    _ => s.ids_passed += n,
+                }
+            }
+        }
         flows
             .iter()
             .map(|flow| {
@@ -669,6 +690,7 @@ impl Metrics {
                         .map(|t| crate::status::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t))),
                     records_skipped: skipped.remove(flow.as_str()).unwrap_or_default(),
                     transactions: transactions.remove(flow.as_str()),
+                    schemas: schemas.remove(flow.as_str()),
                 };
                 (flow.clone(), figures, (total, now))
             })

@@ -13,7 +13,7 @@ pub mod internal;
 mod report;
 pub mod rights;
 
-pub use report::{ClusterReport, CopiedTopic, FlowReport, InternalCheck, Report, RightCheck};
+pub use report::{ClusterReport, CopiedTopic, FlowReport, InternalCheck, RegistryCheck, Report, RightCheck};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -144,6 +144,7 @@ fn check_flow(plan: &FlowPlan, identity: &Identity, clusters: &BTreeMap<String, 
         internal_topics: Vec::new(),
         errors: Vec::new(),
         notes: Vec::new(),
+        registries: Vec::new(),
     };
     let source = &clusters[&plan.source.alias];
     for c in [source, &clusters[&plan.target.alias]] {
@@ -222,7 +223,41 @@ fn check_flow(plan: &FlowPlan, identity: &Identity, clusters: &BTreeMap<String, 
             state: internal::judge(t, &observed),
         });
     }
+    report.registries = registries(plan);
     report
+}
+
+/// The schema registries of a flow with `schemas` on: the source's must answer and let ferry read, the
+/// target's must also let it write. Writing is tried with a schema that is not one: refused as invalid
+/// (422) means allowed, refused as forbidden (401, 403) means not; nothing is registered.
+fn registries(plan: &FlowPlan) -> Vec<RegistryCheck> {
+    use crate::schemas::Registry;
+    let s = &plan.settings.schemas;
+    let mut out = Vec::new();
+    for (role, spec, write) in [("source", &s.source, false), ("target", &s.target, true)] {
+        let Some(spec) = spec else { continue };
+        let registry = Registry::new(spec.clone());
+        let mut check = RegistryCheck {
+            cluster: spec.cluster.clone(),
+            role,
+            url: spec.url.clone(),
+            read: None,
+            write: None,
+            subjects: None,
+        };
+        match registry.subjects() {
+            Ok(subjects) => {
+                check.read = Some(Ok(()));
+                check.subjects = Some(subjects.len());
+            }
+            Err(e) => check.read = Some(Err(e.to_string())),
+        }
+        if write && check.read.as_ref().is_some_and(Result::is_ok) {
+            check.write = Some(registry.probe_write().map_err(|e| e.to_string()));
+        }
+        out.push(check);
+    }
+    out
 }
 
 /// Lists what the flow would copy and checkpoint on its source into `report`; returns the topics named

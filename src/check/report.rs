@@ -43,6 +43,47 @@ pub struct FlowReport {
     pub errors: Vec<String>,
     /// Worth knowing, not a failure (a topic named in `topics` that does not exist).
     pub notes: Vec<String>,
+    /// The schema registries of a flow with `schemas` on.
+    pub registries: Vec<RegistryCheck>,
+}
+
+/// A flow's schema registry: whether it answered and let ferry read (and, the target's, write).
+#[derive(Debug, Serialize)]
+pub struct RegistryCheck {
+    pub cluster: String,
+    /// `source` or `target`.
+    pub role: &'static str,
+    pub url: String,
+    /// `Ok` or why not (never checked: `None`).
+    #[serde(serialize_with = "outcome")]
+    pub read: Option<Result<(), String>>,
+    #[serde(serialize_with = "outcome")]
+    pub write: Option<Result<(), String>>,
+    /// Subjects the registry lists.
+    pub subjects: Option<usize>,
+}
+
+impl RegistryCheck {
+    pub fn problems(&self) -> Vec<String> {
+        [("read", &self.read), ("write", &self.write)]
+            .into_iter()
+            .filter_map(|(what, r)| match r {
+                Some(Err(e)) => {
+                    Some(format!("{} registry of `{}` ({}), {what}: {e}", self.role, self.cluster, self.url))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// `"ok"`, the error, or null.
+fn outcome<S: serde::Serializer>(r: &Option<Result<(), String>>, s: S) -> Result<S::Ok, S::Error> {
+    match r {
+        None => s.serialize_none(),
+        Some(Ok(())) => s.serialize_str("ok"),
+        Some(Err(e)) => s.serialize_str(e),
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -92,6 +133,9 @@ impl FlowReport {
                 }
                 _ => {}
             }
+        }
+        for r in &self.registries {
+            out.extend(r.problems().into_iter().map(|p| format!("flow {}: {p}", self.flow)));
         }
         for t in &self.internal_topics {
             if let State::Wrong { reasons, .. } = &t.state {

@@ -82,6 +82,19 @@ fn flow(out: &mut String, f: &FlowReport) {
     for [word, cluster, topic, detail] in &rows {
         let _ = writeln!(out, "    {word:<w0$}  {cluster:<w1$}  {topic:<w2$}  {detail}");
     }
+    if !f.registries.is_empty() {
+        let _ = writeln!(out, "  schema registries:");
+    }
+    for r in &f.registries {
+        let word = |o: &Option<Result<(), String>>| match o {
+            None => "-".to_string(),
+            Some(Ok(())) => "ok".to_string(),
+            Some(Err(e)) => format!("FAILED ({e})"),
+        };
+        let subjects = r.subjects.map_or(String::new(), |n| format!(", {n} subject(s)"));
+        let write = if r.role == "target" { format!(", write {}", word(&r.write)) } else { String::new() };
+        let _ = writeln!(out, "    {} {} ({}): read {}{write}{subjects}", r.role, r.cluster, r.url, word(&r.read));
+    }
     for n in &f.notes {
         let _ = writeln!(out, "  note: {n}");
     }
@@ -152,7 +165,7 @@ pub fn report_json(report: &Report) -> Value {
 mod tests {
     use super::*;
     use crate::check::rights::{RIGHTS, Resource, Subject};
-    use crate::check::{ClusterReport, CopiedTopic, InternalCheck};
+    use crate::check::{ClusterReport, CopiedTopic, InternalCheck, RegistryCheck};
 
     fn right(subject: Subject, resource: Resource, verdict: Verdict) -> RightCheck {
         let row = RIGHTS.iter().find(|r| r.subject == subject).expect("row");
@@ -199,6 +212,16 @@ mod tests {
                 }],
                 errors: vec![],
                 notes: vec![],
+                registries: vec![RegistryCheck {
+                    cluster: "west".into(),
+                    role: "target",
+                    url: "http://registry-west:8081".into(),
+                    read: Some(Ok(())),
+                    write: Some(Err(
+                        "schema registry of `west`: POST /subjects/ferry-check-write-probe/versions: HTTP 403".into(),
+                    )),
+                    subjects: Some(4),
+                }],
             }],
             disabled: vec!["west->east".into()],
         }
@@ -214,7 +237,15 @@ mod tests {
         let missing = text.lines().find(|l| l.trim_start().starts_with("MISSING")).expect("a MISSING row");
         assert!(missing.contains("group ferry.east->west") && missing.contains("Read: not granted Read"), "{text}");
         assert!(text.contains("WRONG") && text.contains("ferry.leases.internal"), "{text}");
-        assert!(text.contains("2 problem(s):"), "{text}");
+        assert!(
+            text.contains("target west (http://registry-west:8081): read ok, write FAILED (schema registry"),
+            "{text}"
+        );
+        assert!(text.contains("3 problem(s):"), "{text}");
+        assert!(
+            text.contains("flow east->west: target registry of `west` (http://registry-west:8081), write: "),
+            "{text}"
+        );
         assert!(text.contains("flow east->west: MISSING Read on group ferry.east->west on `east`"), "{text}");
     }
 
@@ -222,8 +253,11 @@ mod tests {
     fn the_json_has_the_same_facts() {
         let doc = report_json(&report());
         assert_eq!(doc["ok"], false);
-        assert_eq!(doc["problems"].as_array().map(Vec::len), Some(2));
+        assert_eq!(doc["problems"].as_array().map(Vec::len), Some(3));
         let f = &doc["flows"][0];
+        let registry = &f["registries"][0];
+        assert_eq!((registry["role"].as_str(), registry["read"].as_str()), (Some("target"), Some("ok")), "{registry}");
+        assert!(registry["write"].as_str().is_some_and(|w| w.contains("HTTP 403")), "{registry}");
         assert_eq!(f["topics"][0]["remote"], "east.t0");
         assert_eq!(f["rights"].as_array().map(Vec::len), Some(6), "every right, none folded");
         let missing = &f["rights"][5];

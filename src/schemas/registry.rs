@@ -266,6 +266,22 @@ impl Registry {
         })
     }
 
+    /// Whether this client may register schemas, found without registering one: a schema that is none is
+    /// sent, which a registry refuses as invalid (422, 400) when writing is allowed, as forbidden (401,
+    /// 403) when not. `ferry check`'s probe.
+    pub fn probe_write(&self) -> Result<(), RegistryError> {
+        let probe = Schema {
+            schema: "{\"type\": \"ferry-check: not a schema\"}".into(),
+            schema_type: None,
+            references: Vec::new(),
+        };
+        match self.call("POST", "/subjects/ferry-check-write-probe/versions", Some(&probe.to_json())) {
+            Err(RegistryError::Refused { status: 400 | 422, .. }) => Ok(()),
+            Ok(_) => Ok(()), // took it (a registry that does not validate): writing is allowed
+            Err(e) => Err(e),
+        }
+    }
+
     /// The compatibility level of `subject` (`None`: the registry's global level).
     pub fn compatibility(&self, subject: Option<&str>) -> Result<Option<String>, RegistryError> {
         let path = subject.map_or_else(|| "/config".to_string(), |s| format!("/config/{}", segment(s)));

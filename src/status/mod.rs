@@ -153,6 +153,9 @@ pub struct FlowStatus {
     pub delivery: &'static str,
     /// Exactly-once flows: the copier's transactions on this node.
     pub transactions: Option<TransactionFigures>,
+    /// Flows with `schemas = "sync" | "translate"`: what this node did with their schemas. A partition
+    /// held on a schema ID that does not resolve is in `partition_problems`.
+    pub schemas: Option<SchemaFigures>,
     /// The nodes in the flow's copier group and their partition counts (described every 10 s).
     pub nodes: Option<Vec<Member>>,
     /// The node holding the flow's lease, as the lease group says.
@@ -169,6 +172,21 @@ pub struct FlowFigures {
     pub last_checkpoint_at: Option<String>,
     pub records_skipped: Skipped,
     pub transactions: Option<TransactionFigures>,
+    pub schemas: Option<SchemaFigures>,
+}
+
+/// A schema flow's work on this node since it started (the `ferry_schema_*` and
+/// `ferry_records_unframed_total` series).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SchemaFigures {
+    /// Source subjects brought to the target registry.
+    pub subjects_synced: u64,
+    /// Keys and values that got the target registry's ID.
+    pub ids_translated: u64,
+    /// Records with neither key nor value in the Confluent framing (copied unchanged).
+    pub records_unframed: u64,
+    /// Keys and values copied with an unresolved source ID (`on_unknown_schema = "pass"`).
+    pub ids_passed: u64,
 }
 
 /// An exactly-once flow's transactions on this node, since it started (`ferry_transactions_total`).
@@ -211,6 +229,7 @@ impl FlowStatus {
             records_skipped: Skipped::default(),
             delivery: "at_least_once",
             transactions: None,
+            schemas: None,
             nodes: None,
             leader_node: None,
         }
@@ -319,6 +338,7 @@ impl StatusBoard {
             f.last_checkpoint_at = figures.last_checkpoint_at;
             f.records_skipped = figures.records_skipped;
             f.transactions = figures.transactions;
+            f.schemas = figures.schemas;
         });
     }
 

@@ -182,6 +182,11 @@ fn translate_gives_each_record_the_target_registrys_id_of_the_same_schema() {
     assert!(metric_sum(&text, "ferry_schema_ids_translated_total", &labels) >= 82.0, "{text}");
     assert_eq!(metric_sum(&text, "ferry_records_unframed_total", &labels), 2.0, "the JSON and the short value");
     assert!(metric_sum(&text, "ferry_schema_subjects_synced_total", &[("flow", FLOW)]) >= 3.0);
+    let addr = ferry.listen_addr();
+    wait_for(Duration::from_secs(10), "/flows shows the schema figures", || {
+        let figures = &health(addr)["flows"][FLOW]["schemas"];
+        figures["ids_translated"].as_u64() >= Some(82) && figures["records_unframed"] == 2
+    });
     ferry.terminate(Duration::from_secs(30));
 }
 
@@ -205,6 +210,13 @@ fn an_unresolvable_schema_holds_its_partition_until_the_registry_answers() {
     let west_url = format!("http://127.0.0.1:{port}{}", support::registry::API);
     let extra = "schemas = \"translate\"\nrestart_backoff_initial_seconds = 0.2\nrestart_backoff_max_seconds = 2";
     let dir = flows_dir(Some(&east_reg.url()), Some(&west_url), &flow(&topic, extra));
+    let (code, out, err) =
+        support::ferry_cli(&["check", "--flows", dir.path().to_str().expect("path"), "--flow", FLOW]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains(&format!("target registry of `west` ({west_url}), read: ")) && out.contains("no answer"),
+        "{out}"
+    );
     let mut ferry = Ferry::start(dir.path(), &[]);
     let remote = format!("east.{topic}");
     ferry.wait_log("node started", Duration::from_secs(60));
@@ -242,5 +254,74 @@ fn an_unresolvable_schema_holds_its_partition_until_the_registry_answers() {
             .as_array()
             .is_none_or(|ps| ps.iter().all(|p| p["topic"] != topic.as_str()))
     });
+    ferry.terminate(Duration::from_secs(30));
+}
+
+/// Active-active with `translate` both ways: each flow brings its own topics' subjects over and never
+/// the other's copies back, so no schema ping-pongs; records written on each side arrive on the other
+/// with that side's IDs.
+#[test]
+fn an_active_active_pair_translates_both_ways_without_registering_back() {
+    let (east, west) = shared_pair();
+    let (east_reg, west_reg) = shared_registries();
+    let topic = unique("schemas-aa");
+    create_topic(&east.bootstrap, &topic, 1, &[]);
+    create_topic(&west.bootstrap, &topic, 1, &[]);
+    let subject = format!("{topic}-value");
+    let on_east = east_reg.register(&subject, &avro("FromEast", &[("e", "\"int\"")]), None, json!([]));
+    let on_west = west_reg.register(&subject, &avro("FromWest", &[("w", "\"int\"")]), None, json!([]));
+    produce(&east.bootstrap, &topic, &[Rec::new(0, &framed(on_east, b"east"), 1_700_000_000_000)]);
+    produce(&west.bootstrap, &topic, &[Rec::new(0, &framed(on_west, b"west"), 1_700_000_000_000)]);
+    // `.*<topic>` also matches the other side's copy (`east.<topic>` on west): only the policy's cycle
+    // rule keeps it, and its subject, from going back.
+    let flows = ["east", "west"]
+        .iter()
+        .map(|source| {
+            let target = if *source == "east" { "west" } else { "east" };
+            format!("[[flows]]\nsource = \"{source}\"\ntarget = \"{target}\"\ntopics = [\".*{topic}\"]\nschemas = \"translate\"\nrefresh_topics_interval_seconds = 2\nschemas_refresh_interval_seconds = 2\n")
+        })
+        .collect::<String>();
+    let dir = flows_dir(Some(&east_reg.url()), Some(&west_reg.url()), &flows);
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let on_west_copy = wait_records(&west.bootstrap, &format!("east.{topic}"), 1, "east's record on west");
+    let on_east_copy = wait_records(&east.bootstrap, &format!("west.{topic}"), 1, "west's record on east");
+    let (west_id, west_text, _) = west_reg.version(&format!("east.{subject}"), 1).expect("east's subject on west");
+    let (east_id, east_text, _) = east_reg.version(&format!("west.{subject}"), 1).expect("west's subject on east");
+    assert!(west_text.contains("FromEast") && east_text.contains("FromWest"));
+    assert_eq!(on_west_copy[0].value.as_deref().and_then(id_of), Some(west_id));
+    assert_eq!(on_east_copy[0].value.as_deref().and_then(id_of), Some(east_id));
+    // A version no record carries yet, on each side, after both copies exist: it crosses only by a
+    // refresh, so once both have crossed, each flow has refreshed with the other's copy in its registry.
+    east_reg.register(
+        &subject,
+        &avro("FromEast", &[("e", "\"int\""), ("e2", r#""int","default":0"#)]),
+        None,
+        json!([]),
+    );
+    west_reg.register(
+        &subject,
+        &avro("FromWest", &[("w", "\"int\""), ("w2", r#""int","default":0"#)]),
+        None,
+        json!([]),
+    );
+    wait_for(Duration::from_secs(60), "version 2 of each side's subject on the other side", || {
+        west_reg.versions(&format!("east.{subject}")) == [1, 2]
+            && east_reg.versions(&format!("west.{subject}")) == [1, 2]
+    });
+    for (registry, name) in [(east_reg, "east"), (west_reg, "west")] {
+        let (code, all) = registry.call("GET", "/subjects", None);
+        assert_eq!(code, 200);
+        let ours: Vec<&str> = all
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str())
+            .filter(|s| s.contains(topic.as_str()))
+            .collect();
+        let other = if name == "east" { "west" } else { "east" };
+        assert_eq!(ours.len(), 2, "{name}: its own subject and the other side's copy, nothing else: {ours:?}");
+        assert!(ours.contains(&subject.as_str()) && ours.contains(&format!("{other}.{subject}").as_str()), "{ours:?}");
+        assert_eq!(registry.versions(&subject), vec![1, 2], "{name}'s own subject got no version from the other side");
+    }
     ferry.terminate(Duration::from_secs(30));
 }
