@@ -73,6 +73,8 @@ pub struct Metrics {
     pub records_unframed: IntCounterVec,
     /// Keys and values copied with their source ID because it could not be resolved (on_unknown_schema = pass).
     pub schema_ids_passed: IntCounterVec,
+    /// Records held because their schema ID could not be resolved (each retry counts), per flow and topic.
+    pub schema_resolution_failures: IntCounterVec,
     /// Calls to a schema registry that failed (no answer, or refused), per cluster whose registry it is.
     pub schema_registry_errors: IntCounterVec,
     /// Source partitions currently not copying because of a failure (retrying or stopped).
@@ -334,6 +336,12 @@ impl Metrics {
                 &registry,
                 "ferry_schema_ids_passed_total",
                 "Record keys and values copied with the source's schema ID because it could not be resolved (on_unknown_schema = \"pass\").",
+                &["flow", "topic"],
+            ),
+            schema_resolution_failures: counter(
+                &registry,
+                "ferry_schema_resolution_failures_total",
+                "Records whose schema ID could not be resolved, each holding its partition until it does (every retry counts).",
                 &["flow", "topic"],
             ),
             schema_registry_errors: counter(
@@ -732,6 +740,7 @@ impl Metrics {
             &self.schema_ids_translated,
             &self.records_unframed,
             &self.schema_ids_passed,
+            &self.schema_resolution_failures,
             &self.partitions_failing,
             &self.replication_latency,
             &self.record_age,

@@ -36,6 +36,7 @@ struct TopicIds {
     translated: Option<IntCounter>,
     unframed: Option<IntCounter>,
     passed: Option<IntCounter>,
+    unresolved: Option<IntCounter>,
 }
 
 pub struct Translator {
@@ -61,6 +62,7 @@ impl Translator {
                 translated: Some(METRICS.schema_ids_translated.with_label_values(&labels)),
                 unframed: Some(METRICS.records_unframed.with_label_values(&labels)),
                 passed: Some(METRICS.schema_ids_passed.with_label_values(&labels)),
+                unresolved: Some(METRICS.schema_resolution_failures.with_label_values(&labels)),
                 ..TopicIds::default()
             };
             self.topics.insert(topic.to_string(), ids);
@@ -124,7 +126,10 @@ impl Translator {
                         inc(&self.topics[topic].passed);
                         Ok(None)
                     }
-                    _ => Err(why),
+                    _ => {
+                        inc(&self.topics[topic].unresolved);
+                        Err(why)
+                    }
                 }
             }
         }
