@@ -1,13 +1,14 @@
 //! What the copier does with a record's schema IDs: nothing (`off`), make sure its schemas are on the
 //! target (`sync`), or also replace each ID with the target's (`translate`).
 //!
-//! IDs already resolved are a map lookup per key and value; a new ID asks the registries once, on the
-//! copy loop's thread (the answer is remembered for the flow's life). An ID that cannot be resolved
+//! IDs already resolved are a map lookup per key and value; a new ID asks the registries once, on a
+//! thread of its own that the copy loop waits for at most half a second (the answer is remembered for
+//! the flow's life). An ID that cannot be resolved
 //! holds its partition (the copier retries it with its backoff, and `/flows` names the error), unless
 //! the flow says `on_unknown_schema = "pass"`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use prometheus::IntCounter;
@@ -17,6 +18,9 @@ use super::sync::SchemaSync;
 use super::{OnUnknownSchema, SchemaMode};
 use crate::metrics::METRICS;
 
+/// How long the copy loop waits for the registries' answer about a new ID before it holds the record's
+/// partition (and takes the answer at the partition's retry).
+const RESOLVE_WAIT: Duration = Duration::from_millis(500);
 /// A failed resolution is answered from memory this long (every partition of a topic carries the same
 /// IDs: one registry call per ID, not one per partition).
 const FAILURE_MEMORY: Duration = Duration::from_secs(2);
@@ -47,11 +51,21 @@ pub struct Translator {
     topics: HashMap<String, TopicIds>,
     /// Recently failed (source ID, topic, key?) → when, and why.
     failed: HashMap<(u32, String, bool), (Instant, String)>,
+    /// Resolutions still waiting for the registries, by the same key.
+    pending: HashMap<(u32, String, bool), mpsc::Receiver<Result<u32, String>>>,
 }
 
 impl Translator {
     pub fn new(flow: String, mode: SchemaMode, on_unknown: OnUnknownSchema, sync: Arc<Mutex<SchemaSync>>) -> Self {
-        Translator { flow, mode, on_unknown, sync, topics: HashMap::new(), failed: HashMap::new() }
+        Translator {
+            flow,
+            mode,
+            on_unknown,
+            sync,
+            topics: HashMap::new(),
+            failed: HashMap::new(),
+            pending: HashMap::new(),
+        }
     }
 
     /// A record of `topic` with this key and value: the bytes to send instead, or why it must wait.
@@ -96,12 +110,7 @@ impl Translator {
         let from_memory = remembered.is_some();
         let resolved = match remembered {
             Some(why) => Err(why),
-            None => {
-                let mut sync = self.sync.lock().unwrap_or_else(|p| p.into_inner());
-                sync.target_id(id, topic, is_key).map_err(|e| {
-                    format!("schema ID {id} of the {} could not be resolved: {e}", if is_key { "key" } else { "value" })
-                })
-            }
+            None => self.resolve(&memo),
         };
         match resolved {
             Ok(target) => {
@@ -131,6 +140,48 @@ impl Translator {
                         Err(why)
                     }
                 }
+            }
+        }
+    }
+
+    /// Asks the registries for the target's ID on a thread of its own, and waits for the answer at most
+    /// [`RESOLVE_WAIT`]: a registry that does not answer (or a refresh holding the flow's registries)
+    /// delays the copy loop that long, not its timeout. An answer that comes later is taken at the
+    /// partition's retry.
+    fn resolve(&mut self, memo: &(u32, String, bool)) -> Result<u32, String> {
+        let (id, ref topic, is_key) = *memo;
+        let part = if is_key { "key" } else { "value" };
+        if let Some(rx) = self.pending.remove(memo) {
+            // Asked before: take the answer if it came, never wait for it again.
+            return match rx.try_recv() {
+                Ok(answer) => answer.map_err(|e| format!("schema ID {id} of the {part} could not be resolved: {e}")),
+                Err(mpsc::TryRecvError::Empty) => {
+                    self.pending.insert(memo.clone(), rx);
+                    Err(format!("schema ID {id} of the {part}: the schema registries have not answered yet"))
+                }
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    Err(format!("schema ID {id} of the {part}: its resolution ended without an answer"))
+                }
+            };
+        }
+        let (tx, rx) = mpsc::channel();
+        let sync = self.sync.clone();
+        let resolving = topic.clone();
+        let spawned = std::thread::Builder::new().name("schema-resolve".into()).spawn(move || {
+            let answer = sync.lock().unwrap_or_else(|p| p.into_inner()).target_id(id, &resolving, is_key);
+            let _ = tx.send(answer.map_err(|e| e.to_string()));
+        });
+        if let Err(e) = spawned {
+            return Err(format!("schema ID {id} of the {part}: cannot start a thread to resolve it: {e}"));
+        }
+        match rx.recv_timeout(RESOLVE_WAIT) {
+            Ok(answer) => answer.map_err(|e| format!("schema ID {id} of the {part} could not be resolved: {e}")),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                self.pending.insert(memo.clone(), rx);
+                Err(format!("schema ID {id} of the {part}: the schema registries have not answered yet"))
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err(format!("schema ID {id} of the {part}: its resolution ended without an answer"))
             }
         }
     }

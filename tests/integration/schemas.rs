@@ -22,13 +22,25 @@ fn avro(name: &str, fields: &[(&str, &str)]) -> String {
 
 /// A flows directory for the shared pair with each cluster's registry URL (`None`: no registry).
 fn flows_dir(east_registry: Option<&str>, west_registry: Option<&str>, flow: &str) -> tempfile::TempDir {
+    flows_dir_timeout(east_registry, west_registry, flow, 2)
+}
+
+/// [`flows_dir`] with the registries' `timeout_seconds`.
+fn flows_dir_timeout(
+    east_registry: Option<&str>,
+    west_registry: Option<&str>,
+    flow: &str,
+    timeout_seconds: u32,
+) -> tempfile::TempDir {
     let (east, west) = shared_pair();
     let dir = tempfile::tempdir().expect("flows dir");
     let mut clusters = String::new();
     for (alias, cluster, registry) in [("east", east, east_registry), ("west", west, west_registry)] {
         clusters.push_str(&cluster_toml(alias, &cluster.bootstrap, &[]));
         if let Some(url) = registry {
-            clusters.push_str(&format!("[clusters.{alias}.schema_registry]\nurl = \"{url}\"\ntimeout_seconds = 2\n"));
+            clusters.push_str(&format!(
+                "[clusters.{alias}.schema_registry]\nurl = \"{url}\"\ntimeout_seconds = {timeout_seconds}\n"
+            ));
         }
     }
     std::fs::write(dir.path().join("clusters.toml"), clusters).expect("write clusters");
@@ -191,8 +203,9 @@ fn translate_gives_each_record_the_target_registrys_id_of_the_same_schema() {
 }
 
 /// A record whose schema cannot be resolved (the target's registry does not answer) holds its partition,
-/// named in `/health`, while the flow's other partitions copy on; once the registry answers, the held
-/// records arrive in order with the target's IDs: never one with an untranslated ID.
+/// named in `/health`, while the flow's other partitions copy on, without waiting for the registry's
+/// timeout; once the registry answers, the held records arrive in order with the target's IDs: never
+/// one with an untranslated ID.
 #[test]
 fn an_unresolvable_schema_holds_its_partition_until_the_registry_answers() {
     let (east, west) = shared_pair();
@@ -205,11 +218,12 @@ fn an_unresolvable_schema_holds_its_partition_until_the_registry_answers() {
     recs.push(Rec::new(1, b"not framed", 1_700_000_000_100));
     produce(&east.bootstrap, &topic, &recs);
 
-    // West's registry: nothing listens on its port yet.
+    // West's registry: nothing listens on its port yet, then a socket that takes connections and never
+    // answers (a registry hung or behind a black hole), with a registry timeout of 60 s.
     let port = support::free_port();
     let west_url = format!("http://127.0.0.1:{port}{}", support::registry::API);
     let extra = "schemas = \"translate\"\nrestart_backoff_initial_seconds = 0.2\nrestart_backoff_max_seconds = 2";
-    let dir = flows_dir(Some(&east_reg.url()), Some(&west_url), &flow(&topic, extra));
+    let dir = flows_dir_timeout(Some(&east_reg.url()), Some(&west_url), &flow(&topic, extra), 60);
     let (code, out, err) =
         support::ferry_cli(&["check", "--flows", dir.path().to_str().expect("path"), "--flow", FLOW]);
     assert_eq!(code, 1, "{out}{err}");
@@ -217,12 +231,14 @@ fn an_unresolvable_schema_holds_its_partition_until_the_registry_answers() {
         out.contains(&format!("target registry of `west` ({west_url}), read: ")) && out.contains("no answer"),
         "{out}"
     );
+    let black_hole = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the registry's port");
     let mut ferry = Ferry::start(dir.path(), &[]);
     let remote = format!("east.{topic}");
     ferry.wait_log("node started", Duration::from_secs(60));
     let addr = ferry.listen_addr();
     let mut problem = serde_json::Value::Null;
-    wait_for(ARRIVAL, "partition 0 held with a named schema error, partition 1 copied", || {
+    // Well inside the registry's timeout: the copy loop does not wait for it.
+    wait_for(Duration::from_secs(25), "partition 0 held with a named schema error, partition 1 copied", || {
         let h = health(addr);
         problem = h["flows"][FLOW]["partition_problems"]
             .as_array()
@@ -234,10 +250,17 @@ fn an_unresolvable_schema_holds_its_partition_until_the_registry_answers() {
     });
     println!("held: {problem}");
     assert_eq!(problem["offset"], 0, "held at the first record: {problem}");
+    // While the partition is retried, the other partition's new records keep coming.
+    produce(&east.bootstrap, &topic, &[Rec::new(1, b"later", 1_700_000_000_200)]);
+    wait_for(Duration::from_secs(15), "a later record of partition 1 on west", || {
+        consume_all(&west.bootstrap, &remote, Duration::from_secs(5))
+            .iter()
+            .any(|r| r.value.as_deref() == Some(b"later"))
+    });
     let copied = consume_all(&west.bootstrap, &remote, Duration::from_secs(10));
     assert!(copied.iter().all(|r| r.partition == 1), "nothing of the held partition was written: {copied:?}");
-    let text = observe::metrics(addr);
-    assert!(metric_sum(&text, "ferry_schema_registry_errors_total", &[("registry", "west")]) >= 1.0, "{text}");
+    recs.push(Rec::new(1, b"later", 1_700_000_000_200));
+    drop(black_hole);
 
     // The registry comes: the held records follow, in order, translated.
     let west_reg = SchemaRegistry::start_on(port);
@@ -249,6 +272,8 @@ fn an_unresolvable_schema_holds_its_partition_until_the_registry_answers() {
         let v = r.value.as_deref().expect("value");
         assert_eq!((id_of(v), &v[5..]), (Some(target_id), &[i as u8][..]), "record {i} of partition 0");
     }
+    let text = observe::metrics(addr);
+    assert!(metric_sum(&text, "ferry_schema_registry_errors_total", &[("registry", "west")]) >= 1.0, "{text}");
     wait_for(Duration::from_secs(30), "the problem cleared", || {
         health(addr)["flows"][FLOW]["partition_problems"]
             .as_array()
