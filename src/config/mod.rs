@@ -494,6 +494,9 @@ impl FlowSet {
             for (k, v) in c.shown_client() {
                 let _ = writeln!(out, "  {k} = {v}");
             }
+            if let Some(r) = &c.schema_registry {
+                let _ = writeln!(out, "  schema registry {} ({})", r.url, r.auth_shown());
+            }
         }
         for f in self.flows.values() {
             let s = &f.settings;
@@ -541,6 +544,13 @@ impl FlowSet {
             .map(|(name, on)| format!("{name}={}", if *on { "on" } else { "off" }))
             .collect();
             let _ = writeln!(out, "  {} start_from={:?}", switches.join(" "), s.start_from);
+            if s.schemas.mode != schema_registry::SchemaMode::Off {
+                let _ = writeln!(
+                    out,
+                    "  schemas={:?} on_unknown_schema={:?} schemas_refresh={:?}",
+                    s.schemas.mode, s.schemas.on_unknown, s.schemas.refresh_interval
+                );
+            }
             let writes = s.source_writes();
             if writes.is_empty() {
                 let _ = writeln!(

@@ -38,13 +38,20 @@ impl RegistrySpec {
     }
 }
 
+impl RegistrySpec {
+    /// How ferry authenticates, as it may be shown (no password, no token).
+    pub fn auth_shown(&self) -> String {
+        match &self.auth {
+            Auth::None => "no authentication".to_string(),
+            Auth::Basic { username, .. } => format!("basic: {username}, password [redacted]"),
+            Auth::Bearer(_) => "bearer token [redacted]".to_string(),
+        }
+    }
+}
+
 impl fmt::Debug for RegistrySpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let auth = match &self.auth {
-            Auth::None => "none".to_string(),
-            Auth::Basic { username, .. } => format!("basic ({username}, password [redacted])"),
-            Auth::Bearer(_) => "bearer [redacted]".to_string(),
-        };
+        let auth = self.auth_shown();
         f.debug_struct("RegistrySpec")
             .field("cluster", &self.cluster)
             .field("url", &self.url)

@@ -291,6 +291,8 @@ mod tests {
         assert!(matches!(&source.auth, Auth::Basic { password, .. } if password == "s3cret-registry-pw"));
         let shown = format!("{}\n{set:?}", set.describe());
         assert!(!shown.contains("s3cret-registry-pw") && !shown.contains("tok-abcdef-123"), "{shown}");
+        assert!(shown.contains("schema registry http://r-east:8081 (basic: ferry, password [redacted])"), "{shown}");
+        assert!(shown.contains("schemas=Translate"), "{shown}");
 
         // A flow without `schemas` carries no registry: a changed registry restarts only the flows using it.
         let off = parse(&[("c.toml", &both), ("f.toml", &flow(""))], &env).expect("valid");
@@ -327,6 +329,7 @@ mod tests {
                 "not both",
             ),
             ("url = \"https://\"", "url", "http:// or https://"),
+            ("url = \"https://u:pw-in-url@r:8081\"", "url", "must not hold credentials"),
             ("url = \"http://r\"\nca_file = \"/nonexistent/ca.pem\"", "ca_file", "cannot read"),
             ("url = \"http://r\"\ntimeout_seconds = 0", "timeout_seconds", "between 0.1"),
         ] {
@@ -336,6 +339,7 @@ mod tests {
                 shown.contains(&format!("clusters.east.schema_registry.{key}")) && shown.contains(why),
                 "{registry}: {shown}"
             );
+            assert!(!shown.contains("pw-in-url"), "a credential in an error: {shown}");
         }
     }
 

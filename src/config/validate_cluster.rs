@@ -143,6 +143,9 @@ fn registry(
     let host = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
     if host.is_none_or(|h| h.is_empty() || h.starts_with('/')) {
         errs.push(format!("{base}.url"), "must be an http:// or https:// URL (the base of the registry's API)");
+    } else if host.is_some_and(|h| h.split('/').next().unwrap_or("").contains('@')) {
+        // Never echo the value: it holds a credential.
+        errs.push(format!("{base}.url"), "must not hold credentials (user:password@): set username and password");
     }
     let username = value("username", raw.username, errs);
     let password = value("password", raw.password, errs);

@@ -323,6 +323,91 @@ fn base64(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    /// A server that answers one request with `status` and `body`; the request it got, as text.
+    fn answer_once(status: &str, body: &'static str) -> (String, std::thread::JoinHandle<String>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let status = status.to_string();
+        let handle = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().expect("accept");
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Headers, then the body its Content-Length announces.
+            loop {
+                let n = conn.read(&mut buf).expect("read");
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_string();
+                if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+                    let length = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Content-Length: "))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if rest.len() >= length || n == 0 {
+                        break;
+                    }
+                }
+            }
+            let answer = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            conn.write_all(answer.as_bytes()).expect("write");
+            String::from_utf8_lossy(&request).to_string()
+        });
+        (url, handle)
+    }
+
+    fn spec(url: String, auth: Auth) -> RegistrySpec {
+        RegistrySpec {
+            cluster: "east".into(),
+            url,
+            auth,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            timeout: std::time::Duration::from_secs(5),
+        }
+    }
+
+    #[test]
+    fn credentials_go_in_the_authorization_header_and_never_in_an_error() {
+        let (url, server) = answer_once("200 OK", r#"["orders-value"]"#);
+        let basic = Registry::new(spec(url, Auth::Basic { username: "ferry".into(), password: "hunter2".into() }));
+        assert_eq!(basic.subjects(), Ok(vec!["orders-value".to_string()]));
+        let request = server.join().expect("server");
+        assert!(request.starts_with("GET /subjects HTTP/1.1\r\n"), "{request}");
+        assert!(request.contains("\r\nAuthorization: Basic ZmVycnk6aHVudGVyMg==\r\n"), "{request}");
+        assert!(request.contains("Accept: application/vnd.schemaregistry.v1+json"), "{request}");
+
+        // A refusal that quotes the token: named as a credentials problem, the token scrubbed.
+        crate::config::secrets::remember(["tok-7f3a9c2e51".to_string()].iter());
+        let (url, server) =
+            answer_once("401 Unauthorized", r#"{"error_code":40101,"message":"bad token tok-7f3a9c2e51"}"#);
+        let bearer = Registry::new(spec(url, Auth::Bearer("tok-7f3a9c2e51".into())));
+        let schema = Schema { schema: "\"string\"".into(), schema_type: None, references: Vec::new() };
+        let err = bearer.register("orders value/x", &schema).expect_err("refused").to_string();
+        let request = server.join().expect("server");
+        assert!(request.starts_with("POST /subjects/orders%20value%2Fx/versions HTTP/1.1\r\n"), "{request}");
+        assert!(request.contains("\r\nAuthorization: Bearer tok-7f3a9c2e51\r\n"), "{request}");
+        assert!(request.ends_with(r#"{"schema":"\"string\""}"#), "{request}");
+        assert!(err.contains("HTTP 401") && err.contains("credentials were refused"), "{err}");
+        assert!(!err.contains("tok-7f3a9c2e51"), "{err}");
+    }
+
+    #[test]
+    fn a_write_probe_refused_as_invalid_means_allowed() {
+        let (url, server) =
+            answer_once("422 Unprocessable Entity", r#"{"error_code":42201,"message":"invalid schema"}"#);
+        assert_eq!(Registry::new(spec(url, Auth::None)).probe_write(), Ok(()));
+        assert!(server.join().expect("server").contains("ferry-check-write-probe"));
+        let (url, server) = answer_once("403 Forbidden", r#"{"error_code":40301,"message":"not allowed"}"#);
+        let refused = Registry::new(spec(url, Auth::None)).probe_write().expect_err("forbidden");
+        server.join().expect("server");
+        assert_eq!(refused.status(), Some(403));
+    }
+
     #[test]
     fn basic_credentials_are_base64() {
         assert_eq!(base64(b"Aladdin:open sesame"), "QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
