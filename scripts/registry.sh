@@ -19,6 +19,8 @@
 #   FERRY_KAFKA_CACHE       cache root (default ~/.cache/ferry); the registry in <cache>/apicurio-<version>
 #   FERRY_REGISTRY_RUN      run dir of `up`/`down` (default /tmp/ferry-registries)
 #   FERRY_REGISTRY_HEAP     default "-Xms32m -Xmx256m"
+#   FERRY_REGISTRY_TLS_CERT, FERRY_REGISTRY_TLS_KEY
+#                           `run` serves HTTPS only on PORT with this certificate and key (PEM files)
 #   JAVA / JAVA_HOME        the java binary (default: java on PATH)
 set -euo pipefail
 
@@ -60,11 +62,18 @@ do_fetch() {
 }
 
 do_run() { # PORT
-  local port=$1
+  local port=$1 listen
   [[ -f $HOME_DIR/fetched ]] || die "the registry is not fetched; run: $0 fetch"
+  listen=(-Dquarkus.http.port="$port")
+  if [[ -n ${FERRY_REGISTRY_TLS_CERT:-} ]]; then
+    # HTTPS on PORT; plain HTTP refused (its port is a free one the JVM picks).
+    listen=(-Dquarkus.http.port=0 -Dquarkus.http.ssl-port="$port" -Dquarkus.http.insecure-requests=disabled
+      -Dquarkus.http.ssl.certificate.files="$FERRY_REGISTRY_TLS_CERT"
+      -Dquarkus.http.ssl.certificate.key-files="${FERRY_REGISTRY_TLS_KEY:?FERRY_REGISTRY_TLS_KEY with FERRY_REGISTRY_TLS_CERT}")
+  fi
   # shellcheck disable=SC2086
   exec "$JAVA" $HEAP -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:+ExitOnOutOfMemoryError \
-    -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$port" -Dquarkus.log.level=WARN \
+    -Dquarkus.http.host=127.0.0.1 "${listen[@]}" -Dquarkus.log.level=WARN \
     -Dquarkus.log.category.\"io.apicurio\".level=WARN -Djava.io.tmpdir="${TMPDIR:-/tmp}" \
     -jar "$JAR"
 }

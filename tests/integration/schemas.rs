@@ -440,3 +440,102 @@ fn pass_copies_an_unresolvable_record_unchanged_and_counts_it() {
     assert_eq!(metric_sum(&metrics, "ferry_schema_ids_translated_total", &labels), 0.0);
     ferry.terminate(Duration::from_secs(30));
 }
+
+/// A target registry behind HTTPS: trusted through `ca_file`, it is asked and written like any other;
+/// with a CA that did not sign it, `ferry check` names the failed handshake.
+#[test]
+fn a_registry_behind_tls_is_trusted_through_its_ca_file() {
+    let (east, west) = shared_pair();
+    let (east_reg, _) = shared_registries();
+    let certs = tempfile::tempdir().expect("certs dir");
+    let tls = support::tls::Tls::generate(certs.path(), &[]);
+    let west_reg = SchemaRegistry::start_tls(tls.dir());
+    let topic = unique("schemas-tls");
+    create_topic(&east.bootstrap, &topic, 1, &[]);
+    let id = east_reg.register(&format!("{topic}-value"), &avro("Secure", &[("s", "\"int\"")]), None, json!([]));
+    produce(&east.bootstrap, &topic, &[Rec::new(0, &framed(id, b"tls"), 1_700_000_000_000)]);
+
+    let dir = tempfile::tempdir().expect("flows dir");
+    let clusters = |ca: &std::path::Path| {
+        format!(
+            "{}[clusters.east.schema_registry]\nurl = \"{}\"\n{}[clusters.west.schema_registry]\nurl = \"{}\"\nca_file = \"{}\"\n",
+            cluster_toml("east", &east.bootstrap, &[]),
+            east_reg.url(),
+            cluster_toml("west", &west.bootstrap, &[]),
+            west_reg.url(),
+            ca.display()
+        )
+    };
+    std::fs::write(dir.path().join("flow.toml"), flow(&topic, "schemas = \"translate\"")).expect("write flow");
+    let check =
+        |dir: &std::path::Path| support::ferry_cli(&["check", "--flows", dir.to_str().expect("path"), "--flow", FLOW]);
+    std::fs::write(dir.path().join("clusters.toml"), clusters(&tls.untrusted_ca())).expect("write clusters");
+    let (code, out, err) = check(dir.path());
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("target registry of `west`") && out.contains("TLS handshake"), "{out}");
+
+    std::fs::write(dir.path().join("clusters.toml"), clusters(&tls.ca())).expect("write clusters");
+    let (code, out, err) = check(dir.path());
+    assert!(out.contains(&format!("target west ({}): read ok, write ok", west_reg.url())), "{code}: {out}{err}");
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let got = wait_records(&west.bootstrap, &format!("east.{topic}"), 1, "the record on west");
+    let (target_id, _, _) = west_reg.version_tls(&format!("east.{topic}-value"), 1).expect("the subject on west");
+    assert_eq!(got[0].value.as_deref().and_then(id_of), Some(target_id));
+    ferry.terminate(Duration::from_secs(30));
+}
+
+/// Protobuf imports and JSON Schema `$ref`s: the referenced schema goes first, under its own subject,
+/// and the referencing one is registered with the target's reference.
+#[test]
+fn protobuf_and_json_schema_references_go_first() {
+    let (east, west) = shared_pair();
+    let (east_reg, west_reg) = shared_registries();
+    let topic = unique("schemas-refs");
+    create_topic(&east.bootstrap, &topic, 1, &[]);
+    let suffix = topic.replace('-', "_");
+    let common = format!("acme.common.{suffix}");
+    east_reg.register(
+        &common,
+        &format!("syntax = \"proto3\";\npackage acme{suffix};\nmessage Money {{ int64 cents = 1; }}\n"),
+        Some("PROTOBUF"),
+        json!([]),
+    );
+    let order = east_reg.register(
+        &format!("{topic}-value"),
+        &format!("syntax = \"proto3\";\npackage acme{suffix};\nimport \"acme/common.proto\";\nmessage Order {{ acme{suffix}.Money total = 1; }}\n"),
+        Some("PROTOBUF"),
+        json!([{"name": "acme/common.proto", "subject": common, "version": 1}]),
+    );
+    let json_common = format!("acme.json.{suffix}");
+    let json_ref = format!("https://acme.example/{suffix}/money.json");
+    east_reg.register(
+        &json_common,
+        &format!(r#"{{"$id":"{json_ref}","type":"object","properties":{{"cents":{{"type":"integer"}}}}}}"#),
+        Some("JSON"),
+        json!([]),
+    );
+    let key = east_reg.register(
+        &format!("{topic}-key"),
+        &format!(r#"{{"type":"object","properties":{{"total":{{"$ref":"{json_ref}"}}}}}}"#),
+        Some("JSON"),
+        json!([{"name": json_ref, "subject": json_common, "version": 1}]),
+    );
+    // A Protobuf value starts with its message indexes after the ID: copied untouched like any payload.
+    produce(
+        &east.bootstrap,
+        &topic,
+        &[Rec::new(0, &framed(order, &[0, 8, 42]), 1_700_000_000_000).key(&framed(key, b"{}"))],
+    );
+    let dir = flows_dir(Some(&east_reg.url()), Some(&west_reg.url()), &flow(&topic, "schemas = \"translate\""));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let got = wait_records(&west.bootstrap, &format!("east.{topic}"), 1, "the record on west");
+    let (value_id, _, refs) = west_reg.version(&format!("east.{topic}-value"), 1).expect("the value subject on west");
+    let (key_id, _, key_refs) = west_reg.version(&format!("east.{topic}-key"), 1).expect("the key subject on west");
+    assert_eq!(refs, json!([{"name": "acme/common.proto", "subject": common, "version": 1}]), "record-named: kept");
+    assert_eq!(key_refs[0]["subject"], json_common.as_str());
+    assert!(west_reg.version(&common, 1).is_some() && west_reg.version(&json_common, 1).is_some());
+    let value = got[0].value.as_deref().expect("value");
+    assert_eq!((id_of(value), &value[5..]), (Some(value_id), &[0u8, 8, 42][..]), "the ID replaced, the indexes kept");
+    assert_eq!(got[0].key.as_deref().and_then(id_of), Some(key_id));
+    ferry.terminate(Duration::from_secs(30));
+}

@@ -26,6 +26,8 @@ const MEDIA_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 
 pub struct SchemaRegistry {
     pub port: u16,
+    /// The `scripts/kafka.sh certs` directory of an HTTPS registry (its CA is `ca.pem`).
+    tls: Option<std::path::PathBuf>,
     dir: tempfile::TempDir,
     java: Option<Child>,
     watchdog: Option<Child>,
@@ -39,12 +41,33 @@ impl SchemaRegistry {
 
     /// A registry on `port` (e.g. one a flow has been pointed at before anything listened there).
     pub fn start_on(port: u16) -> SchemaRegistry {
+        SchemaRegistry::launch(port, None)
+    }
+
+    /// A registry serving HTTPS only, with the server certificate of `tls` (a directory made by
+    /// `scripts/kafka.sh certs`: `broker.pem` holds the key and the certificate for 127.0.0.1).
+    pub fn start_tls(tls: &std::path::Path) -> SchemaRegistry {
+        SchemaRegistry::launch(free_port(), Some(tls))
+    }
+
+    fn launch(port: u16, tls: Option<&std::path::Path>) -> SchemaRegistry {
         super::timing::touch();
         super::cluster::run_script("registry.sh", &["fetch"], &[]);
         let dir = tempfile::tempdir().expect("registry dir");
         let log_path = dir.path().join("registry.log");
         let log = OpenOptions::new().create(true).append(true).open(&log_path).expect("open registry log");
-        let java = Command::new("bash")
+        let mut command = Command::new("bash");
+        if let Some(tls) = tls {
+            // Quarkus wants the certificate and the key in files of their own.
+            let pem = std::fs::read_to_string(tls.join("broker.pem")).expect("read broker.pem");
+            let (key, cert) = pem.split_once("-----BEGIN CERTIFICATE-----").expect("a key, then a certificate");
+            std::fs::write(dir.path().join("server.key"), key).expect("write the key");
+            std::fs::write(dir.path().join("server.crt"), format!("-----BEGIN CERTIFICATE-----{cert}")).expect("write");
+            command
+                .env("FERRY_REGISTRY_TLS_CERT", dir.path().join("server.crt"))
+                .env("FERRY_REGISTRY_TLS_KEY", dir.path().join("server.key"));
+        }
+        let java = command
             .arg(repo_root().join("scripts/registry.sh"))
             .args(["run", &port.to_string()])
             .env("TMPDIR", dir.path())
@@ -55,13 +78,13 @@ impl SchemaRegistry {
             .expect("spawn scripts/registry.sh run");
         // `run` execs java: the pid is the JVM's.
         let watchdog = spawn_watchdog(java.id(), Some(dir.path()));
-        let mut r = SchemaRegistry { port, dir, java: Some(java), watchdog: Some(watchdog) };
+        let mut r = SchemaRegistry { port, dir, java: Some(java), watchdog: Some(watchdog), tls: tls.map(Into::into) };
         let start = Instant::now();
         loop {
             if let Some(status) = r.java.as_mut().and_then(|j| j.try_wait().expect("try_wait")) {
                 panic!("schema registry exited during startup ({status}); log:\n{}", tail(&r.log(), 40));
             }
-            if let Ok((200, _)) = try_http_request(r.addr(), "GET", &format!("{API}/subjects"), &[], b"") {
+            if r.answers() {
                 eprintln!("[registry] ready on port {port} in {:?}", start.elapsed());
                 return r;
             }
@@ -80,7 +103,30 @@ impl SchemaRegistry {
 
     /// The base URL of the Confluent-compatible API (what `[clusters.X.schema_registry] url` names).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}{API}", self.port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}{API}", self.port)
+    }
+
+    /// Whether the API answers `GET /subjects` (over HTTPS with the test CA for a TLS registry: with
+    /// ferry's client, the one plain client here that speaks TLS).
+    fn answers(&self) -> bool {
+        match &self.tls {
+            None => matches!(try_http_request(self.addr(), "GET", &format!("{API}/subjects"), &[], b""), Ok((200, _))),
+            Some(tls) => {
+                let ca = tls.join("ca.pem");
+                let url = format!("{}/subjects", self.url());
+                let tls = ferry::http_client::ClientTls { ca: Some(&ca), ..Default::default() };
+                let call = ferry::http_client::Call {
+                    method: "GET",
+                    url: &url,
+                    headers: &[],
+                    body: None,
+                    tls,
+                    timeout: Duration::from_secs(2),
+                };
+                matches!(ferry::http_client::call(&call), Ok((200, _)))
+            }
+        }
     }
 
     pub fn log(&self) -> String {
@@ -110,6 +156,27 @@ impl SchemaRegistry {
     /// `subject` at `version`: (ID, schema text, references), or `None` if absent.
     pub fn version(&self, subject: &str, version: i64) -> Option<(u32, String, Value)> {
         let (code, v) = self.call("GET", &format!("/subjects/{subject}/versions/{version}"), None);
+        (code == 200).then(|| {
+            let id = u32::try_from(v["id"].as_u64().expect("an id")).expect("a 32-bit id");
+            (id, v["schema"].as_str().unwrap_or_default().to_string(), v["references"].clone())
+        })
+    }
+
+    /// [`SchemaRegistry::version`] of an HTTPS registry (through ferry's client, trusting the test CA).
+    pub fn version_tls(&self, subject: &str, version: i64) -> Option<(u32, String, Value)> {
+        let tls = self.tls.as_ref().expect("an HTTPS registry");
+        let ca = tls.join("ca.pem");
+        let url = format!("{}/subjects/{subject}/versions/{version}", self.url());
+        let call = ferry::http_client::Call {
+            method: "GET",
+            url: &url,
+            headers: &[],
+            body: None,
+            tls: ferry::http_client::ClientTls { ca: Some(&ca), ..Default::default() },
+            timeout: Duration::from_secs(10),
+        };
+        let (code, body) = ferry::http_client::call(&call).expect("the HTTPS registry answers");
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         (code == 200).then(|| {
             let id = u32::try_from(v["id"].as_u64().expect("an id")).expect("a 32-bit id");
             (id, v["schema"].as_str().unwrap_or_default().to_string(), v["references"].clone())
