@@ -56,8 +56,8 @@ pub struct ClientTls<'a> {
     pub insecure: bool,
 }
 
-/// One HTTP/1.1 exchange.
-#[derive(Clone, Copy, Debug)]
+/// One HTTP/1.1 exchange. No `Debug`: its headers may carry credentials.
+#[derive(Clone, Copy)]
 pub struct Call<'a> {
     pub method: &'a str,
     pub url: &'a str,

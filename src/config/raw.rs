@@ -138,4 +138,6 @@ pub struct RawFlow {
     /// `translate`: "hold" (default) a partition on an ID that cannot be resolved, or "pass" it unchanged.
     pub on_unknown_schema: Option<String>,
     pub schemas_refresh_interval_seconds: Option<f64>,
+    /// `false`: keys are never in the Confluent framing (strings, longs, UUIDs): not read or rewritten.
+    pub schemas_keys: Option<bool>,
 }

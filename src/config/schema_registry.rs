@@ -32,13 +32,22 @@ impl RegistrySpec {
     pub fn secret_values(&self) -> Vec<String> {
         match &self.auth {
             Auth::None => Vec::new(),
-            Auth::Basic { password, .. } => vec![password.clone()],
+            // The header's encoding of them too: a server that echoes the header must not leak it.
+            Auth::Basic { password, .. } => vec![password.clone(), self.basic_credentials().unwrap_or_default()],
             Auth::Bearer(token) => vec![token.clone()],
         }
     }
 }
 
 impl RegistrySpec {
+    /// The `Authorization` header's Basic credentials (base64 of `username:password`), if basic.
+    pub fn basic_credentials(&self) -> Option<String> {
+        match &self.auth {
+            Auth::Basic { username, password } => Some(base64(format!("{username}:{password}").as_bytes())),
+            _ => None,
+        }
+    }
+
     /// How ferry authenticates, as it may be shown (no password, no token).
     pub fn auth_shown(&self) -> String {
         match &self.auth {
@@ -88,6 +97,8 @@ pub struct SchemaSettings {
     pub mode: SchemaMode,
     pub on_unknown: OnUnknownSchema,
     pub refresh_interval: Duration,
+    /// Keys may be in the framing too (`schemas_keys`, default true); `false` leaves them alone.
+    pub keys: bool,
     /// Both set when `mode` is not `Off` (validation refuses it otherwise).
     pub source: Option<RegistrySpec>,
     pub target: Option<RegistrySpec>,
@@ -99,6 +110,7 @@ impl Default for SchemaSettings {
             mode: SchemaMode::Off,
             on_unknown: OnUnknownSchema::Hold,
             refresh_interval: DEFAULT_REFRESH_INTERVAL,
+            keys: true,
             source: None,
             target: None,
         }
@@ -108,9 +120,34 @@ impl Default for SchemaSettings {
 /// `schemas_refresh_interval_seconds` unless set.
 pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(30);
 
+/// Standard base64 with padding (Basic authentication).
+fn base64(bytes: &[u8]) -> String {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(TABLE[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn basic_credentials_are_base64() {
+        assert_eq!(base64(b"Aladdin:open sesame"), "QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b"abc"), "YWJj");
+        assert_eq!(base64(b""), "");
+    }
 
     #[test]
     fn a_specs_debug_shows_no_credentials() {

@@ -315,6 +315,7 @@ mod tests {
                 "flows[0].schemas_refresh_interval_seconds",
                 "between 1",
             ),
+            ("schemas_keys = false", "flows[0].schemas_keys", "only to schemas = \"sync\" or \"translate\""),
         ] {
             let shown = text(parse(&[("c.toml", &both), ("f.toml", &flow(extra))], &env).expect_err(extra));
             assert!(shown.contains(key) && shown.contains(why), "{extra}: {shown}");

@@ -248,7 +248,7 @@ pub(super) fn flow(
     }
 
     let schemas = schema_settings(
-        (rf.schemas.as_deref(), rf.on_unknown_schema.as_deref(), rf.schemas_refresh_interval_seconds),
+        (rf.schemas.as_deref(), rf.on_unknown_schema.as_deref(), rf.schemas_refresh_interval_seconds, rf.schemas_keys),
         source.as_ref(),
         target.as_ref(),
         &k,
@@ -381,7 +381,7 @@ pub(super) fn flow(
 /// `schemas`, `on_unknown_schema` and `schemas_refresh_interval_seconds`, with the registries of both
 /// clusters when the flow uses them (refused, naming the side, when one has none).
 fn schema_settings(
-    (schemas, on_unknown_schema, refresh_seconds): (Option<&str>, Option<&str>, Option<f64>),
+    (schemas, on_unknown_schema, refresh_seconds, keys): (Option<&str>, Option<&str>, Option<f64>, Option<bool>),
     source: Option<&ClusterSpec>,
     target: Option<&ClusterSpec>,
     k: &dyn Fn(&str) -> String,
@@ -407,6 +407,9 @@ fn schema_settings(
     if on_unknown_schema.is_some() && mode != SchemaMode::Translate {
         errs.push(k("on_unknown_schema"), "applies only to schemas = \"translate\"");
     }
+    if keys.is_some() && mode == SchemaMode::Off {
+        errs.push(k("schemas_keys"), "applies only to schemas = \"sync\" or \"translate\"");
+    }
     let refresh = refresh_seconds.unwrap_or(super::schema_registry::DEFAULT_REFRESH_INTERVAL.as_secs_f64());
     if !(1.0..=86_400.0).contains(&refresh) {
         errs.push(k("schemas_refresh_interval_seconds"), format!("must be between 1 and 86400, got {refresh}"));
@@ -415,6 +418,7 @@ fn schema_settings(
         mode,
         on_unknown,
         refresh_interval: Duration::from_secs_f64(refresh.clamp(1.0, 86_400.0)),
+        keys: keys.unwrap_or(true),
         source: None,
         target: None,
     };

@@ -205,6 +205,11 @@ impl PartitionAck {
     /// counts as done, but only once every record sent before it is settled: the position must never pass
     /// a record still in flight, which may yet fail.
     pub fn skipped(self: &Arc<Self>, table: &AckTable, upstream: i64) {
+        // Behind a failure the partition copies again from the failed record, and decides again: a skip
+        // kept from now would carry the position past records fetched again after the retry.
+        if self.failed.load(Ordering::Acquire) {
+            return;
+        }
         // Stored first, then checked: whichever of this thread and the delivery thread sees the partition
         // idle applies it.
         self.skip_to.fetch_max(upstream + 1, Ordering::AcqRel);
@@ -247,6 +252,9 @@ impl PartitionAck {
     /// flight (a late acknowledgement must not move the position past the failed record).
     pub fn clear_failure(&self) {
         debug_assert_eq!(self.in_flight(), 0);
+        // Skips decided before the failure landed (a race with the delivery thread) go too: the records
+        // after the failed one are fetched and decided again.
+        self.skip_to.store(UNKNOWN, Ordering::Release);
         *lock(&self.failure) = None;
         self.failed.store(false, Ordering::Release);
     }
@@ -524,6 +532,22 @@ mod tests {
         s.sent();
         s.acked(&t, 12);
         assert_eq!(s.next(), Some(13));
+    }
+
+    /// Records skipped (provenance) behind a held record must not carry the position past it once the
+    /// partition copies again: the skip was decided on records that are fetched again after the retry.
+    #[test]
+    fn skips_behind_a_failure_do_not_outlive_it() {
+        let t = AckTable::default();
+        t.seed([(("orders".to_string(), 0), StoredPosition { next: 10, topic_id: None, epoch: 0, bridge: None })]);
+        let s = t.slot("orders", 0);
+        s.fail(&t, failure(10), false);
+        s.skipped(&t, 14); // a later record of the same fetch, skipped while the partition is held
+        assert_eq!(s.next(), Some(10));
+        s.clear_failure(); // the retry: the partition copies again from 10
+        s.sent();
+        s.acked(&t, 10);
+        assert_eq!(s.next(), Some(11), "the retried record moves the position by one, not past 11..14");
     }
 
     #[test]

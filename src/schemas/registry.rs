@@ -144,9 +144,7 @@ impl Registry {
         let url = format!("{}{path}", self.spec.url);
         let authorization = match &self.spec.auth {
             Auth::None => None,
-            Auth::Basic { username, password } => {
-                Some(format!("Basic {}", base64(format!("{username}:{password}").as_bytes())))
-            }
+            Auth::Basic { .. } => self.spec.basic_credentials().map(|c| format!("Basic {c}")),
             Auth::Bearer(token) => Some(format!("Bearer {token}")),
         };
         let mut headers = vec![("Accept", MEDIA_TYPE), ("User-Agent", "ferry")];
@@ -276,7 +274,11 @@ impl Registry {
             references: Vec::new(),
         };
         match self.call("POST", "/subjects/ferry-check-write-probe/versions", Some(&probe.to_json())) {
-            Err(RegistryError::Refused { status: 400 | 422, .. }) => Ok(()),
+            // 42201: an invalid schema. Not 42205 (operation not permitted: a registry in READONLY or
+            // IMPORT mode), which refuses every registration as 422 too.
+            Err(
+                RegistryError::Refused { status: 400, .. } | RegistryError::Refused { status: 422, code: 42201, .. },
+            ) => Ok(()),
             Ok(_) => Ok(()), // took it (a registry that does not validate): writing is allowed
             Err(e) => Err(e),
         }
@@ -300,23 +302,6 @@ impl Registry {
     pub fn set_compatibility(&self, subject: &str, level: &str) -> Result<(), RegistryError> {
         self.call("PUT", &format!("/config/{}", segment(subject)), Some(&json!({ "compatibility": level }))).map(|_| ())
     }
-}
-
-/// Standard base64 with padding (Basic authentication).
-fn base64(bytes: &[u8]) -> String {
-    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(TABLE[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -402,18 +387,16 @@ mod tests {
             answer_once("422 Unprocessable Entity", r#"{"error_code":42201,"message":"invalid schema"}"#);
         assert_eq!(Registry::new(spec(url, Auth::None)).probe_write(), Ok(()));
         assert!(server.join().expect("server").contains("ferry-check-write-probe"));
+        // A registry in READONLY or IMPORT mode refuses every registration with 422 too, as 42205.
+        let (url, server) =
+            answer_once("422 Unprocessable Entity", r#"{"error_code":42205,"message":"Subject is in read-only mode"}"#);
+        let refused = Registry::new(spec(url, Auth::None)).probe_write().expect_err("read-only");
+        server.join().expect("server");
+        assert!(refused.to_string().contains("read-only"), "{refused}");
         let (url, server) = answer_once("403 Forbidden", r#"{"error_code":40301,"message":"not allowed"}"#);
         let refused = Registry::new(spec(url, Auth::None)).probe_write().expect_err("forbidden");
         server.join().expect("server");
         assert_eq!(refused.status(), Some(403));
-    }
-
-    #[test]
-    fn basic_credentials_are_base64() {
-        assert_eq!(base64(b"Aladdin:open sesame"), "QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
-        assert_eq!(base64(b"ab"), "YWI=");
-        assert_eq!(base64(b"abc"), "YWJj");
-        assert_eq!(base64(b""), "");
     }
 
     #[test]

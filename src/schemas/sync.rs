@@ -93,8 +93,9 @@ impl SchemaSync {
     }
 
     /// The target's ID of the schema a record of `topic` carries as `source_id` in its key or value,
-    /// syncing its subject (up to that version) first when needed.
-    pub fn target_id(&mut self, source_id: u32, topic: &str, is_key: bool) -> Result<u32, SyncError> {
+    /// syncing its subject (up to that version) first when needed. `None`: the ID is registered only
+    /// for other topics' parts, so these bytes merely look framed (see [`subjects::subject_for`]).
+    pub fn target_id(&mut self, source_id: u32, topic: &str, is_key: bool) -> Result<Option<u32>, SyncError> {
         if !self.id_subjects.contains_key(&source_id) {
             let found = self.source.id_versions(source_id).map_err(SyncError::Source)?;
             if found.is_empty() {
@@ -105,41 +106,29 @@ impl SchemaSync {
             }
             self.id_subjects.insert(source_id, found);
         }
-        let subjects = &self.id_subjects[&source_id];
-        let copied = self.copied();
-        let (subject, version) =
-            subjects::subject_for(subjects, topic, is_key, &copied).cloned().expect("the list is not empty");
-        drop(copied);
-        self.ensure(&subject, version, 0).map(|(id, _)| id)
+        let Some((subject, version)) = subjects::subject_for(&self.id_subjects[&source_id], topic, is_key).cloned()
+        else {
+            return Ok(None);
+        };
+        self.ensure(&subject, version, 0).map(|(id, _)| Some(id))
     }
 
-    /// Every version of every subject of the flow's topics in step on the target. Goes on past a subject
-    /// that fails; returns how many subjects were looked at, or the first error.
-    pub fn refresh(&mut self) -> Result<usize, SyncError> {
+    /// The source subjects of the flow's topics (a refresh syncs each with [`SchemaSync::sync_subject`],
+    /// taking the lock once per subject so that records' new IDs are resolved in between).
+    pub fn flow_subjects(&self) -> Result<Vec<String>, SyncError> {
         let all = self.source.subjects().map_err(SyncError::Source)?;
         let copied = self.copied();
-        let ours: Vec<String> = all.into_iter().filter(|s| subjects::topic_of(s, &copied).is_some()).collect();
-        drop(copied);
-        let mut first_error = None;
-        for subject in &ours {
-            let listed = match self.source.versions(subject) {
-                Ok(v) => v,
-                Err(e) => {
-                    first_error.get_or_insert(SyncError::Source(e));
-                    continue;
-                }
-            };
-            let latest = listed.last().copied();
-            self.versions.insert(subject.clone(), listed);
-            if let Some(latest) = latest
-                && let Err(e) = self.ensure(subject, latest, 0)
-            {
-                first_error.get_or_insert(e);
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(ours.len()),
+        Ok(all.into_iter().filter(|s| subjects::topic_of(s, &copied).is_some()).collect())
+    }
+
+    /// Every version of `subject` in step on the target.
+    pub fn sync_subject(&mut self, subject: &str) -> Result<(), SyncError> {
+        let listed = self.source.versions(subject).map_err(SyncError::Source)?;
+        let latest = listed.last().copied();
+        self.versions.insert(subject.to_string(), listed);
+        match latest {
+            Some(latest) => self.ensure(subject, latest, 0).map(|_| ()),
+            None => Ok(()),
         }
     }
 
@@ -165,7 +154,22 @@ impl SchemaSync {
             .filter(|v| *v < version && !self.synced.contains_key(&(subject.to_string(), *v)))
             .collect();
         for v in earlier {
-            self.import(subject, v, depth)?;
+            match self.import(subject, v, depth) {
+                // Deleted on the source since it was listed: the target numbers what is left.
+                Err(SyncError::Source(RegistryError::NotFound { .. })) => {
+                    let listed = self.source.versions(subject).map_err(SyncError::Source)?;
+                    let gone = !listed.contains(&v);
+                    self.versions.insert(subject.to_string(), listed);
+                    if !gone {
+                        return Err(SyncError::Other(format!(
+                            "subject `{subject}` version {v}: listed, then not found"
+                        )));
+                    }
+                }
+                other => {
+                    other?;
+                }
+            }
         }
         self.import(subject, version, depth)
     }
@@ -184,8 +188,10 @@ impl SchemaSync {
             None => {
                 match self.target.register(&target_subject, &schema) {
                     Ok(_) => {}
-                    Err(e) if e.status() == Some(409) => {
-                        // The target's level refuses what the source took: a copy takes every version.
+                    // The target's level refuses what the source took: a copy takes every version. Only on
+                    // a subject of ferry's own naming (a remote topic's): a subject of the same name on both
+                    // sides (record-named, or the identity policy) belongs to the target's users too.
+                    Err(e) if e.status() == Some(409) && target_subject != subject => {
                         tracing::warn!(flow = %self.flow, subject = %target_subject, error = %e, "the target registry refused a version as incompatible; setting the subject's compatibility to NONE there");
                         self.target.set_compatibility(&target_subject, "NONE").map_err(SyncError::Target)?;
                         self.target.register(&target_subject, &schema).map_err(SyncError::Target)?;
@@ -205,22 +211,28 @@ impl SchemaSync {
         if self.subjects_synced.insert(subject.to_string()) {
             self.subjects_metric.inc();
         }
-        self.carry_level(subject, &target_subject)?;
+        self.carry_level(subject, &target_subject);
         Ok(hit)
     }
 
-    /// A subject's own compatibility level on the source, carried to its target subject once.
-    fn carry_level(&mut self, subject: &str, target_subject: &str) -> Result<(), SyncError> {
-        if self.levels_done.contains(subject) {
-            return Ok(());
+    /// A subject's own compatibility level on the source, carried to its target subject once. Best
+    /// effort: a registry that does not let ferry read or set levels costs a warning, not the copy.
+    fn carry_level(&mut self, subject: &str, target_subject: &str) {
+        if !self.levels_done.insert(subject.to_string()) {
+            return;
         }
-        let own = self.source.compatibility(Some(subject)).map_err(SyncError::Source)?;
-        let global = self.source.compatibility(None).map_err(SyncError::Source)?;
-        // Some registries answer a subject without a level of its own with the global one.
-        if let Some(level) = own.filter(|l| Some(l) != global.as_ref()) {
-            self.target.set_compatibility(target_subject, &level).map_err(SyncError::Target)?;
+        let own = self.source.compatibility(Some(subject));
+        let global = self.source.compatibility(None);
+        let carried = match (own, global) {
+            // Some registries answer a subject without a level of its own with the global one.
+            (Ok(Some(level)), Ok(global)) if Some(&level) != global.as_ref() => {
+                self.target.set_compatibility(target_subject, &level)
+            }
+            (Ok(_), Ok(_)) => Ok(()),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+        if let Err(e) = carried {
+            tracing::warn!(flow = %self.flow, subject, target_subject, error = %e, "the subject's compatibility level was not carried to the target");
         }
-        self.levels_done.insert(subject.to_string());
-        Ok(())
     }
 }

@@ -16,6 +16,7 @@ use prometheus::IntCounter;
 use super::framing;
 use super::sync::SchemaSync;
 use super::{OnUnknownSchema, SchemaMode};
+use crate::config::FlowPlan;
 use crate::metrics::METRICS;
 
 /// How long the copy loop waits for the registries' answer about a new ID before it holds the record's
@@ -23,7 +24,11 @@ use crate::metrics::METRICS;
 const RESOLVE_WAIT: Duration = Duration::from_millis(500);
 /// A failed resolution is answered from memory this long (every partition of a topic carries the same
 /// IDs: one registry call per ID, not one per partition).
-const FAILURE_MEMORY: Duration = Duration::from_secs(2);
+const FAILURE_MEMORY: Duration = Duration::from_millis(900);
+/// At most this many IDs are resolved at once (a thread each); more are held until some answer.
+const MAX_PENDING: usize = 64;
+/// Remembered failures beyond this many are pruned of the expired ones.
+const FAILED_PRUNE_AT: usize = 1_024;
 
 /// A record's key and value after translation; `None`: unchanged.
 #[derive(Debug, Default, PartialEq)]
@@ -43,28 +48,39 @@ struct TopicIds {
     unresolved: Option<IntCounter>,
 }
 
+/// A source ID as a record part of a topic carries it: (ID, topic, key?).
+type Memo = (u32, String, bool);
+
 pub struct Translator {
     flow: String,
     mode: SchemaMode,
     on_unknown: OnUnknownSchema,
+    /// `schemas_keys`: keys may be framed.
+    keys: bool,
+    /// The flow's plan: which topics are heartbeats (never framed: their keys and values are MM2's
+    /// binary layouts, which start with a zero byte).
+    plan: Arc<FlowPlan>,
     sync: Arc<Mutex<SchemaSync>>,
     topics: HashMap<String, TopicIds>,
     /// Recently failed (source ID, topic, key?) → when, and why.
-    failed: HashMap<(u32, String, bool), (Instant, String)>,
+    failed: HashMap<Memo, (Instant, String)>,
     /// Resolutions still waiting for the registries, by the same key.
-    pending: HashMap<(u32, String, bool), mpsc::Receiver<Result<u32, String>>>,
+    pending: HashMap<Memo, mpsc::Receiver<Result<Option<u32>, String>>>,
 }
 
 impl Translator {
-    pub fn new(flow: String, mode: SchemaMode, on_unknown: OnUnknownSchema, sync: Arc<Mutex<SchemaSync>>) -> Self {
+    pub fn new(plan: Arc<FlowPlan>, sync: Arc<Mutex<SchemaSync>>) -> Self {
+        let s = &plan.settings.schemas;
         Translator {
-            flow,
-            mode,
-            on_unknown,
+            flow: plan.id.to_string(),
+            mode: s.mode,
+            on_unknown: s.on_unknown,
+            keys: s.keys,
             sync,
             topics: HashMap::new(),
             failed: HashMap::new(),
             pending: HashMap::new(),
+            plan,
         }
     }
 
@@ -81,8 +97,13 @@ impl Translator {
             };
             self.topics.insert(topic.to_string(), ids);
         }
-        let key_id = key.and_then(framing::schema_id);
-        let value_id = value.and_then(framing::schema_id);
+        if self.plan.policy.is_heartbeats_topic(topic) {
+            return Ok(Translated::default());
+        }
+        // ID 0 is no registry's: bytes that start with five zero bytes (a small long key) are not framed.
+        let framed = |b: &[u8]| framing::schema_id(b).filter(|id| *id != 0);
+        let key_id = key.filter(|_| self.keys).and_then(framed);
+        let value_id = value.and_then(framed);
         if key_id.is_none() && value_id.is_none() {
             inc(&self.topics[topic].unframed);
             return Ok(Translated::default());
@@ -113,7 +134,7 @@ impl Translator {
             None => self.resolve(&memo),
         };
         match resolved {
-            Ok(target) => {
+            Ok(Some(target)) => {
                 self.failed.remove(&memo);
                 let ids = self.topics.get_mut(topic).expect("added above");
                 if is_key {
@@ -123,9 +144,24 @@ impl Translator {
                 };
                 Ok(self.rewrite(topic, bytes, id, target))
             }
+            // Not this record's schema: bytes that only look framed, copied as they are (remembered
+            // as mapping to themselves, never rewritten).
+            Ok(None) => {
+                self.failed.remove(&memo);
+                let ids = self.topics.get_mut(topic).expect("added above");
+                if is_key {
+                    ids.key.insert(id, id)
+                } else {
+                    ids.value.insert(id, id)
+                };
+                Ok(None)
+            }
             Err(why) => {
                 // Remembered from the first failure: retried once the memory is older than FAILURE_MEMORY.
                 if !from_memory {
+                    if self.failed.len() >= FAILED_PRUNE_AT {
+                        self.failed.retain(|_, (at, _)| at.elapsed() < FAILURE_MEMORY);
+                    }
                     self.failed.insert(memo, (Instant::now(), why.clone()));
                 }
                 match (self.mode, self.on_unknown) {
@@ -148,7 +184,7 @@ impl Translator {
     /// [`RESOLVE_WAIT`]: a registry that does not answer (or a refresh holding the flow's registries)
     /// delays the copy loop that long, not its timeout. An answer that comes later is taken at the
     /// partition's retry.
-    fn resolve(&mut self, memo: &(u32, String, bool)) -> Result<u32, String> {
+    fn resolve(&mut self, memo: &Memo) -> Result<Option<u32>, String> {
         let (id, ref topic, is_key) = *memo;
         let part = if is_key { "key" } else { "value" };
         if let Some(rx) = self.pending.remove(memo) {
@@ -163,6 +199,11 @@ impl Translator {
                     Err(format!("schema ID {id} of the {part}: its resolution ended without an answer"))
                 }
             };
+        }
+        if self.pending.len() >= MAX_PENDING {
+            return Err(format!(
+                "schema ID {id} of the {part}: {MAX_PENDING} other IDs are being resolved (the schema registries are slow)"
+            ));
         }
         let (tx, rx) = mpsc::channel();
         let sync = self.sync.clone();
@@ -199,5 +240,55 @@ impl Translator {
 fn inc(counter: &Option<IntCounter>) {
     if let Some(c) = counter {
         c.inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schemas::Registry;
+
+    /// A translator of flow `east->west` (topic `orders`) whose registries nothing answers.
+    fn translator(extra: &str) -> Translator {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(
+            dir.path().join("f.toml"),
+            format!(
+                "[clusters.east]\nbootstrap_servers = \"e:1\"\n[clusters.east.schema_registry]\nurl = \"http://127.0.0.1:1\"\n\
+                 [clusters.west]\nbootstrap_servers = \"w:1\"\n[clusters.west.schema_registry]\nurl = \"http://127.0.0.1:2\"\n\
+                 [[flows]]\nsource = \"east\"\ntarget = \"west\"\ntopics = [\"orders\"]\nschemas = \"translate\"\n{extra}\n"
+            ),
+        )
+        .expect("write");
+        let set = crate::config::load_dir(dir.path(), crate::kafka::check_client_properties).expect("valid");
+        let plan = Arc::new(set.flows.into_values().next().expect("a flow"));
+        let s = &plan.settings.schemas;
+        let (source, target) = (s.source.clone().expect("source"), s.target.clone().expect("target"));
+        let sync = Arc::new(Mutex::new(SchemaSync::new(plan.clone(), Registry::new(source), Registry::new(target))));
+        Translator::new(plan, sync)
+    }
+
+    #[test]
+    fn heartbeats_and_id_zero_are_never_framed() {
+        let mut t = translator("");
+        // MM2's heartbeat: a version and a length-prefixed alias (key), a version and a timestamp (value).
+        let key = [0u8, 0, 0, 4, b'e', b'a', b's', b't', 0, 4, b'w', b'e', b's', b't'];
+        let value = [0u8, 0, 0, 0, 1, 0x94, 0x2b, 0x5c, 0x3d, 0x10];
+        for topic in ["heartbeats", "west.heartbeats"] {
+            assert_eq!(t.record(topic, Some(&key), Some(&value)), Ok(Translated::default()), "{topic}");
+        }
+        // A small long key: ID 0 is no registry's.
+        assert_eq!(t.record("orders", Some(&7u64.to_be_bytes()), Some(b"plain")), Ok(Translated::default()));
+    }
+
+    #[test]
+    fn keys_are_left_alone_when_the_flow_says_they_are_not_framed() {
+        let mut t = translator("schemas_keys = false");
+        let key = [0u8, 0, 0, 0, 9, 1, 2, 3];
+        assert_eq!(t.record("orders", Some(&key), Some(b"plain")), Ok(Translated::default()));
+        // With keys framed (the default), the same key asks the registries, which do not answer: held.
+        let mut t = translator("");
+        let held = t.record("orders", Some(&key), Some(b"plain")).expect_err("held");
+        assert!(held.contains("schema ID 9 of the key"), "{held}");
     }
 }

@@ -539,3 +539,47 @@ fn protobuf_and_json_schema_references_go_first() {
     assert_eq!(got[0].key.as_deref().and_then(id_of), Some(key_id));
     ferry.terminate(Duration::from_secs(30));
 }
+
+/// Identity policy both ways with `translate`: a record's copy carries the other registry's ID, and the
+/// provenance header binds those bytes, so the flow back trusts it and never copies it back.
+#[test]
+fn an_identity_pair_translating_both_ways_copies_each_record_once() {
+    let (east, west) = shared_pair();
+    let (east_reg, west_reg) = shared_registries();
+    let topic = unique("schemas-id");
+    create_topic(&east.bootstrap, &topic, 1, &[]);
+    create_topic(&west.bootstrap, &topic, 1, &[]);
+    let subject = format!("{topic}-value");
+    // Fillers on west only: the two registries give this subject different IDs.
+    for i in 0..2 {
+        west_reg.register(&format!("idfiller{i}.{}", topic.replace('-', "_")), "\"int\"", None, json!([]));
+    }
+    let on_east = east_reg.register(&subject, &avro("Both", &[("b", "\"int\"")]), None, json!([]));
+    produce(&east.bootstrap, &topic, &[Rec::new(0, &framed(on_east, b"from-east"), 1_700_000_000_000)]);
+    let flows = ["east", "west"]
+        .iter()
+        .map(|source| {
+            let target = if *source == "east" { "west" } else { "east" };
+            format!(
+                "[[flows]]\nsource = \"{source}\"\ntarget = \"{target}\"\ntopics = [\"{topic}\"]\nreplication_policy = \"identity\"\nschemas = \"translate\"\n"
+            )
+        })
+        .collect::<String>();
+    let dir = flows_dir(Some(&east_reg.url()), Some(&west_reg.url()), &flows);
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    let on_west = wait_records(&west.bootstrap, &topic, 1, "east's record on west");
+    let (west_id, _, _) = west_reg.version(&subject, 1).expect("the subject on west, same name");
+    assert_ne!(west_id, on_east, "the registries number differently (else the test proves nothing)");
+    assert_eq!(on_west[0].value.as_deref().and_then(id_of), Some(west_id));
+    // A record written on west after it: once it is on east, the flow west->east has passed east's copy.
+    let west_own =
+        west_reg.register(&subject, &avro("Both", &[("b", "\"int\""), ("c", r#""int","default":0"#)]), None, json!([]));
+    produce(&west.bootstrap, &topic, &[Rec::new(0, &framed(west_own, b"from-west"), 1_700_000_000_001)]);
+    let on_east_now = wait_records(&east.bootstrap, &topic, 2, "west's record on east");
+    let values = |recs: &[Rec]| recs.iter().map(|r| r.value.as_deref().map(|v| v[5..].to_vec())).collect::<Vec<_>>();
+    let expected = vec![Some(b"from-east".to_vec()), Some(b"from-west".to_vec())];
+    assert_eq!(values(&on_east_now), expected, "east: its own record once, west's once, nothing back");
+    let on_west_now = wait_records(&west.bootstrap, &topic, 2, "both on west");
+    assert_eq!(values(&on_west_now), expected, "west: the same, nothing back");
+    ferry.terminate(Duration::from_secs(30));
+}

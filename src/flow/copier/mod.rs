@@ -475,21 +475,11 @@ impl CopyLoop {
             if let Some(ts) = msg.timestamp().to_millis() {
                 part.age.observe(delivery::seconds_since(ts, now_ms));
             }
-            // Provenance: a record that has been on the target is never copied back (see `provenance`).
-            let mut stamp = None;
-            if let Some(provenance) = self.provenance.as_mut() {
-                let lane = self.lane.as_ref().expect("the lane exists until the loop ends");
-                match provenance.decide(&msg, remote, self.consumer.client(), lane.client())? {
-                    Some(header) => stamp = Some(header),
-                    None => {
-                        part.ack.skipped(&self.acks, msg.offset());
-                        continue;
-                    }
-                }
-            }
-            // Schema IDs: the target's in place of the source's. A record whose ID cannot be resolved
-            // holds its partition like a refused delivery (retried with backoff, named in `/flows`);
-            // the partition's later records wait for it, so the target gets them in order.
+            // Schema IDs: the target's in place of the source's (before provenance, which binds its header
+            // to the bytes sent). A record whose ID cannot be resolved holds its partition like a refused
+            // delivery (retried with backoff, named in `/flows`); the partition's later records wait for
+            // it, unseen by provenance (a skip there would move the position past the held record), so
+            // the target gets them in order.
             let mut translated = crate::schemas::Translated::default();
             if let Some(schemas) = self.schemas.as_mut() {
                 if part.ack.has_failed() {
@@ -508,6 +498,20 @@ impl CopyLoop {
                             purged: false,
                         };
                         part.ack.fail(&self.acks, failure, false);
+                        continue;
+                    }
+                }
+            }
+            // Provenance: a record that has been on the target is never copied back (see `provenance`).
+            let mut stamp = None;
+            let sent = (translated.key.is_some() || translated.value.is_some())
+                .then(|| (translated.key.as_deref().or(msg.key()), translated.value.as_deref().or(msg.payload())));
+            if let Some(provenance) = self.provenance.as_mut() {
+                let lane = self.lane.as_ref().expect("the lane exists until the loop ends");
+                match provenance.decide(&msg, sent, remote, self.consumer.client(), lane.client())? {
+                    Some(header) => stamp = Some(header),
+                    None => {
+                        part.ack.skipped(&self.acks, msg.offset());
                         continue;
                     }
                 }

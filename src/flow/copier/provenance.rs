@@ -100,7 +100,13 @@ pub struct Rec<'a> {
     pub partition: i32,
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
+    /// The key and value the copy carries when they differ from the source's (schema IDs translated):
+    /// the copy's binding is over what the target holds, or the next hop would not trust its header.
+    pub sent: Option<KeyValue<'a>>,
 }
+
+/// A record's key and value.
+pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
 
 /// Ferry's headers found on a record.
 #[derive(Clone, Copy, Debug, Default)]
@@ -213,7 +219,8 @@ impl Stamper {
         }
         self.hops.push(b',');
         push_hop(&mut self.hops, &self.target);
-        let bound = binding(kv, rec.remote, rec.partition, &self.hops);
+        let sent = rec.sent.map_or(kv, |(key, value)| record_hash(key, value));
+        let bound = binding(sent, rec.remote, rec.partition, &self.hops);
         self.out.clear();
         self.out.extend_from_slice(VERSION);
         push_hex(&mut self.out, bound);
@@ -392,6 +399,7 @@ impl Provenance {
     pub fn decide<C: ClientContext, D: ClientContext>(
         &mut self,
         msg: &BorrowedMessage<'_>,
+        sent: Option<KeyValue<'_>>,
         remote: &str,
         source: &Client<C>,
         target: &Client<D>,
@@ -407,7 +415,8 @@ impl Provenance {
             ));
         }
         let stamper = self.stamper.as_mut().expect("set above");
-        let rec = Rec { topic: msg.topic(), remote, partition: msg.partition(), key: msg.key(), value: msg.payload() };
+        let rec =
+            Rec { topic: msg.topic(), remote, partition: msg.partition(), key: msg.key(), value: msg.payload(), sent };
         match stamper.decide(&rec, &Found::of(msg)) {
             Verdict::Copy => Ok(Some(stamper.header())),
             Verdict::Skip(reason) => {
@@ -468,7 +477,7 @@ mod tests {
     }
 
     fn rec<'a>(value: &'a [u8]) -> Rec<'a> {
-        Rec { topic: "orders", remote: "orders", partition: 1, key: Some(b"k"), value: Some(value) }
+        Rec { topic: "orders", remote: "orders", partition: 1, key: Some(b"k"), value: Some(value), sent: None }
     }
 
     fn with_path(value: &[u8]) -> Found<'_> {
@@ -479,6 +488,24 @@ mod tests {
     fn copy(s: &mut Stamper, r: &Rec<'_>, found: &Found<'_>) -> Vec<u8> {
         assert_eq!(s.decide(r, found), Verdict::Copy);
         s.header().to_vec()
+    }
+
+    /// Schema IDs translated on the way: the copy's header binds the bytes the target holds, so the
+    /// flow back trusts it and sees that the record has been on its target (without `sent`, the copy
+    /// would be untrusted on the other side and copied back, forever).
+    #[test]
+    fn a_copy_with_translated_bytes_is_bound_to_those_bytes() {
+        let mut ab = stamper(hop(A, "a"), hop(B, "b"), &[("a", "b"), ("b", "a")]);
+        let source = [0u8, 0, 0, 0, 7, 42];
+        let translated = [0u8, 0, 0, 0, 9, 42];
+        let sent = Rec { sent: Some((Some(b"k"), Some(&translated))), ..rec(&source) };
+        let header = copy(&mut ab, &sent, &Found::default());
+        // On b the record holds the translated bytes; the flow b->a finds a's id in a trusted header.
+        let mut ba = stamper(hop(B, "b"), hop(A, "a"), &[("a", "b"), ("b", "a")]);
+        assert_eq!(ba.decide(&rec(&translated), &with_path(&header)), Verdict::Skip(SkipReason::BeenOnTarget));
+        // Bound to the source's bytes instead, the header would not be trusted there.
+        let unbound = copy(&mut ab, &rec(&source), &Found::default());
+        assert_eq!(ba.decide(&rec(&translated), &with_path(&unbound)), Verdict::Copy);
     }
 
     #[test]
