@@ -34,6 +34,10 @@
 #                     transaction_max_bytes 16 MiB, the defaults) and by MM2 with exactly-once source
 #                     support; the eos engines watched read_committed (below); ratios ferry-eos/ferry
 #                     (goal >= 90 %) and ferry-eos/MM2-eos (goal > 1) [ferry,ferry-eos,mm2-eos]
+#   schemas           the headline's data in the Confluent framing (schema ID 1 before every value), copied
+#                     by ferry as it is and by ferry with schemas = "translate" (a registry per cluster,
+#                     scripts/registry.sh; every value gets the target's ID 2): what translation costs
+#                     [ferry,ferry-translate]
 #   wan               200,000 records of 1 KiB, 8 partitions, the source behind a real TCP proxy that adds
 #                     latency (Toxiproxy, scripts/toxiproxy.sh; half of the round trip each way) at 0, 100 and
 #                     300 ms round trip (--rtts), optionally --bandwidth MBIT towards the replicator; every

@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +99,10 @@ SCENARIOS: dict[str, dict] = {
 # MM2 with exactly-once source support (KIP-618), back to back. The eos engines are watched by a
 # read_committed watcher (BenchTool watch-committed, see EOS_ENGINES).
 SCENARIOS["exactly-once"] = dict(SCENARIOS["headline"], engines="ferry,ferry-eos,mm2-eos")
+# Schemas (issue 34): the headline's data in the Confluent framing (schema ID 1 of the source registry
+# before every value), copied by ferry as it is and by ferry with `schemas = "translate"` (each value
+# gets the target registry's ID 2), one Apicurio registry per cluster. MM2 has nothing to compare.
+SCENARIOS["schemas"] = dict(SCENARIOS["headline"], framed=True, engines="ferry,ferry-translate")
 ALL = ["headline", "small", "lz4", "latency", "partitions-2000", "partitions-10000", "flows", "flows-busy",
        "checkpoint", "exactly-once", "wan"]
 # Engines that copy in transactions. Their target topics hold a transaction marker per partition per
@@ -111,7 +116,7 @@ ALL = ["headline", "small", "lz4", "latency", "partitions-2000", "partitions-100
 # engines, and a count of the records rather than of offsets. The consumer runs only from the moment the
 # stable offsets reach the record count (the copy's tail), and its own lag does not move the date.
 EOS_ENGINES = ("ferry-eos", "mm2-eos")
-LABELS = {"ferry": "ferry", "ferry-eos": "ferry-eos", "mm2": "MM2", "mm2-eos": "MM2-eos", "limit": "limit"}
+LABELS = {"ferry": "ferry", "ferry-eos": "ferry-eos", "ferry-translate": "ferry-translate", "mm2": "MM2", "mm2-eos": "MM2-eos", "limit": "limit"}
 
 # Producer settings. The source data is written once per scenario (not measured); the limit's producer
 # is tuned like MM2's below, since it stands for the copy's produce side.
@@ -413,10 +418,20 @@ class Tools:
                 "-cp", f"{self.lib}/*", main, *args]
 
 
-def payload_file(size: int) -> Path:
+def payload_file(size: int, framed: bool = False) -> Path:
     """10,000 distinct JSON-like payloads of exactly `size` bytes (fixed seed): varied enough that lz4
     does not collapse a batch of identical records (producer-perf's --record-size repeats one payload),
-    repetitive enough to compress like typical event data."""
+    repetitive enough to compress like typical event data. `framed`: each starts with the Confluent
+    framing of schema ID 1 (a zero byte, then 1 as 4 bytes big-endian: NUL characters, which
+    producer-perf's UTF-8 reading keeps as single bytes)."""
+    if framed:
+        path = CACHE / f"payload-{size}-framed.txt"
+        if not path.exists():
+            plain = payload_file(size).read_text().split("\n")
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text("\n".join("\0\0\0\0\x01" + line[5:] if line else line for line in plain))
+            tmp.rename(path)
+        return path
     path = CACHE / f"payload-{size}.txt"
     if path.exists():
         return path
@@ -456,11 +471,13 @@ class Ferry:
         self.source_client = source_client or {}
 
     def start(self, work: Path, src_alias: str, flows: list[dict], clusters: dict[str, str],
-              wrap: list[str] = ()) -> subprocess.Popen:
-        """`wrap`: a command prefix (the profile runs ferry under `perf record ... --`)."""
+              wrap: list[str] = (), registries: dict[str, str] | None = None) -> subprocess.Popen:
+        """`wrap`: a command prefix (the profile runs ferry under `perf record ... --`); `registries`: each
+        cluster alias's schema registry URL."""
         d = work / "flows"
         d.mkdir(parents=True, exist_ok=True)
         text = "".join(f'[clusters.{a}]\nbootstrap_servers = "{b}"\n\n' for a, b in clusters.items())
+        text += "".join(f'[clusters.{a}.schema_registry]\nurl = "{u}"\n\n' for a, u in (registries or {}).items())
         if self.source_client and src_alias in clusters:
             text += f"[clusters.{src_alias}.client]\n" + "".join(
                 f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in self.source_client.items()) + "\n"
@@ -487,6 +504,15 @@ class MM2:
                "-cp", f"{self.tools.lib}/*", "org.apache.kafka.connect.mirror.MirrorMaker",
                str(work / "mm2.properties")]
         return spawn(cmd, work / "mm2.log")
+
+
+def run_registry_sh(*args: str) -> str:
+    """scripts/registry.sh ARGS with the bench's own run dir; its output."""
+    env = dict(os.environ, FERRY_REGISTRY_RUN="/tmp/ferry-bench-registries")
+    p = subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), *args], env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        die(f"scripts/registry.sh {' '.join(args)} failed:\n{p.stderr[-2000:]}")
+    return p.stdout
 
 
 def ferry_flow(src: str, dst: str, topics: list[str], **extra) -> dict:
@@ -581,6 +607,7 @@ class Data:
         self.compression = sc.get("source_compression")
         self.precreate_remote = sc.get("precreate_remote", False)
         self.ferry_flow = sc.get("ferry_flow", {})
+        self.framed = sc.get("framed", False)
 
 
 def median(xs):
@@ -618,14 +645,14 @@ class Bench:
 
     # --- data
     def produce(self, topic: str, records: int, size: int, partitions: int, compression: str | None,
-                throughput: int = -1, props: list[str] | None = None) -> subprocess.Popen:
+                throughput: int = -1, props: list[str] | None = None, framed: bool = False) -> subprocess.Popen:
         props = list(props or SOURCE_PROPS)
         if partitions > 100:
             props += ROUND_ROBIN_PROPS
         if compression:
             props.append(f"compression.type={compression}")
         cmd = self.tools.kafka_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
-                                    "--num-records", str(records), "--payload-file", str(payload_file(size)),
+                                    "--num-records", str(records), "--payload-file", str(payload_file(size, framed)),
                                     "--throughput", str(throughput), "--bootstrap-server", SRC,
                                     "--command-property", *props)
         return spawn(cmd, stdout=subprocess.PIPE)
@@ -637,7 +664,7 @@ class Bench:
         t = time.time()
         self.create(SRC, d.per_topic, *d.topics)
         for topic in d.topics:
-            p = self.produce(topic, d.records // len(d.topics), d.size, d.per_topic, d.compression)
+            p = self.produce(topic, d.records // len(d.topics), d.size, d.per_topic, d.compression, framed=d.framed)
             out = p.communicate()[0].decode()
             if p.returncode != 0:
                 die(f"producer-perf failed:\n{out[-2000:]}")
@@ -667,8 +694,12 @@ class Bench:
         if engine.startswith("ferry"):
             ferry = self.ferry()
             extra = dict(d.ferry_flow, **({"delivery": "exactly_once"} if engine == "ferry-eos" else {}))
+            registries = None
+            if engine == "ferry-translate":
+                extra["schemas"] = "translate"
+                registries = {"east": self.registries["src"], alias: self.registries["dst"]}
             proc = ferry.start(work, "east", [ferry_flow("east", alias, d.topics, **extra)],
-                               {"east": src, alias: DST})
+                               {"east": src, alias: DST}, registries=registries)
         else:
             proc = MM2(self.tools).start(work, mm2_props([("east", alias, ", ".join(d.topics))],
                                                          {"east": src, alias: DST},
@@ -844,6 +875,8 @@ class Bench:
         d = Data(name, sc)
         fresh_cluster("bsrc")
         self.write_source(d)
+        if d.framed:
+            self.start_registries(d)
         rounds = []
         for r in range(self.args.runs):
             rnd = {}
@@ -853,7 +886,28 @@ class Bench:
                 else:
                     rnd[e] = self.copy_run(e, d)
             rounds.append(rnd)
+        if d.framed:
+            run_registry_sh("down")
         return {"rounds": rounds}
+
+    def start_registries(self, d: "Data") -> None:
+        """One registry per cluster (scripts/registry.sh, fresh: in-memory storage), ID 1 on the source
+        being the values' schema and ID 1 on the target a filler, so that translation changes every ID."""
+        run_registry_sh("down")
+        self.registries = {}
+        for side, port in (("src", 39181), ("dst", 39281)):
+            out = run_registry_sh("up", f"bench-{side}", str(port))
+            self.registries[side] = out.strip().split("=", 1)[1]
+        order = '{"type":"record","name":"Order","fields":[{"name":"note","type":"string"}]}'
+        for side, subject in (("src", f"{d.topics[0]}-value"), ("dst", "bench-filler-value")):
+            body = json.dumps({"schema": order if side == "src" else '"int"'}).encode()
+            req = urllib.request.Request(f"{self.registries[side]}/subjects/{subject}/versions", data=body,
+                                         headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                got = json.loads(r.read())["id"]
+            if got != 1:
+                die(f"the {side} registry gave ID {got} to the first schema, not 1")
+        log(f"schema registries: {self.registries}")
 
     def scenario_wan(self, name: str, sc: dict) -> dict:
         """The copy over a long link: the source behind Toxiproxy, each round trip in turn, every engine at
@@ -1658,7 +1712,7 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
         md += ["| engine | wall incl. startup | to first record | copy rate | MB/s | peak RSS | CPU | CPU while copying "
                "| MB per CPU-s (all, copying) | threads | others' load |",
                "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for e in ("ferry", "ferry-eos", "mm2", "mm2-eos", "limit"):
+        for e in ("ferry", "ferry-eos", "ferry-translate", "mm2", "mm2-eos", "limit"):
             if not any(e in r for r in rounds):
                 continue
             md.append(f"| {LABELS[e]} | {fmt(med(rounds, e, 'done_s'), '.1f', ' s')} "
@@ -1676,6 +1730,14 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
         mbcpu = med(rounds, "ferry", "mb_per_cpu_s")
         if name == "exactly-once":
             md += eos_lines(rounds)
+        elif name == "schemas":
+            rate_t = ratio_med(rounds, "ferry-translate", "ferry", "rate")
+            cpu_t = ratio_med(rounds, "ferry-translate", "ferry", "cpu_s")
+            md += ["", f"Ratios: ferry-translate/ferry copy rate **{fmt(rate_t and rate_t * 100, '.0f', ' %')}**, "
+                       f"CPU **{fmt(cpu_t, '.2f', 'x')}**.",
+                   "", "Engines: ferry copies the framed values as they are; ferry-translate the same flow with "
+                       "`schemas = \"translate\"` and a registry on each cluster (Apicurio Registry, "
+                       "scripts/registry.sh): every value gets the target's ID 2 in place of the source's ID 1."]
         else:
             md += ["", f"Ratios: ferry/MM2 copy rate **{fmt(tp, '.2f', 'x')}**, MM2/ferry peak RSS **{fmt(rss, '.1f', 'x')}**, "
                        f"MM2/ferry CPU **{fmt(cpu, '.1f', 'x')}**, ferry/limit **{fmt(fl and fl * 100, '.0f', ' %')}**, "
