@@ -658,23 +658,17 @@ impl Metrics {
         }
         // A flow has schema figures once its schema work started (its series exist).
         let mut schemas: HashMap<&str, crate::status::SchemaFigures> = HashMap::new();
-        let schema_families = [
-            self.schema_subjects_synced.collect(),
-            self.schema_ids_translated.collect(),
-            self.records_unframed.collect(),
-            self.schema_ids_passed.collect(),
+        type Field = fn(&mut crate::status::SchemaFigures) -> &mut u64;
+        let schema_families: [(Vec<prometheus::proto::MetricFamily>, Field); 4] = [
+            (self.schema_subjects_synced.collect(), |s| &mut s.subjects_synced),
+            (self.schema_ids_translated.collect(), |s| &mut s.ids_translated),
+            (self.records_unframed.collect(), |s| &mut s.records_unframed),
+            (self.schema_ids_passed.collect(), |s| &mut s.ids_passed),
         ];
-        for (i, families) in schema_families.iter().enumerate() {
+        for (families, field) in &schema_families {
             for m in families.iter().flat_map(|f| f.get_metric().iter()) {
                 let Some(flow) = flow_of(m) else { continue };
-                let n = m.get_counter().get_value() as u64;
-                let s = schemas.entry(flow).or_default();
-                match i {
-                    0 => s.subjects_synced += n,
-                    1 => s.ids_translated += n,
-                    2 => s.records_unframed += n,
-                    _ => s.ids_passed += n,
-                }
+                *field(schemas.entry(flow).or_default()) += m.get_counter().get_value() as u64;
             }
         }
         flows

@@ -205,11 +205,6 @@ impl PartitionAck {
     /// counts as done, but only once every record sent before it is settled: the position must never pass
     /// a record still in flight, which may yet fail.
     pub fn skipped(self: &Arc<Self>, table: &AckTable, upstream: i64) {
-        // Behind a failure the partition copies again from the failed record, and decides again: a skip
-        // kept from now would carry the position past records fetched again after the retry.
-        if self.failed.load(Ordering::Acquire) {
-            return;
-        }
         // Stored first, then checked: whichever of this thread and the delivery thread sees the partition
         // idle applies it.
         self.skip_to.fetch_max(upstream + 1, Ordering::AcqRel);
@@ -252,8 +247,8 @@ impl PartitionAck {
     /// flight (a late acknowledgement must not move the position past the failed record).
     pub fn clear_failure(&self) {
         debug_assert_eq!(self.in_flight(), 0);
-        // Skips decided before the failure landed (a race with the delivery thread) go too: the records
-        // after the failed one are fetched and decided again.
+        // Skips decided on records after the failed one go: the partition copies again from its position
+        // and decides again; a skip kept would carry the position past records not copied again yet.
         self.skip_to.store(UNKNOWN, Ordering::Release);
         *lock(&self.failure) = None;
         self.failed.store(false, Ordering::Release);

@@ -34,7 +34,6 @@ pub use translator::{Translated, Translator};
 /// after at most the subject the refresh is on).
 pub struct FlowSchemas {
     pub translator: Translator,
-    pub sync: Arc<Mutex<SchemaSync>>,
     cancel: Arc<AtomicBool>,
     _refresh: ticks::Job,
 }
@@ -71,8 +70,8 @@ pub fn start(plan: &Arc<FlowPlan>) -> Option<FlowSchemas> {
             last_error = Some(why);
         }
     });
-    let translator = Translator::new(plan.clone(), sync.clone());
-    Some(FlowSchemas { translator, sync, cancel, _refresh: refresh })
+    let translator = Translator::new(plan.clone(), sync);
+    Some(FlowSchemas { translator, cancel, _refresh: refresh })
 }
 
 /// One refresh: every subject of the flow's topics in step, the lock taken per subject (a record's new

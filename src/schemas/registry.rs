@@ -1,7 +1,7 @@
 //! A cluster's schema registry and the calls of the Confluent-compatible REST API ferry makes to it
 //! (Confluent Schema Registry, Apicurio's `/apis/ccompat/v7`, Karapace, Redpanda's).
 //!
-//! Every call is one blocking HTTP/1.1 exchange with the registry's timeout ([`crate::http::call`]):
+//! Every call is one blocking HTTP/1.1 exchange with the registry's timeout ([`crate::http_client::call`]):
 //! calls are rare (what they answer is cached per flow), so no connection is kept. Credentials are
 //! never part of an error or of [`RegistrySpec`]'s `Debug`.
 
@@ -125,13 +125,14 @@ fn segment(s: &str) -> String {
     out
 }
 
+/// The schema ID an answer carries as `id`.
+fn id_of(v: &Value) -> Option<u32> {
+    v.get("id").and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok())
+}
+
 impl Registry {
     pub fn new(spec: RegistrySpec) -> Registry {
         Registry { spec }
-    }
-
-    pub fn spec(&self) -> &RegistrySpec {
-        &self.spec
     }
 
     /// The cluster whose registry this is.
@@ -193,12 +194,6 @@ impl Registry {
         }
     }
 
-    /// The schema with this ID.
-    pub fn schema(&self, id: u32) -> Result<Schema, RegistryError> {
-        let v = self.call("GET", &format!("/schemas/ids/{id}"), None)?;
-        Schema::from_json(&v).map_err(|why| RegistryError::Unreachable { what: format!("schema ID {id}"), why })
-    }
-
     /// The (subject, version)s this schema ID is registered as.
     pub fn id_versions(&self, id: u32) -> Result<Vec<(String, i32)>, RegistryError> {
         let v = self.call("GET", &format!("/schemas/ids/{id}/versions"), None)?;
@@ -231,11 +226,7 @@ impl Registry {
         let what = format!("subject `{subject}` version {version}");
         let v = self.call("GET", &format!("/subjects/{}/versions/{version}", segment(subject)), None)?;
         let bad = |why: String| RegistryError::Unreachable { what: what.clone(), why };
-        let id = v
-            .get("id")
-            .and_then(Value::as_u64)
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| bad("no `id`".into()))?;
+        let id = id_of(&v).ok_or_else(|| bad("no `id`".into()))?;
         Ok(SubjectVersion { subject: subject.to_string(), version, id, schema: Schema::from_json(&v).map_err(bad)? })
     }
 
@@ -243,7 +234,7 @@ impl Registry {
     pub fn lookup(&self, subject: &str, schema: &Schema) -> Result<Option<(u32, i32)>, RegistryError> {
         match self.call("POST", &format!("/subjects/{}", segment(subject)), Some(&schema.to_json())) {
             Ok(v) => {
-                let id = v.get("id").and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok());
+                let id = id_of(&v);
                 let version = v.get("version").and_then(Value::as_i64).and_then(|n| i32::try_from(n).ok());
                 Ok(id.zip(version))
             }
@@ -256,11 +247,9 @@ impl Registry {
     /// Registers `schema` under `subject` (idempotent: an identical schema gets its existing ID).
     pub fn register(&self, subject: &str, schema: &Schema) -> Result<u32, RegistryError> {
         let v = self.call("POST", &format!("/subjects/{}/versions", segment(subject)), Some(&schema.to_json()))?;
-        v.get("id").and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
-            RegistryError::Unreachable {
-                what: format!("register under `{subject}`"),
-                why: "an answer without `id`".into(),
-            }
+        id_of(&v).ok_or_else(|| RegistryError::Unreachable {
+            what: format!("register under `{subject}`"),
+            why: "an answer without `id`".into(),
         })
     }
 

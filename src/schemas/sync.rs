@@ -52,9 +52,7 @@ pub struct SchemaSync {
     versions: HashMap<String, Vec<i32>>,
     /// Source ID → the (subject, version)s it is registered as.
     id_subjects: HashMap<u32, Vec<(String, i32)>>,
-    /// Source subjects whose compatibility level was carried over (or found to be the global one).
-    levels_done: HashSet<String>,
-    /// Source subjects with at least one version synced.
+    /// Source subjects with at least one version synced (and their compatibility level carried).
     subjects_synced: HashSet<String>,
     subjects_metric: IntCounter,
 }
@@ -71,15 +69,9 @@ impl SchemaSync {
             synced: HashMap::new(),
             versions: HashMap::new(),
             id_subjects: HashMap::new(),
-            levels_done: HashSet::new(),
             subjects_synced: HashSet::new(),
             subjects_metric,
         }
-    }
-
-    /// How many source subjects have been brought to the target so far.
-    pub fn subjects_synced(&self) -> usize {
-        self.subjects_synced.len()
     }
 
     fn copied(&self) -> impl Fn(&str) -> bool + '_ {
@@ -87,7 +79,7 @@ impl SchemaSync {
     }
 
     /// The subject's name on the target.
-    pub fn renamed(&self, subject: &str) -> String {
+    fn renamed(&self, subject: &str) -> String {
         let plan = &self.plan;
         subjects::renamed(subject, &|t| plan.copies_topic(t), &|t| plan.policy.format_remote_topic(&plan.id.source, t))
     }
@@ -210,17 +202,15 @@ impl SchemaSync {
         self.synced.insert((subject.to_string(), version), hit);
         if self.subjects_synced.insert(subject.to_string()) {
             self.subjects_metric.inc();
+            self.carry_level(subject, &target_subject);
         }
-        self.carry_level(subject, &target_subject);
         Ok(hit)
     }
 
-    /// A subject's own compatibility level on the source, carried to its target subject once. Best
-    /// effort: a registry that does not let ferry read or set levels costs a warning, not the copy.
-    fn carry_level(&mut self, subject: &str, target_subject: &str) {
-        if !self.levels_done.insert(subject.to_string()) {
-            return;
-        }
+    /// A subject's own compatibility level on the source, carried to its target subject (when its first
+    /// version is synced). Best effort: a registry that does not let ferry read or set levels costs a
+    /// warning, not the copy.
+    fn carry_level(&self, subject: &str, target_subject: &str) {
         let own = self.source.compatibility(Some(subject));
         let global = self.source.compatibility(None);
         let carried = match (own, global) {

@@ -37,15 +37,33 @@ pub struct Translated {
     pub value: Option<Vec<u8>>,
 }
 
-#[derive(Default)]
 struct TopicIds {
-    /// Source ID → target ID, for keys and for values.
-    key: HashMap<u32, u32>,
-    value: HashMap<u32, u32>,
-    translated: Option<IntCounter>,
-    unframed: Option<IntCounter>,
-    passed: Option<IntCounter>,
-    unresolved: Option<IntCounter>,
+    /// Source ID → the target's ID, for keys and for values; `None`: bytes that only look framed (the ID
+    /// is registered for other topics' parts only), left as they are.
+    key: HashMap<u32, Option<u32>>,
+    value: HashMap<u32, Option<u32>>,
+    translated: IntCounter,
+    unframed: IntCounter,
+    passed: IntCounter,
+    unresolved: IntCounter,
+}
+
+impl TopicIds {
+    fn new(flow: &str, topic: &str) -> TopicIds {
+        let labels = [flow, topic];
+        TopicIds {
+            key: HashMap::new(),
+            value: HashMap::new(),
+            translated: METRICS.schema_ids_translated.with_label_values(&labels),
+            unframed: METRICS.records_unframed.with_label_values(&labels),
+            passed: METRICS.schema_ids_passed.with_label_values(&labels),
+            unresolved: METRICS.schema_resolution_failures.with_label_values(&labels),
+        }
+    }
+
+    fn ids(&mut self, is_key: bool) -> &mut HashMap<u32, Option<u32>> {
+        if is_key { &mut self.key } else { &mut self.value }
+    }
 }
 
 /// A source ID as a record part of a topic carries it: (ID, topic, key?).
@@ -87,15 +105,7 @@ impl Translator {
     /// A record of `topic` with this key and value: the bytes to send instead, or why it must wait.
     pub fn record(&mut self, topic: &str, key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Translated, String> {
         if !self.topics.contains_key(topic) {
-            let labels = [self.flow.as_str(), topic];
-            let ids = TopicIds {
-                translated: Some(METRICS.schema_ids_translated.with_label_values(&labels)),
-                unframed: Some(METRICS.records_unframed.with_label_values(&labels)),
-                passed: Some(METRICS.schema_ids_passed.with_label_values(&labels)),
-                unresolved: Some(METRICS.schema_resolution_failures.with_label_values(&labels)),
-                ..TopicIds::default()
-            };
-            self.topics.insert(topic.to_string(), ids);
+            self.topics.insert(topic.to_string(), TopicIds::new(&self.flow, topic));
         }
         if self.plan.policy.is_heartbeats_topic(topic) {
             return Ok(Translated::default());
@@ -105,7 +115,7 @@ impl Translator {
         let key_id = key.filter(|_| self.keys).and_then(framed);
         let value_id = value.and_then(framed);
         if key_id.is_none() && value_id.is_none() {
-            inc(&self.topics[topic].unframed);
+            self.topics[topic].unframed.inc();
             return Ok(Translated::default());
         }
         let key = match (key, key_id) {
@@ -120,10 +130,9 @@ impl Translator {
     }
 
     fn part(&mut self, topic: &str, is_key: bool, bytes: &[u8], id: u32) -> Result<Option<Vec<u8>>, String> {
-        let ids = &self.topics[topic];
-        let known = if is_key { ids.key.get(&id) } else { ids.value.get(&id) };
-        if let Some(target) = known {
-            return Ok(self.rewrite(topic, bytes, id, *target));
+        let topic_ids = self.topics.get_mut(topic).expect("added by record()");
+        if let Some(known) = topic_ids.ids(is_key).get(&id).copied() {
+            return Ok(known.and_then(|target| self.rewrite(topic, bytes, id, target)));
         }
         let memo = (id, topic.to_string(), is_key);
         let remembered =
@@ -134,27 +143,10 @@ impl Translator {
             None => self.resolve(&memo),
         };
         match resolved {
-            Ok(Some(target)) => {
+            Ok(found) => {
                 self.failed.remove(&memo);
-                let ids = self.topics.get_mut(topic).expect("added above");
-                if is_key {
-                    ids.key.insert(id, target)
-                } else {
-                    ids.value.insert(id, target)
-                };
-                Ok(self.rewrite(topic, bytes, id, target))
-            }
-            // Not this record's schema: bytes that only look framed, copied as they are (remembered
-            // as mapping to themselves, never rewritten).
-            Ok(None) => {
-                self.failed.remove(&memo);
-                let ids = self.topics.get_mut(topic).expect("added above");
-                if is_key {
-                    ids.key.insert(id, id)
-                } else {
-                    ids.value.insert(id, id)
-                };
-                Ok(None)
+                self.topics.get_mut(topic).expect("added by record()").ids(is_key).insert(id, found);
+                Ok(found.and_then(|target| self.rewrite(topic, bytes, id, target)))
             }
             Err(why) => {
                 // Remembered from the first failure: retried once the memory is older than FAILURE_MEMORY.
@@ -168,11 +160,11 @@ impl Translator {
                     // `sync` sends the record as it is anyway; the refresh tries again.
                     (SchemaMode::Sync, _) => Ok(None),
                     (_, OnUnknownSchema::Pass) => {
-                        inc(&self.topics[topic].passed);
+                        self.topics[topic].passed.inc();
                         Ok(None)
                     }
                     _ => {
-                        inc(&self.topics[topic].unresolved);
+                        self.topics[topic].unresolved.inc();
                         Err(why)
                     }
                 }
@@ -187,43 +179,40 @@ impl Translator {
     fn resolve(&mut self, memo: &Memo) -> Result<Option<u32>, String> {
         let (id, ref topic, is_key) = *memo;
         let part = if is_key { "key" } else { "value" };
-        if let Some(rx) = self.pending.remove(memo) {
+        // An answer that came, or whether it may still come (`true`) or never will (`false`).
+        let (rx, answer) = match self.pending.remove(memo) {
             // Asked before: take the answer if it came, never wait for it again.
-            return match rx.try_recv() {
-                Ok(answer) => answer.map_err(|e| format!("schema ID {id} of the {part} could not be resolved: {e}")),
-                Err(mpsc::TryRecvError::Empty) => {
-                    self.pending.insert(memo.clone(), rx);
-                    Err(format!("schema ID {id} of the {part}: the schema registries have not answered yet"))
+            Some(rx) => {
+                let answer = rx.try_recv().map_err(|e| e == mpsc::TryRecvError::Empty);
+                (rx, answer)
+            }
+            None => {
+                if self.pending.len() >= MAX_PENDING {
+                    return Err(format!(
+                        "schema ID {id} of the {part}: {MAX_PENDING} other IDs are being resolved (the schema registries are slow)"
+                    ));
                 }
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    Err(format!("schema ID {id} of the {part}: its resolution ended without an answer"))
+                let (tx, rx) = mpsc::channel();
+                let sync = self.sync.clone();
+                let resolving = topic.clone();
+                let spawned = std::thread::Builder::new().name("schema-resolve".into()).spawn(move || {
+                    let answer = sync.lock().unwrap_or_else(|p| p.into_inner()).target_id(id, &resolving, is_key);
+                    let _ = tx.send(answer.map_err(|e| e.to_string()));
+                });
+                if let Err(e) = spawned {
+                    return Err(format!("schema ID {id} of the {part}: cannot start a thread to resolve it: {e}"));
                 }
-            };
-        }
-        if self.pending.len() >= MAX_PENDING {
-            return Err(format!(
-                "schema ID {id} of the {part}: {MAX_PENDING} other IDs are being resolved (the schema registries are slow)"
-            ));
-        }
-        let (tx, rx) = mpsc::channel();
-        let sync = self.sync.clone();
-        let resolving = topic.clone();
-        let spawned = std::thread::Builder::new().name("schema-resolve".into()).spawn(move || {
-            let answer = sync.lock().unwrap_or_else(|p| p.into_inner()).target_id(id, &resolving, is_key);
-            let _ = tx.send(answer.map_err(|e| e.to_string()));
-        });
-        if let Err(e) = spawned {
-            return Err(format!("schema ID {id} of the {part}: cannot start a thread to resolve it: {e}"));
-        }
-        match rx.recv_timeout(RESOLVE_WAIT) {
+                let answer = rx.recv_timeout(RESOLVE_WAIT).map_err(|e| e == mpsc::RecvTimeoutError::Timeout);
+                (rx, answer)
+            }
+        };
+        match answer {
             Ok(answer) => answer.map_err(|e| format!("schema ID {id} of the {part} could not be resolved: {e}")),
-            Err(mpsc::RecvTimeoutError::Timeout) => {
+            Err(true) => {
                 self.pending.insert(memo.clone(), rx);
                 Err(format!("schema ID {id} of the {part}: the schema registries have not answered yet"))
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                Err(format!("schema ID {id} of the {part}: its resolution ended without an answer"))
-            }
+            Err(false) => Err(format!("schema ID {id} of the {part}: its resolution ended without an answer")),
         }
     }
 
@@ -231,15 +220,9 @@ impl Translator {
         if self.mode != SchemaMode::Translate {
             return None;
         }
-        inc(&self.topics[topic].translated);
+        self.topics[topic].translated.inc();
         // The same number on both registries: nothing to copy.
         (source != target).then(|| framing::with_id(bytes, target))
-    }
-}
-
-fn inc(counter: &Option<IntCounter>) {
-    if let Some(c) = counter {
-        c.inc();
     }
 }
 
