@@ -29,6 +29,7 @@ pub mod panics;
 pub mod policy;
 #[allow(unsafe_code)] // the one module that calls librdkafka directly; see its docs
 pub mod raw_admin;
+pub mod record_rules;
 #[cfg(test)]
 mod reference_docs;
 pub mod reload;

@@ -59,6 +59,8 @@ pub struct Metrics {
     /// Source records the provenance rule did not copy, by reason (been_on_target, other_route,
     /// legacy_origin; see `flow/copier/provenance.rs`).
     pub records_skipped: IntCounterVec,
+    /// Source records a flow's `[[flows.filter]]` rules dropped, per topic and rule.
+    pub records_filtered: IntCounterVec,
     /// Records of internal topics (offset syncs, checkpoints, copy progress, control) that their readers
     /// skipped because they could not use them (see `kafka::skip_internal_record`).
     pub internal_records_skipped: IntCounterVec,
@@ -301,6 +303,12 @@ impl Metrics {
                 "ferry_records_skipped_total",
                 "Source records not copied by the provenance rule (identity replication), by reason.",
                 &["flow", "topic", "reason"],
+            ),
+            records_filtered: counter(
+                &registry,
+                "ferry_records_filtered_total",
+                "Source records not copied because a filter rule of the flow dropped them, by topic and rule (the first rule that matched).",
+                &["flow", "topic", "rule"],
             ),
             internal_records_skipped: counter(
                 &registry,
@@ -646,16 +654,26 @@ impl Metrics {
                     Some(crate::status::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(at)));
             }
         }
-        let mut skipped: HashMap<&str, crate::status::Skipped> = HashMap::new();
-        let skipped_families = self.records_skipped.collect();
-        for m in skipped_families.iter().flat_map(|f| f.get_metric().iter()) {
-            let Some(flow) = flow_of(m) else { continue };
-            let reason = m.get_label().iter().find(|l| l.name() == "reason").map_or("", |l| l.value());
-            let n = m.get_counter().get_value() as u64;
-            let s = skipped.entry(flow).or_default();
-            s.total += n;
-            *s.by_reason.entry(reason.to_string()).or_insert(0) += n;
+        /// Per flow: the counters' sum, and their sums per value of `label`.
+        fn tally<'a>(
+            families: &'a [prometheus::proto::MetricFamily],
+            label: &str,
+        ) -> HashMap<&'a str, (u64, BTreeMap<String, u64>)> {
+            let mut out: HashMap<&str, (u64, BTreeMap<String, u64>)> = HashMap::new();
+            for m in families.iter().flat_map(|f| f.get_metric().iter()) {
+                let Some(flow) = flow_of(m) else { continue };
+                let value = m.get_label().iter().find(|l| l.name() == label).map_or("", |l| l.value());
+                let n = m.get_counter().get_value() as u64;
+                let t = out.entry(flow).or_default();
+                t.0 += n;
+                *t.1.entry(value.to_string()).or_insert(0) += n;
+            }
+            out
         }
+        let skipped_families = self.records_skipped.collect();
+        let mut skipped = tally(&skipped_families, "reason");
+        let filtered_families = self.records_filtered.collect();
+        let mut filtered = tally(&filtered_families, "rule");
         // A flow has schema figures once its schema work started (its series exist).
         let mut schemas: HashMap<&str, crate::status::SchemaFigures> = HashMap::new();
         type Field = fn(&mut crate::status::SchemaFigures) -> &mut u64;
@@ -690,7 +708,13 @@ impl Metrics {
                         .copied()
                         .filter(|t| *t > 0)
                         .map(|t| crate::status::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t))),
-                    records_skipped: skipped.remove(flow.as_str()).unwrap_or_default(),
+                    records_skipped: skipped
+                        .remove(flow.as_str())
+                        .map(|(total, by_reason)| crate::status::Skipped { total, by_reason })
+                        .unwrap_or_default(),
+                    records_filtered: filtered
+                        .remove(flow.as_str())
+                        .map(|(total, by_rule)| crate::status::Filtered { total, by_rule }),
                     transactions: transactions.remove(flow.as_str()),
                     schemas: schemas.remove(flow.as_str()),
                 };
@@ -729,6 +753,7 @@ impl Metrics {
             &self.source_gap_records,
             &self.source_resets,
             &self.records_skipped,
+            &self.records_filtered,
             &self.partition_failures,
             &self.schema_subjects_synced,
             &self.schema_ids_translated,

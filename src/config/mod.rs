@@ -296,6 +296,8 @@ pub struct FlowSettings {
     pub start_from: StartFrom,
     /// Schema registry sync and schema-ID translation (with both clusters' registries).
     pub schemas: schema_registry::SchemaSettings,
+    /// Records not copied (`[[flows.filter]]`) and header rules (`[flows.headers]`).
+    pub record_rules: crate::record_rules::RecordRulesSpec,
 }
 
 /// Where a source partition that has no stored progress (a new flow, a new topic or partition)
@@ -431,6 +433,8 @@ pub struct FlowPlan {
     /// The header-carrying flows this flow shares record routes with (empty unless it carries the
     /// provenance header): see [`topology`].
     pub topology: Arc<topology::Topology>,
+    /// `settings.record_rules` compiled.
+    pub record_rules: Arc<crate::record_rules::RecordRules>,
     /// The file that defines this flow.
     pub file: PathBuf,
 }
@@ -550,6 +554,13 @@ impl FlowSet {
                     "  schemas={:?} on_unknown_schema={:?} schemas_refresh={:?}",
                     s.schemas.mode, s.schemas.on_unknown, s.schemas.refresh_interval
                 );
+            }
+            for rule in &s.record_rules.filters {
+                let _ = writeln!(out, "  filter {}", rule.describe());
+            }
+            let h = &s.record_rules.headers;
+            if !h.is_empty() {
+                let _ = writeln!(out, "  headers drop={:?} rename={:?} insert={:?}", h.drop, h.rename, h.insert);
             }
             let writes = s.source_writes();
             if writes.is_empty() {

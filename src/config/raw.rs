@@ -140,4 +140,31 @@ pub struct RawFlow {
     pub schemas_refresh_interval_seconds: Option<f64>,
     /// `false`: keys are never in the Confluent framing (strings, longs, UUIDs): not read or rewritten.
     pub schemas_keys: Option<bool>,
+    /// Records not copied: `[[flows.filter]]` rules (see `record_rules`).
+    pub filter: Option<Vec<RawFilterRule>>,
+    /// `[flows.headers]`: headers dropped, renamed and inserted on every copied record.
+    pub headers: Option<RawHeaderRules>,
+}
+
+/// One `[[flows.filter]]` rule: drops a record when every condition it states holds.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFilterRule {
+    pub name: Option<String>,
+    pub topics: Option<Vec<String>>,
+    pub header: Option<String>,
+    pub header_value: Option<String>,
+    pub key: Option<String>,
+    pub older_than_seconds: Option<f64>,
+    pub tombstone: Option<bool>,
+    pub negate: Option<bool>,
+}
+
+/// `[flows.headers]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeaderRules {
+    pub drop: Option<Vec<String>>,
+    pub rename: Option<BTreeMap<String, String>>,
+    pub insert: Option<BTreeMap<String, String>>,
 }

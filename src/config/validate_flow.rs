@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::fields::*;
-use super::raw::RawFlow;
+use super::raw::{RawFilterRule, RawFlow, RawHeaderRules};
 use super::schema_registry::{OnUnknownSchema, SchemaMode, SchemaSettings};
 use super::{
     ClusterSpec, Delivery, FlowId, FlowPlan, FlowSettings, GroupProtocol, OffsetSyncsLocation, PolicyKind,
@@ -16,6 +16,7 @@ use super::{
 use crate::filter::{self, GroupFilter, TopicFilter};
 use crate::mm2::connect_offsets;
 use crate::policy::ReplicationPolicy;
+use crate::record_rules::{FilterSpec, HeaderSpec, RecordRules, RecordRulesSpec};
 use crate::restart_policy::RestartSettings;
 
 /// Exactly-once flows commit at least this often (see `transaction_interval_ms` in docs/configuration.md).
@@ -255,6 +256,8 @@ pub(super) fn flow(
         errs,
     );
 
+    let record_rules = record_rules(rf.filter, rf.headers, &k, errs);
+
     let settings = FlowSettings {
         topics,
         topics_exclude,
@@ -338,6 +341,7 @@ pub(super) fn flow(
         ),
         start_from,
         schemas,
+        record_rules,
     };
 
     if errs.out.len() > before {
@@ -361,6 +365,9 @@ pub(super) fn flow(
             }
         }
     }
+    let Ok(compiled_rules) = RecordRules::compile(&settings.record_rules) else {
+        return None; // refused above, key by key
+    };
     let policy = match replication_policy {
         PolicyKind::Default => ReplicationPolicy::default_policy(&separator),
         PolicyKind::Identity => ReplicationPolicy::identity(&separator, Some(&source.alias)),
@@ -374,8 +381,56 @@ pub(super) fn flow(
         settings,
         policy,
         topology: Arc::default(),
+        record_rules: Arc::new(compiled_rules),
         file: file.to_path_buf(),
     })
+}
+
+/// `[[flows.filter]]` and `[flows.headers]`, each mistake under its own key.
+fn record_rules(
+    filter: Option<Vec<RawFilterRule>>,
+    headers: Option<RawHeaderRules>,
+    k: &dyn Fn(&str) -> String,
+    errs: &mut Errors<'_>,
+) -> RecordRulesSpec {
+    let filters = filter
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let older_than = f.older_than_seconds.map(|s| {
+                if !s.is_finite() || s <= 0.0 || s > 1e10 {
+                    errs.push(
+                        k(&format!("filter[{i}].older_than_seconds")),
+                        format!("must be a positive number of seconds, got {s}"),
+                    );
+                    Duration::from_secs(1)
+                } else {
+                    Duration::from_secs_f64(s)
+                }
+            });
+            FilterSpec {
+                name: f.name.unwrap_or_else(|| format!("filter[{i}]")),
+                topics: f.topics.unwrap_or_default(),
+                header: f.header,
+                header_value: f.header_value,
+                key: f.key,
+                older_than,
+                tombstone: f.tombstone,
+                negate: f.negate.unwrap_or(false),
+            }
+        })
+        .collect();
+    let headers = headers.map_or_else(HeaderSpec::default, |h| HeaderSpec {
+        drop: h.drop.unwrap_or_default(),
+        rename: h.rename.unwrap_or_default(),
+        insert: h.insert.unwrap_or_default(),
+    });
+    let spec = RecordRulesSpec { filters, headers };
+    for (key, reason) in spec.problems() {
+        errs.push(k(&key), reason);
+    }
+    spec
 }
 
 /// `schemas`, `on_unknown_schema` and `schemas_refresh_interval_seconds`, with the registries of both

@@ -148,6 +148,10 @@ pub struct FlowStatus {
     pub last_checkpoint_at: Option<String>,
     /// Source records the provenance rule did not copy (identity replication), since this node started.
     pub records_skipped: Skipped,
+    /// Flows with `[[flows.filter]]` rules: the source records they dropped on this node, since it
+    /// started (`ferry_records_filtered_total`); absent before the first record was looked at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records_filtered: Option<Filtered>,
     /// `at_least_once` or `exactly_once`: the flow's `delivery`, from its definition (whatever its
     /// copier does).
     pub delivery: &'static str,
@@ -171,6 +175,7 @@ pub struct FlowFigures {
     pub records_per_second: Option<f64>,
     pub last_checkpoint_at: Option<String>,
     pub records_skipped: Skipped,
+    pub records_filtered: Option<Filtered>,
     pub transactions: Option<TransactionFigures>,
     pub schemas: Option<SchemaFigures>,
 }
@@ -196,6 +201,13 @@ pub struct TransactionFigures {
     pub aborted: u64,
     /// When the copier last committed one (RFC 3339).
     pub last_commit_at: Option<String>,
+}
+
+/// Records a flow's filter rules dropped: in all, and per rule (the first that matched).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Filtered {
+    pub total: u64,
+    pub by_rule: BTreeMap<String, u64>,
 }
 
 /// Records not copied by the provenance rule: in all, and per reason (`ferry_records_skipped_total`).
@@ -227,6 +239,7 @@ impl FlowStatus {
             records_per_second: None,
             last_checkpoint_at: None,
             records_skipped: Skipped::default(),
+            records_filtered: None,
             delivery: "at_least_once",
             transactions: None,
             schemas: None,
@@ -337,6 +350,7 @@ impl StatusBoard {
             f.records_per_second = figures.records_per_second;
             f.last_checkpoint_at = figures.last_checkpoint_at;
             f.records_skipped = figures.records_skipped;
+            f.records_filtered = figures.records_filtered;
             f.transactions = figures.transactions;
             f.schemas = figures.schemas;
         });

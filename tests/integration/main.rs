@@ -32,6 +32,7 @@ mod packaging;
 mod provenance;
 mod raw_admin;
 mod readers;
+mod record_rules;
 mod reload;
 mod runbook;
 mod scaleout;

@@ -23,6 +23,7 @@ mod partitions;
 mod probe;
 pub mod provenance;
 mod rebalance;
+mod rules;
 mod send;
 pub mod transactions;
 
@@ -155,6 +156,8 @@ struct CopyLoop {
     provenance: Option<provenance::Provenance>,
     /// `schemas = "sync" | "translate"`: the flow's schema IDs and its registries' refresh.
     schemas: Option<crate::schemas::FlowSchemas>,
+    /// The flow's record filters and header rules (`None`: it has none).
+    rules: Option<rules::CopyRules>,
     /// Exactly-once flows: the transactions of the lane's own producer (see [`transactions`]).
     txn: Option<Transactions>,
     /// This node as the flow's writer of progress (`<deployment>.<flow>.copier.<node>`; an exactly-once
@@ -250,6 +253,7 @@ impl CopyLoop {
             consumer_errors: RateLimitedLog::new(Duration::from_secs(10)),
             provenance: provenance::Provenance::for_plan(&plan),
             schemas: crate::schemas::start(&plan),
+            rules: rules::CopyRules::for_plan(&plan),
             txn,
             kin: transactions::writers_prefix(identity, &plan),
             writer,
@@ -475,6 +479,14 @@ impl CopyLoop {
             if let Some(ts) = msg.timestamp().to_millis() {
                 part.age.observe(delivery::seconds_since(ts, now_ms));
             }
+            // Record filters: a dropped record is skipped as provenance skips one (the position moves past
+            // it once what was sent before it is settled; the offset syncs describe the gap).
+            if let Some(rules) = self.rules.as_mut()
+                && rules.drops(&msg, now_ms)
+            {
+                part.ack.skipped(&self.acks, msg.offset());
+                continue;
+            }
             // Schema IDs: the target's in place of the source's (before provenance, which binds its header
             // to the bytes sent). A record whose ID cannot be resolved holds its partition like a refused
             // delivery (retried with backoff, named in `/flows`); the partition's later records wait for
@@ -524,7 +536,11 @@ impl CopyLoop {
             // Counted before the producer takes it (its report may come at once), uncounted if a panic
             // comes before it does.
             let counted = InFlight::count(&part.ack);
-            match send(lane, &self.control, &mut self.pending, remote, &msg, stamp, &translated) {
+            let headers = match self.rules.as_mut() {
+                Some(rules) => rules.headers(&msg, stamp),
+                None => rules::copy_headers(&msg, stamp),
+            };
+            match send(lane, &self.control, &mut self.pending, remote, &msg, headers, &translated) {
                 Sent::Ok => {
                     counted.handed_over();
                     failpoints::check(failpoints::COPIER_SENT)?;

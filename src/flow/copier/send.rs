@@ -4,9 +4,8 @@
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Message, OwnedHeaders};
 
-use super::provenance;
 use crate::clients::RecordLane;
 use crate::clients::records::Record;
 use crate::failpoints;
@@ -57,7 +56,7 @@ pub(super) fn send(
     pending: &mut Option<Assignment>,
     remote: &str,
     msg: &BorrowedMessage<'_>,
-    stamp: Option<&[u8]>,
+    headers: Option<OwnedHeaders>,
     translated: &crate::schemas::Translated,
 ) -> Sent {
     if let Err(e) = failpoints::check(failpoints::COPIER_DELIVER) {
@@ -74,22 +73,8 @@ pub(super) fn send(
     if let Some(ts) = msg.timestamp().to_millis().filter(|t| *t >= 0) {
         record = record.timestamp(ts);
     }
-    if let Some(headers) = msg.headers() {
-        let mut owned = OwnedHeaders::new_with_capacity(headers.count() + usize::from(stamp.is_some()));
-        for h in headers.iter() {
-            // A stamped copy carries ferry's header of this copy only.
-            if stamp.is_none() || !provenance::is_ferry_header(h.key) {
-                owned = owned.insert(Header { key: h.key, value: h.value });
-            }
-        }
-        if let Some(path) = stamp {
-            owned = owned.insert(Header { key: provenance::PATH_HEADER, value: Some(path) });
-        }
-        record = record.headers(owned);
-    } else if let Some(path) = stamp {
-        record = record.headers(
-            OwnedHeaders::new_with_capacity(1).insert(Header { key: provenance::PATH_HEADER, value: Some(path) }),
-        );
+    if let Some(headers) = headers {
+        record = record.headers(headers);
     }
     loop {
         match lane.send(record) {
