@@ -256,6 +256,9 @@ fn flow(f: Flow, out: &mut Mapped) {
         keys.push((ferry.to_string(), v));
     };
     for (k, p) in &f.props {
+        if super::transforms::is_chain_key(k) {
+            continue; // the whole chain at once, below
+        }
         let v = p.value.trim();
         let number = |out: &mut Mapped| -> Option<Value> {
             if let Ok(i) = v.parse::<i64>() {
@@ -332,6 +335,19 @@ fn flow(f: Flow, out: &mut Mapped) {
         }
         out.unmapped.push(Unmapped { key: p.origin.clone(), reason: unmapped_reason(k, v) });
     }
+    if let Some(rules) = super::transforms::map(&f.props) {
+        for (origin, ferry) in &rules.mapped {
+            out.mapped.push((origin.clone(), format!("flows[{id}].{ferry}")));
+        }
+        let chain = &f.props["transforms"].origin;
+        if !rules.filters.is_empty() {
+            put("filter", Value::Array(rules.filters.clone()), chain, out);
+        }
+        if let Some(headers) = rules.headers() {
+            put("headers", headers, chain, out);
+        }
+        out.unmapped.extend(rules.unmapped);
+    }
     // MM2 syncs topic ACLs unless told not to; ferry does not by default, so an imported flow says so.
     if !f.props.contains_key("sync.topic.acls.enabled") {
         put("sync_topic_acls_enabled", Value::Boolean(true), "(MM2's default sync.topic.acls.enabled = true)", out);
@@ -365,7 +381,6 @@ fn unmapped_reason(k: &str, v: &str) -> String {
         "topic.filter.class" | "group.filter.class" | "forwarding.admin.class" => {
             format!("custom class `{v}`: ferry has no plug-ins")
         }
-        _ if k.starts_with("transforms") => "single message transforms (SMTs): ferry copies records unchanged".into(),
         _ if k.ends_with("converter") || k.contains("converter.") => "converters: ferry copies bytes unchanged".into(),
         _ if k.starts_with("config.providers") => {
             "Kafka config providers: ferry reads `${VAR}` and `${file:PATH}` instead".into()
@@ -483,7 +498,7 @@ mod tests {
         let why = |k: &str| m.unmapped.iter().find(|u| u.key == k).map(|u| u.reason.clone()).unwrap_or_default();
         assert!(why("tasks.max").contains("no task count"));
         assert!(why("replication.policy.class").contains("custom policy class `com.acme.MyPolicy`"));
-        assert!(why("a->b.transforms").contains("SMTs"));
+        assert!(why("a->b.transforms").contains("transform `x` has no `transforms.x.type`"));
         assert!(why("key.converter").contains("converters"));
         assert!(why("use.defaults.from").contains("ferry cannot do otherwise yet"));
     }

@@ -12,6 +12,7 @@ mod mapping;
 mod model;
 mod properties;
 mod strimzi;
+mod transforms;
 
 use std::path::{Path, PathBuf};
 

@@ -68,8 +68,19 @@ replication.policy.separator = .
 tasks.max = 4
 sync.topic.acls.enabled = false
 checkpoints.topic.replication.factor = 3
-west->east.transforms = dropTest
+west->east.transforms = dropTest, lineage, strip, cast
 west->east.transforms.dropTest.type = org.apache.kafka.connect.transforms.Filter
+west->east.transforms.dropTest.predicate = isTest
+west->east.transforms.lineage.type = org.apache.kafka.connect.transforms.InsertHeader
+west->east.transforms.lineage.header = x-origin
+west->east.transforms.lineage.value.literal = west
+west->east.transforms.strip.type = org.apache.kafka.connect.transforms.DropHeaders
+west->east.transforms.strip.headers = x-secret
+west->east.transforms.cast.type = org.apache.kafka.connect.transforms.Cast$Value
+west->east.transforms.cast.spec = int64
+west->east.predicates = isTest
+west->east.predicates.isTest.type = org.apache.kafka.connect.transforms.predicates.TopicNameMatches
+west->east.predicates.isTest.pattern = .*\\.test
 "#
     )
 }
@@ -91,8 +102,7 @@ fn an_mm2_properties_file_becomes_a_valid_flows_directory_without_its_secrets() 
         ("ssl.truststore.location", "Java key store"),
         ("ssl.truststore.password", "PEM CA files have none"),
         ("tasks.max", "no task count"),
-        ("west->east.transforms", "SMTs"),
-        ("west->east.transforms.dropTest.type", "SMTs"),
+        ("west->east.transforms.cast.type", "records are copied without this one"),
     ] {
         assert!(
             stdout.lines().any(|l| l.trim_start().starts_with(&format!("{key}: ")) && l.contains(why)),
@@ -138,6 +148,12 @@ fn an_mm2_properties_file_becomes_a_valid_flows_directory_without_its_secrets() 
     assert!(we.get("groups").is_none() && we.get("sync_group_offsets_enabled").is_none(), "{we:?}");
     assert_eq!(we["mm2_offsets_topic"].as_str(), Some("mm2-offsets.west.internal"));
     assert_eq!(we.get("sync_topic_acls_enabled").and_then(|v| v.as_bool()), Some(false), "{we:?}");
+    // The SMT chain: Filter + TopicNameMatches, InsertHeader and DropHeaders as record rules.
+    let rule = &we["filter"][0];
+    assert_eq!(rule["name"].as_str(), Some("dropTest"), "{we:?}");
+    assert_eq!(strings(&rule["topics"]), [".*\\.test"]);
+    assert_eq!(we["headers"]["insert"]["x-origin"].as_str(), Some("west"));
+    assert_eq!(strings(&we["headers"]["drop"]), ["x-secret"]);
 
     // No secret literal anywhere the operator (or a log) sees.
     for f in ["clusters.toml", "east-to-west.toml", "west-to-east.toml"] {
@@ -154,7 +170,8 @@ fn an_mm2_properties_file_becomes_a_valid_flows_directory_without_its_secrets() 
     let doc: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
     let unmapped: Vec<&str> =
         doc["unmapped"].as_array().expect("list").iter().filter_map(|u| u["key"].as_str()).collect();
-    assert!(unmapped.contains(&"tasks.max") && unmapped.contains(&"west->east.transforms"), "{unmapped:?}");
+    assert!(unmapped.contains(&"tasks.max") && unmapped.contains(&"west->east.transforms.cast.type"), "{unmapped:?}");
+    assert!(!unmapped.iter().any(|k| k.contains("dropTest") || k.contains("predicates")), "{unmapped:?}");
     for output in [&stdout, &stderr, &text(&json.stdout), &text(&json.stderr)] {
         for secret in [EAST_PW, WEST_PW, "changeit-truststore"] {
             assert!(!output.contains(secret), "output holds a secret: {output}");
