@@ -61,6 +61,10 @@ pub struct Metrics {
     pub records_skipped: IntCounterVec,
     /// Source records a flow's `[[flows.filter]]` rules dropped, per topic and rule.
     pub records_filtered: IntCounterVec,
+    /// Remote topics deleted because their source topic was gone (`sync_topic_deletions`).
+    pub remote_topics_deleted: IntCounterVec,
+    /// Remote topics waiting out the deletion grace period (the leader's figure).
+    pub remote_topics_pending_deletion: IntGaugeVec,
     /// Records of internal topics (offset syncs, checkpoints, copy progress, control) that their readers
     /// skipped because they could not use them (see `kafka::skip_internal_record`).
     pub internal_records_skipped: IntCounterVec,
@@ -309,6 +313,18 @@ impl Metrics {
                 "ferry_records_filtered_total",
                 "Source records not copied because a filter rule of the flow dropped them, by topic and rule (the first rule that matched).",
                 &["flow", "topic", "rule"],
+            ),
+            remote_topics_deleted: counter(
+                &registry,
+                "ferry_remote_topics_deleted_total",
+                "Remote topics ferry deleted because their source topic had been gone for the grace period (sync_topic_deletions).",
+                &["flow"],
+            ),
+            remote_topics_pending_deletion: gauge(
+                &registry,
+                "ferry_remote_topics_pending_deletion",
+                "Remote topics ferry created whose source topic is gone, waiting out the grace period (or never deleted, with sync_topic_deletions = \"dry_run\"), on the node that leads the flow.",
+                &["flow"],
             ),
             internal_records_skipped: counter(
                 &registry,
@@ -754,6 +770,8 @@ impl Metrics {
             &self.source_resets,
             &self.records_skipped,
             &self.records_filtered,
+            &self.remote_topics_deleted,
+            &self.remote_topics_pending_deletion,
             &self.partition_failures,
             &self.schema_subjects_synced,
             &self.schema_ids_translated,

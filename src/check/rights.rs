@@ -44,6 +44,8 @@ pub enum Subject {
     /// The cluster resource, when `sync_topic_acls_enabled`: DescribeAcls needs Describe on it,
     /// CreateAcls Alter.
     AclSyncCluster,
+    /// The remote topics, when `sync_topic_deletions = true` deletes those whose source topic went.
+    DeletedRemoteTopics,
 }
 
 /// One row of the README's tables.
@@ -186,7 +188,7 @@ pub const RIGHTS: &[Row] = &[
         side: Target,
         subject: ControlTopic,
         rights: &[Create, Read, Write],
-        used_by: "the deployment's pauses (every node reads it; the node that takes a pause writes it)",
+        used_by: "the deployment's pauses and the remote topics it created (every node reads it; the node that takes a pause or creates a remote topic writes it)",
         readme_resource: "topic `ferry.control.internal`",
         readme_rights_extra: "",
     },
@@ -229,6 +231,14 @@ pub const RIGHTS: &[Row] = &[
         rights: &[Alter],
         used_by: "topic ACL sync creates the remote topics' ACL bindings (CreateAcls; Alter implies Describe)",
         readme_resource: "cluster, only with `sync_topic_acls_enabled`",
+        readme_rights_extra: "",
+    },
+    Row {
+        side: Target,
+        subject: DeletedRemoteTopics,
+        rights: &[Op::Delete],
+        used_by: "deletions that follow: topic sync deletes a remote topic it created once its source topic is gone",
+        readme_resource: "topic `{source}.<topic>` for every copied topic, only with `sync_topic_deletions = true`",
         readme_rights_extra: "",
     },
 ];
@@ -297,6 +307,7 @@ fn in_use(plan: &FlowPlan, row: &Row) -> bool {
         CheckpointsTopic => s.emit_checkpoints_enabled,
         CheckpointedGroups | CheckpointsTransactionalId | ReverseOffsetSyncsTopic => s.runs_checkpoints(),
         AclSyncCluster => s.sync_topic_acls_enabled,
+        DeletedRemoteTopics => s.topic_deletions == crate::config::TopicDeletions::On,
         CopierTransactionalId => s.delivery == crate::config::Delivery::ExactlyOnce,
         CopiedTopics | CopierGroup | RemoteTopics | ProgressTopic | LeaseTopic | ControlTopic | LeaseGroup
         | SyncedGroups => true,
@@ -316,6 +327,9 @@ pub fn needs(plan: &FlowPlan, identity: &Identity, selected: &Selected<'_>) -> V
         };
         match row.subject {
             CopiedTopics => selected.topics.iter().for_each(|t| push(on_side, Resource::Topic(t.clone()))),
+            DeletedRemoteTopics => {
+                selected.topics.iter().for_each(|t| push(on_side, Resource::Topic(remote_topic(plan, t))));
+            }
             RemoteTopics => {
                 let heartbeats = plan.policy.heartbeats_topic();
                 let mut remotes: Vec<String> = selected.topics.iter().map(|t| remote_topic(plan, t)).collect();

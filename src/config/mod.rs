@@ -298,6 +298,20 @@ pub struct FlowSettings {
     pub schemas: schema_registry::SchemaSettings,
     /// Records not copied (`[[flows.filter]]`) and header rules (`[flows.headers]`).
     pub record_rules: crate::record_rules::RecordRulesSpec,
+    /// Whether remote topics ferry created are deleted once their source topic is gone.
+    pub topic_deletions: TopicDeletions,
+    /// How long a source topic must stay gone before its remote topic is deleted.
+    pub topic_deletion_grace: Duration,
+}
+
+/// `sync_topic_deletions`: off (the default), reported only, or done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TopicDeletions {
+    #[default]
+    Off,
+    /// Pending deletions are shown in `/flows` and logged; nothing is deleted.
+    DryRun,
+    On,
 }
 
 /// Where a source partition that has no stored progress (a new flow, a new topic or partition)

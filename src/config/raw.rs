@@ -144,6 +144,9 @@ pub struct RawFlow {
     pub filter: Option<Vec<RawFilterRule>>,
     /// `[flows.headers]`: headers dropped, renamed and inserted on every copied record.
     pub headers: Option<RawHeaderRules>,
+    /// `true`, `false` or `"dry_run"`: delete remote topics ferry created once their source topic is gone.
+    pub sync_topic_deletions: Option<RawValue>,
+    pub topic_deletion_grace_seconds: Option<f64>,
 }
 
 /// One `[[flows.filter]]` rule: drops a record when every condition it states holds.

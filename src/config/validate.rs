@@ -62,6 +62,7 @@ pub fn validate(
 
     one_principal_per_realm(&clusters, &mut errors);
     unprotected_identity_cycles(&flows, &mut errors);
+    identity_deletions_in_cycles(&flows, &mut errors);
     one_flow_per_offset_syncs_topic(&flows, &mut errors);
     share_routes(&mut flows);
     if errors.is_empty() { Ok(FlowSet { clusters, flows }) } else { Err(ConfigErrors(errors)) }
@@ -135,6 +136,35 @@ fn unprotected_identity_cycles(flows: &BTreeMap<FlowId, FlowPlan>, errors: &mut 
             )
         };
         errors.push(ConfigError { file: p.file.clone(), line: None, key: "replication_policy".to_string(), reason });
+    }
+}
+
+/// Under the identity policy a remote topic is also the target's own topic of that name: in an
+/// active-active pair (any cycle back to the source) producers on the target write it too, so deleting
+/// it because the source's went would delete the target's data. Refused.
+fn identity_deletions_in_cycles(flows: &BTreeMap<FlowId, FlowPlan>, errors: &mut Vec<ConfigError>) {
+    let enabled: Vec<&FlowPlan> = flows.values().filter(|p| p.settings.enabled).collect();
+    let edges: Vec<(&str, &str)> = enabled.iter().map(|p| (p.id.source.as_str(), p.id.target.as_str())).collect();
+    for p in &enabled {
+        let s = &p.settings;
+        if s.topic_deletions == super::TopicDeletions::Off || s.replication_policy != PolicyKind::Identity {
+            continue;
+        }
+        let Some(path) = topology::shortest_path(&edges, &p.id.target, &p.id.source) else { continue };
+        let mut cycle = vec![p.id.source.clone()];
+        cycle.extend(path);
+        cycle.pop();
+        errors.push(ConfigError {
+            file: p.file.clone(),
+            line: None,
+            key: "sync_topic_deletions".to_string(),
+            reason: format!(
+                "flow {} uses the identity policy on the replication cycle {}: its remote topics are also `{}`'s own topics, written there too; deleting them when the source's go would delete that data. Turn sync_topic_deletions off for this flow, or use the default policy",
+                p.id,
+                topology::show_cycle(&cycle),
+                p.id.target
+            ),
+        });
     }
 }
 
@@ -651,6 +681,31 @@ mod tests {
     }
 
     const THREE: &str = "[clusters.a]\nbootstrap_servers = \"a:9092\"\n[clusters.b]\nbootstrap_servers = \"b:9092\"\n[clusters.c]\nbootstrap_servers = \"c:9092\"\n";
+
+    #[test]
+    fn deletions_that_follow_are_refused_for_identity_flows_on_a_cycle() {
+        let deleting = identity_flow("a", "b", "sync_topic_deletions = true\n");
+        let dry = identity_flow("a", "b", "sync_topic_deletions = \"dry_run\"\n");
+        let ba = identity_flow("b", "a", "");
+        // One way, or the default policy both ways: valid.
+        parse(&[("c.toml", THREE), ("ab.toml", &deleting)], &no_env).expect("no cycle");
+        let default_ab = "[[flows]]\nsource = \"a\"\ntarget = \"b\"\nsync_topic_deletions = true\n";
+        let default_ba = "[[flows]]\nsource = \"b\"\ntarget = \"a\"\n";
+        parse(&[("c.toml", THREE), ("ab.toml", default_ab), ("ba.toml", default_ba)], &no_env).expect("default policy");
+        for ab in [&deleting, &dry] {
+            let err = parse(&[("c.toml", THREE), ("ab.toml", ab), ("ba.toml", &ba)], &no_env).expect_err("refused");
+            assert_eq!(err.0.len(), 1, "{err}");
+            assert_eq!(
+                (err.0[0].file.as_path(), err.0[0].key.as_str()),
+                (Path::new("ab.toml"), "sync_topic_deletions")
+            );
+            assert!(err.0[0].reason.contains("flow a->b") && err.0[0].reason.contains("a->b->a"), "{err}");
+        }
+        let bad = identity_flow("a", "b", "sync_topic_deletions = \"yes\"\ntopic_deletion_grace_seconds = 0\n");
+        let err = parse(&[("c.toml", THREE), ("ab.toml", &bad)], &no_env).expect_err("refused").to_string();
+        assert!(err.contains("flows[0].sync_topic_deletions") && err.contains("`yes` is not a choice"), "{err}");
+        assert!(err.contains("flows[0].topic_deletion_grace_seconds"), "{err}");
+    }
 
     #[test]
     fn identity_cycles_need_the_provenance_header_on_every_flow() {

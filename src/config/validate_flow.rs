@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::fields::*;
-use super::raw::{RawFilterRule, RawFlow, RawHeaderRules};
+use super::raw::{RawFilterRule, RawFlow, RawHeaderRules, RawValue};
 use super::schema_registry::{OnUnknownSchema, SchemaMode, SchemaSettings};
 use super::{
     ClusterSpec, Delivery, FlowId, FlowPlan, FlowSettings, GroupProtocol, OffsetSyncsLocation, PolicyKind,
-    SourceGapPolicy, StartFrom,
+    SourceGapPolicy, StartFrom, TopicDeletions,
 };
 use crate::filter::{self, GroupFilter, TopicFilter};
 use crate::mm2::connect_offsets;
@@ -257,6 +257,23 @@ pub(super) fn flow(
     );
 
     let record_rules = record_rules(rf.filter, rf.headers, &k, errs);
+    let topic_deletions = match rf.sync_topic_deletions {
+        None | Some(RawValue::Bool(false)) => TopicDeletions::Off,
+        Some(RawValue::Bool(true)) => TopicDeletions::On,
+        Some(RawValue::String(s)) if s == "dry_run" => TopicDeletions::DryRun,
+        Some(other) => {
+            errs.push(
+                k("sync_topic_deletions"),
+                format!("`{}` is not a choice; use true, false or \"dry_run\"", other.into_string()),
+            );
+            TopicDeletions::Off
+        }
+    };
+    if topic_deletions == TopicDeletions::Off && rf.topic_deletion_grace_seconds.is_some() {
+        errs.push(k("topic_deletion_grace_seconds"), "applies only with sync_topic_deletions = true or \"dry_run\"");
+    }
+    let topic_deletion_grace =
+        seconds(&k("topic_deletion_grace_seconds"), rf.topic_deletion_grace_seconds, 3600.0, errs);
 
     let settings = FlowSettings {
         topics,
@@ -342,6 +359,8 @@ pub(super) fn flow(
         start_from,
         schemas,
         record_rules,
+        topic_deletions,
+        topic_deletion_grace,
     };
 
     if errs.out.len() > before {

@@ -117,6 +117,11 @@ pub enum ItemErrorsChanged {
     Groups(BTreeMap<String, ItemError>),
 }
 
+/// Remote topics waiting out `sync_topic_deletions`' grace period (the complete list; the leader's).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct TopicDeletionsPending(pub Vec<crate::flow::topic_deletions::PendingDeletion>);
+
 /// The source partitions the copier group gives this node now (`topic-partition`, sorted).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
@@ -134,4 +139,5 @@ pub struct Parent {
     pub assigned: Recipient<AssignedPartitions>,
     pub problems: Recipient<PartitionProblems>,
     pub item_errors: Recipient<ItemErrorsChanged>,
+    pub deletions: Recipient<TopicDeletionsPending>,
 }

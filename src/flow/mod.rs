@@ -12,6 +12,7 @@ pub mod offset_syncs;
 pub mod pause;
 pub mod progress;
 pub mod supervisor;
+pub mod topic_deletions;
 pub mod topics;
 pub mod worker;
 pub mod writable;

@@ -20,7 +20,7 @@ use super::heartbeats;
 use super::lease;
 use super::messages::{
     ActorKind, ActorStatusChanged, AssignedPartitions, Assignment, ChildExited, GroupMembers, ItemErrorsChanged,
-    Leadership, Parent, PartitionProblems, TopicsReady,
+    Leadership, Parent, PartitionProblems, TopicDeletionsPending, TopicsReady,
 };
 use super::offset_syncs::{self, SyncQueue};
 use super::pause::PauseSwitch;
@@ -179,6 +179,7 @@ impl FlowSupervisor {
             assigned: me.clone().recipient(),
             problems: me.clone().recipient(),
             item_errors: me.clone().recipient(),
+            deletions: me.clone().recipient(),
         }
     }
 
@@ -220,7 +221,9 @@ impl FlowSupervisor {
             }
             ActorKind::Heartbeats => self.heartbeats = Some(heartbeats::worker(plan, conns, me).start()),
             ActorKind::Topics => {
-                self.topics = Some(TopicSync::new(plan, conns, me, self.leading, self.kept_topics.clone()).start())
+                let deployment = self.identity.deployment.clone();
+                self.topics =
+                    Some(TopicSync::new(plan, conns, me, self.leading, self.kept_topics.clone(), deployment).start())
             }
             ActorKind::Lease => self.lease = Some(lease::worker(plan, conns, me, self.identity.clone()).start()),
         }
@@ -392,6 +395,13 @@ impl Handler<PartitionProblems> for FlowSupervisor {
     type Result = ();
     fn handle(&mut self, msg: PartitionProblems, _: &mut Context<Self>) {
         self.status.set_partition_problems(&self.flow(), msg.0);
+    }
+}
+
+impl Handler<TopicDeletionsPending> for FlowSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: TopicDeletionsPending, _: &mut Context<Self>) {
+        self.status.set_topic_deletions(&self.flow(), msg.0);
     }
 }
 

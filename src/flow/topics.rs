@@ -20,10 +20,14 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::messages::{ActorKind, ActorStatusChanged, Assignment, ChildExited, ItemErrorsChanged, Parent, TopicsReady};
+use super::messages::{
+    ActorKind, ActorStatusChanged, Assignment, ChildExited, ItemErrorsChanged, Parent, TopicDeletionsPending,
+    TopicsReady,
+};
+use super::topic_deletions;
 use crate::acl_sync;
 use crate::clients::{Admin, FlowConnections, Isolation, MetaConsumer};
-use crate::config::{FlowPlan, GroupProtocol};
+use crate::config::{FlowPlan, GroupProtocol, TopicDeletions};
 use crate::failpoints;
 use crate::filter::ConfigPropertyFilter;
 use crate::flow::writable::{self, Writable};
@@ -48,6 +52,10 @@ struct Clients {
     source_admin: Admin,
     target_admin: Admin,
     config_filter: ConfigPropertyFilter,
+    /// The target connection (its internal-topics producer records created topics).
+    target: Arc<crate::clients::Connection>,
+    /// The deployment's name: created-topic records are the deployment's.
+    deployment: String,
 }
 
 /// Partitions beyond which one flow's copier group on the classic protocol is unlikely to settle:
@@ -97,6 +105,10 @@ pub struct TopicSync {
     /// logged as a warning.
     waiting_since: Option<Instant>,
     waiting_warned: Option<Instant>,
+    deployment: String,
+    /// Remote topics waiting out `sync_topic_deletions`' grace period at the last refresh; `None` until
+    /// this node's first deletion pass as leader (which reads the created-topic records whatever it finds).
+    pending_deletions: Option<Vec<topic_deletions::PendingDeletion>>,
 }
 
 /// Remote partitions that have not taken writes for this long are warned about (again every as long).
@@ -117,8 +129,11 @@ impl TopicSync {
         supervisor: Parent,
         leading: bool,
         kept: KeptTopics,
+        deployment: String,
     ) -> Self {
         Self {
+            deployment,
+            pending_deletions: None,
             leading,
             kept,
             plan,
@@ -155,6 +170,8 @@ impl TopicSync {
             // Validation compiled these patterns already: a failure here cannot happen, but would not panic.
             config_filter: ConfigPropertyFilter::new(self.plan.settings.config_properties_exclude.as_deref())
                 .unwrap_or_default(),
+            target: target.clone(),
+            deployment: self.deployment.clone(),
         });
         self.clients = Some(c.clone());
         Ok(c)
@@ -201,9 +218,11 @@ impl TopicSync {
         let leading = self.leading;
         let syncs = Syncs { configs: sync_configs && leading, acls: sync_acls && leading };
         let kept = if s.refresh_topics_enabled { None } else { self.kept.get().cloned() };
+        // A pass reads the created-topic records when something is (or was) pending, or as its first.
+        let reconcile = self.pending_deletions.as_ref().is_none_or(|p| !p.is_empty());
         let span = tracing::info_span!("actor", flow = %plan.id, actor = ActorKind::Topics.name());
         let fut = tracing::Instrument::instrument(
-            async move { refresh_once(&plan, &clients, syncs, &previously, leading, kept.as_ref()).await },
+            async move { refresh_once(&plan, &clients, syncs, &previously, leading, kept.as_ref(), reconcile).await },
             span,
         );
         ctx.spawn(fut.into_actor(self).map(move |result, me, ctx| {
@@ -226,6 +245,10 @@ impl TopicSync {
                     }
                     if let Some(acls) = refreshed.acls.take() {
                         me.acls_synced(acls, &mut refreshed.outcomes);
+                    }
+                    if let Some(pending) = refreshed.pending_deletions.take() {
+                        me.supervisor.deletions.do_send(TopicDeletionsPending(pending.clone()));
+                        me.pending_deletions = Some(pending);
                     }
                     let failing = me.record_outcomes(&refreshed) || me.acl_problem.is_some();
                     me.selected = refreshed.selected;
@@ -448,6 +471,8 @@ struct Refreshed {
     incomplete: bool,
     /// The topic ACL sync's result, if it ran.
     acls: Option<Result<acl_sync::Synced, String>>,
+    /// The leader's deletion pass ran (`sync_topic_deletions`): what waits out the grace period.
+    pending_deletions: Option<Vec<topic_deletions::PendingDeletion>>,
 }
 
 /// The leader's periodic syncs a refresh runs.
@@ -475,6 +500,7 @@ async fn refresh_once(
     previously: &BTreeSet<String>,
     leading: bool,
     kept: Option<&BTreeSet<String>>,
+    reconcile: bool,
 ) -> Result<Refreshed, KafkaOpError> {
     failpoints::check(failpoints::TOPICS_REFRESH).map_err(|reason| KafkaOpError::Other {
         cluster: plan.source.alias.clone(),
@@ -556,6 +582,7 @@ async fn refresh_once(
     }
     let mut changed = BTreeSet::new();
     let by_remote: HashMap<String, &String> = selected.keys().map(|t| (remote(t), t)).collect();
+    let mut created_now = Vec::new();
     for (name, outcome) in kafka::create_topics(&clients.target_admin, target, &creates).await? {
         let Some(topic) = by_remote.get(&name) else { continue };
         match outcome {
@@ -564,12 +591,14 @@ async fn refresh_once(
                     let partitions = selected[*topic];
                     tracing::info!(flow = %plan.id, topic = %name, partitions, "created remote topic");
                     METRICS.topics_created.with_label_values(&[&plan.id.to_string()]).inc();
+                    created_now.push((name.clone(), (*topic).clone()));
                 }
                 changed.insert(name);
             }
             Err(e) => fail(topic, format!("remote topic {name} on `{target}`: {e}")),
         }
     }
+    topic_deletions::record_created(&clients.target, &clients.deployment, plan, &created_now).await;
     for (name, outcome) in kafka::grow_topics(&clients.target_admin, target, &grows).await? {
         let Some(topic) = by_remote.get(&name) else { continue };
         match outcome {
@@ -628,7 +657,22 @@ async fn refresh_once(
         }
     }
     let deleted = previously.iter().filter(|t| !source_topics.contains_key(*t)).cloned().collect();
+    let pending_deletions = if leading && plan.settings.topic_deletions != TopicDeletions::Off {
+        let pass = topic_deletions::DeletionPass {
+            plan,
+            deployment: &clients.deployment,
+            conn: &clients.target,
+            admin: &clients.target_admin,
+            source_topics: &source_topics.keys().cloned().collect(),
+            target_topics: &target_topics.keys().cloned().collect(),
+            reconcile,
+        };
+        Some(pass.run().await)
+    } else {
+        None
+    };
     Ok(Refreshed {
+        pending_deletions,
         assignment: Assignment { partitions, deleted },
         source_has_heartbeats,
         selected: selected_names,
@@ -727,6 +771,10 @@ impl Handler<SetLeading> for TopicSync {
         self.leading = msg.0;
         if !self.leading {
             self.acl_problem = None; // the leader's duty, reported by the leader
+            if self.pending_deletions.take().is_some_and(|p| !p.is_empty()) {
+                self.supervisor.deletions.do_send(TopicDeletionsPending(Vec::new()));
+                METRICS.remote_topics_pending_deletion.with_label_values(&[&self.plan.id.to_string()]).set(0);
+            }
         }
         if gained {
             self.configs_synced = None;

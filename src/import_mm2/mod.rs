@@ -8,6 +8,7 @@
 //! behind.
 
 mod dedicated;
+mod java_regex;
 mod mapping;
 mod model;
 mod properties;
@@ -18,7 +19,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-pub use mapping::{env_var, jaas, java_only};
+pub use java_regex::java_only;
+pub use mapping::{env_var, jaas};
 pub use model::Unmapped;
 
 /// What `ferry import-mm2` was asked to do.

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use toml::Value;
 
-use super::mapping::java_only;
+use super::java_regex::java_only;
 use super::model::{Prop, Unmapped};
 
 const TRANSFORMS: &str = "org.apache.kafka.connect.transforms.";

@@ -152,6 +152,9 @@ pub struct FlowStatus {
     /// started (`ferry_records_filtered_total`); absent before the first record was looked at.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub records_filtered: Option<Filtered>,
+    /// `sync_topic_deletions`: remote topics whose source topic is gone, each with when it will be
+    /// deleted (or would be, `dry_run`). Shown by the node that leads the flow.
+    pub topic_deletions: Vec<PendingDeletion>,
     /// `at_least_once` or `exactly_once`: the flow's `delivery`, from its definition (whatever its
     /// copier does).
     pub delivery: &'static str,
@@ -203,6 +206,18 @@ pub struct TransactionFigures {
     pub last_commit_at: Option<String>,
 }
 
+/// A remote topic waiting out the grace period (`/flows` `topic_deletions`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PendingDeletion {
+    pub topic: String,
+    pub source_topic: String,
+    /// RFC 3339.
+    pub source_gone_since: String,
+    pub deletes_at: String,
+    /// `sync_topic_deletions = "dry_run"`: it will not be deleted.
+    pub dry_run: bool,
+}
+
 /// Records a flow's filter rules dropped: in all, and per rule (the first that matched).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Filtered {
@@ -240,6 +255,7 @@ impl FlowStatus {
             last_checkpoint_at: None,
             records_skipped: Skipped::default(),
             records_filtered: None,
+            topic_deletions: Vec::new(),
             delivery: "at_least_once",
             transactions: None,
             schemas: None,
@@ -407,6 +423,11 @@ impl StatusBoard {
 
     pub fn set_partition_problems(&self, flow: &str, problems: Vec<PartitionProblem>) {
         self.with_flow(flow, |f| f.partition_problems = problems);
+    }
+
+    /// The leader's pending `sync_topic_deletions` (its dry-run view).
+    pub fn set_topic_deletions(&self, flow: &str, pending: Vec<PendingDeletion>) {
+        self.with_flow(flow, |f| f.topic_deletions = pending);
     }
 
     pub fn set_topic_errors(&self, flow: &str, errors: BTreeMap<String, ItemError>) {

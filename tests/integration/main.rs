@@ -41,6 +41,7 @@ mod secrets;
 mod secure_harness;
 mod security;
 mod takeover;
+mod topic_deletions;
 mod topics;
 mod topologies;
 mod validate;
