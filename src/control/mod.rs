@@ -132,33 +132,58 @@ impl ControlWatch {
         let alias = self.cluster.alias.clone();
         let key = pause_key(deployment, flow);
         let value = serde_json::to_vec(record).unwrap_or_default();
-        async move {
-            let lane = tokio::task::spawn_blocking(move || conn.internal())
-                .await
-                .map_err(|e| format!("create the producer for `{alias}`: {e}"))?
-                .map_err(|e| format!("record it in {CONTROL_TOPIC}: {e}"))?;
+        async move { write_records(&conn, &alias, vec![(key, value)]).await.pop().unwrap_or(Err("nothing written".into())) }
+    }
+}
+
+/// Writes `(key, value)` records to the control topic of `conn`'s cluster (`alias`), all in flight at
+/// once; one outcome per record, in order: the record's offset once acknowledged (within 10 s).
+pub async fn write_records(
+    conn: &Arc<Connection>,
+    alias: &str,
+    records: Vec<(String, Vec<u8>)>,
+) -> Vec<Result<i64, String>> {
+    let c = conn.clone();
+    let failed = |e: String| records.iter().map(|_| Err(e.clone())).collect();
+    let lane = match tokio::task::spawn_blocking(move || c.internal()).await {
+        Ok(Ok(lane)) => lane,
+        Ok(Err(e)) => return failed(format!("record it in {CONTROL_TOPIC}: {e}")),
+        Err(e) => return failed(format!("create the producer for `{alias}`: {e}")),
+    };
+    let waiting: Vec<_> = records
+        .iter()
+        .map(|(key, value)| {
             let (done, outcome) = tokio::sync::oneshot::channel();
             let record = Outgoing {
                 topic: CONTROL_TOPIC,
                 partition: 0,
                 key: key.as_bytes(),
-                payload: &value,
+                payload: value,
                 headers: None,
                 timestamp: None,
             };
             lane.send(record, move |o| {
                 let _ = done.send(o);
             })
-            .map_err(|e| format!("record it in {CONTROL_TOPIC} on `{alias}`: {e}"))?;
-            match tokio::time::timeout(Duration::from_secs(10), outcome).await {
+            .map(|()| outcome)
+            .map_err(|e| format!("record it in {CONTROL_TOPIC} on `{alias}`: {e}"))
+        })
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut out = Vec::with_capacity(waiting.len());
+    for w in waiting {
+        out.push(match w {
+            Err(e) => Err(e),
+            Ok(outcome) => match tokio::time::timeout_at(deadline, outcome).await {
                 Ok(Ok(Ok(landed))) => Ok(landed.offset),
                 Ok(Ok(Err(e))) => Err(format!("record it in {CONTROL_TOPIC} on `{alias}`: {e}")),
                 Ok(Err(_)) | Err(_) => {
                     Err(format!("record it in {CONTROL_TOPIC} on `{alias}`: not acknowledged in 10 s"))
                 }
-            }
-        }
+            },
+        });
     }
+    out
 }
 
 impl Drop for ControlWatch {

@@ -27,7 +27,7 @@ use rdkafka::message::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::clients::Admin;
-use crate::clients::{Connection, Outgoing};
+use crate::clients::Connection;
 use crate::config::{FlowId, FlowPlan, TopicDeletions};
 use crate::control::CONTROL_TOPIC;
 use crate::kafka::{self, ADMIN_TIMEOUT};
@@ -135,42 +135,9 @@ async fn write(conn: &Arc<Connection>, key: &str, record: &Created) -> Result<()
 
 /// Writes every record to the control topic; one outcome per record, in order.
 async fn write_all(conn: &Arc<Connection>, records: Vec<(String, Created)>) -> Vec<Result<(), String>> {
-    let c = conn.clone();
-    let lane = match tokio::task::spawn_blocking(move || c.internal()).await {
-        Ok(Ok(lane)) => lane,
-        Ok(Err(e)) => return records.iter().map(|_| Err(format!("record it in {CONTROL_TOPIC}: {e}"))).collect(),
-        Err(e) => return records.iter().map(|_| Err(e.to_string())).collect(),
-    };
-    let mut waiting = Vec::with_capacity(records.len());
-    for (key, record) in &records {
-        let value = serde_json::to_vec(record).unwrap_or_default();
-        let (done, outcome) = tokio::sync::oneshot::channel();
-        let out = Outgoing {
-            topic: CONTROL_TOPIC,
-            partition: 0,
-            key: key.as_bytes(),
-            payload: &value,
-            headers: None,
-            timestamp: None,
-        };
-        let sent = lane.send(out, move |o| {
-            let _ = done.send(o);
-        });
-        waiting.push(sent.map(|()| outcome).map_err(|e| format!("record it in {CONTROL_TOPIC}: {e}")));
-    }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let mut out = Vec::with_capacity(waiting.len());
-    for w in waiting {
-        out.push(match w {
-            Err(e) => Err(e),
-            Ok(outcome) => match tokio::time::timeout_at(deadline, outcome).await {
-                Ok(Ok(Ok(_))) => Ok(()),
-                Ok(Ok(Err(e))) => Err(format!("record it in {CONTROL_TOPIC}: {e}")),
-                _ => Err(format!("record it in {CONTROL_TOPIC}: not acknowledged in 10 s")),
-            },
-        });
-    }
-    out
+    let alias = conn.cluster().alias.clone();
+    let encoded = records.into_iter().map(|(k, r)| (k, serde_json::to_vec(&r).unwrap_or_default())).collect();
+    crate::control::write_records(conn, &alias, encoded).await.into_iter().map(|r| r.map(|_| ())).collect()
 }
 
 /// The flow's created-topic records, newest per remote topic (on a thread: a read may take
