@@ -354,6 +354,9 @@ fn unmapped_reason(k: &str, v: &str) -> String {
         "topic.filter.class" | "group.filter.class" | "forwarding.admin.class" => {
             format!("custom class `{v}`: ferry has no plug-ins")
         }
+        "header.converter" if !v.ends_with("ByteArrayConverter") => format!(
+            "header converter `{v}`: with it MM2 writes header values as text (binary ones base64-encoded, measured with SimpleHeaderConverter); ferry copies header bytes unchanged, so consumers that decode MM2's text must read the original bytes"
+        ),
         _ if k.ends_with("converter") || k.contains("converter.") => "converters: ferry copies bytes unchanged".into(),
         _ if k.starts_with("config.providers") => {
             "Kafka config providers: ferry reads `${VAR}` and `${file:PATH}` instead".into()

@@ -1,6 +1,7 @@
 //! `ferry import-mm2` as an operator moving from MM2 uses it: a realistic `mm2.properties` and a Strimzi
 //! `KafkaMirrorMaker2` in the shape of Strimzi's published examples become a flows directory that
-//! `ferry validate` accepts, with every mapped key's value, every other key reported, and no secret.
+//! `ferry validate` accepts, with every mapped key's value, every other key reported, and no secret; and an
+//! MM2 SMT chain, run by MM2 itself and by ferry from the imported rules, copies the same records.
 
 use crate::support;
 
@@ -327,4 +328,120 @@ fn a_strimzi_resource_becomes_flows_that_take_over_from_its_connectors() {
     let valid = ferry(&["validate", "--flows", out.to_str().expect("path")], &[]);
     assert!(valid.status.success(), "{}", text(&valid.stderr));
     assert!(!text(&valid.stdout).contains("Scram-Pass-From-Secret"));
+}
+
+/// Standard base64 with padding, as Connect's `Values` writes bytes.
+fn base64(bytes: &[u8]) -> Vec<u8> {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    for c in bytes.chunks(3) {
+        let n =
+            (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            out.push(if i <= c.len() { A[(n >> (18 - 6 * i) & 63) as usize] } else { b'=' });
+        }
+    }
+    out
+}
+
+/// The SMT chain of an MM2 flow, scoped to `s->t`: debug records and tombstones dropped, a lineage
+/// header inserted, a secret header dropped.
+fn smt_chain(s: &str, t: &str) -> String {
+    format!(
+        "{s}->{t}.transforms = dropDebug, dropTombstones, lineage, strip
+{s}->{t}.transforms.dropDebug.type = org.apache.kafka.connect.transforms.Filter
+{s}->{t}.transforms.dropDebug.predicate = isDebug
+{s}->{t}.transforms.dropTombstones.type = org.apache.kafka.connect.transforms.Filter
+{s}->{t}.transforms.dropTombstones.predicate = isTombstone
+{s}->{t}.transforms.lineage.type = org.apache.kafka.connect.transforms.InsertHeader
+{s}->{t}.transforms.lineage.header = x-origin
+{s}->{t}.transforms.lineage.value.literal = dc-east
+{s}->{t}.transforms.strip.type = org.apache.kafka.connect.transforms.DropHeaders
+{s}->{t}.transforms.strip.headers = x-secret
+{s}->{t}.header.converter = org.apache.kafka.connect.storage.SimpleHeaderConverter
+{s}->{t}.predicates = isDebug, isTombstone
+{s}->{t}.predicates.isDebug.type = org.apache.kafka.connect.transforms.predicates.HasHeaderKey
+{s}->{t}.predicates.isDebug.name = x-debug
+{s}->{t}.predicates.isTombstone.type = org.apache.kafka.connect.transforms.predicates.RecordIsTombstone
+"
+    )
+}
+
+/// MM2 with an SMT chain, and ferry with what `import-mm2` made of the same file, copy the same source
+/// topic: the two copies hold the same records with the same headers.
+#[test]
+fn an_imported_smt_chain_copies_what_mm2_copies() {
+    use std::time::Duration;
+    use support::mm2::{Mm2, dedicated_properties_as};
+    use support::{Rec, consume_all, create_topic, produce, shared_pair, unique, wait_for};
+
+    let (east, west) = shared_pair();
+    let topic = unique("smt-chain");
+    create_topic(&east.bootstrap, &topic, 1, &[]);
+    let recs: Vec<Rec> = (0..60)
+        .map(|i| {
+            let mut r =
+                Rec::new(0, format!("v-{i}").as_bytes(), 1_700_000_000_000 + i).key(format!("k-{i}").as_bytes());
+            if i % 5 == 0 {
+                r = r.header("x-debug", Some(b"1"));
+            }
+            if i % 7 == 3 {
+                r.value = None;
+            }
+            r.header("x-secret", Some(b"s3cret")).header("trace", Some(&[0xff, 0x00, i as u8]))
+        })
+        .collect();
+    produce(&east.bootstrap, &topic, &recs);
+    let kept = recs.iter().enumerate().filter(|(i, _)| i % 5 != 0 && i % 7 != 3).count();
+
+    // MM2 under aliases of its own; ferry imports the same file under others (its own remote topic).
+    let props = |s: &str, t: &str| {
+        format!("{}{}", dedicated_properties_as(s, east, t, west, &topic, "none-such"), smt_chain(s, t))
+    };
+    let mut mm2 = Mm2::start(&props("smtm", "smtn"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("mm2.properties");
+    std::fs::write(&file, props("smtf", "smtg")).expect("write");
+    let out = dir.path().join("flows");
+    let run = ferry(&["import-mm2", file.to_str().expect("path"), "--out", out.to_str().expect("path")], &[]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let imported = flow(&out, "smtf-to-smtg.toml");
+    assert!(imported.get("filter").is_some() && imported.get("headers").is_some(), "{imported:?}");
+    let report = text(&run.stdout);
+    assert!(report.contains("smtf->smtg.header.converter: header converter") && report.contains("base64"), "{report}");
+    let mut ferry = support::Ferry::start(&out, &[]);
+
+    let (by_mm2, by_ferry) = (format!("smtm.{topic}"), format!("smtf.{topic}"));
+    for remote in [&by_mm2, &by_ferry] {
+        wait_for(Duration::from_secs(120), &format!("{kept} records on {remote}"), || {
+            mm2.assert_running();
+            support::scenario::assert_alive(&mut ferry);
+            support::topic_partitions(&west.bootstrap, remote).is_some()
+                && consume_all(&west.bootstrap, remote, Duration::from_secs(10)).len() >= kept
+        });
+    }
+    let read = |remote: &str| -> Vec<_> {
+        consume_all(&west.bootstrap, remote, Duration::from_secs(30))
+            .into_iter()
+            .map(|r| (r.key, r.value, r.headers, r.timestamp))
+            .collect()
+    };
+    let (m, f) = (read(&by_mm2), read(&by_ferry));
+    assert_eq!(m.len(), kept, "MM2 copied the records its chain keeps");
+    // The same records, keys, values, timestamps and header names; MM2's header converter (which its
+    // InsertHeader needs: with the default ByteArrayConverter the task dies on the STRING header) wrote
+    // the binary `trace` values as base64 text. ferry copies them as they were.
+    assert_eq!(f.len(), m.len());
+    for ((fk, fv, fh, ft), (mk, mv, mh, mt)) in f.iter().zip(&m) {
+        assert_eq!((fk, fv, ft), (mk, mv, mt), "same record");
+        let names = |h: &Vec<(String, Option<Vec<u8>>)>| h.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+        assert_eq!(names(fh), ["trace", "x-origin"], "x-secret dropped, x-origin inserted");
+        assert_eq!(names(fh), names(mh));
+        assert_eq!(fh[1], mh[1], "the inserted header");
+        let (ours, theirs) = (fh[0].1.clone().unwrap_or_default(), mh[0].1.clone().unwrap_or_default());
+        assert_eq!(theirs, base64(&ours), "MM2 base64-encodes a binary header; ferry keeps its bytes");
+    }
+    mm2.stop(Duration::from_secs(30));
+    let status = ferry.terminate(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}");
 }
