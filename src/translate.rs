@@ -72,7 +72,8 @@ pub fn translated_offsets(plan: &FlowPlan, group: &str) -> Result<TranslatedOffs
 
 /// The upstream name of a checkpoint's downstream `topic` on flow `plan`: `east.orders` → `orders` on a
 /// forward flow, `orders` → `east.orders` on the reverse flow of a fail-back (the group read the remote
-/// topic on the flow's source), the same name under the identity policy.
+/// topic on the flow's source), the same name under the identity policy. A naming template reads and
+/// writes names the same way (`orders.east` → `orders`, `orders` → `orders.east` with `{topic}.{source}`).
 pub fn upstream_topic(plan: &FlowPlan, topic: &str) -> String {
     if plan.settings.replication_policy == PolicyKind::Identity {
         return topic.to_string();

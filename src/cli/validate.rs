@@ -37,7 +37,9 @@ pub fn set_json(dir: &Path, set: &FlowSet) -> Value {
                 "replication_policy": match s.replication_policy {
                     PolicyKind::Default => "default",
                     PolicyKind::Identity => "identity",
+                    PolicyKind::Template => "template",
                 },
+                "remote_topic": s.remote_topic,
                 "replication_policy_separator": s.replication_policy_separator,
                 "refresh_topics_interval_seconds": s.refresh_topics_interval.as_secs_f64(),
                 "emit_checkpoints_interval_seconds": s.emit_checkpoints_interval.as_secs_f64(),
