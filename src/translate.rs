@@ -215,3 +215,21 @@ pub fn render_groups(report: &Report) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::upstream_topic;
+    use crate::check::rights::tests::plan;
+
+    #[test]
+    fn upstream_names_under_a_template_both_ways() {
+        let east_west = plan("remote_topic = \"{topic}.{source}\"");
+        // A forward checkpoint: the group reads `orders.east` on west, `orders` on east.
+        assert_eq!(upstream_topic(&east_west, "orders.east"), "orders");
+        // A fail-back checkpoint of this flow as the reverse one: the group read west's copy of `orders`.
+        assert_eq!(upstream_topic(&east_west, "orders"), "orders.west");
+        let default = plan("");
+        assert_eq!(upstream_topic(&default, "east.orders"), "orders");
+        assert_eq!(upstream_topic(&default, "orders"), "west.orders");
+    }
+}
