@@ -19,6 +19,9 @@ pub enum Naming {
 }
 
 /// Hand-written classes published for MM2 deployments, by fully qualified name, with what they do.
+/// Both keep every name, heartbeats too, where ferry's identity policy (like Kafka's) prefixes
+/// heartbeats (`east.heartbeats`): only the heartbeats topics' names differ, which is what lets MM2's
+/// tools see the flow at all.
 const KNOWN: &[(&str, &str, &str)] = &[
     // aws-samples/mirrormaker2-msk-migration: keeps topic names, `topicSource` is the flow's source.
     ("com.amazonaws.kafka.samples.CustomMM2ReplicationPolicy", "identity", "AWS's MSK migration sample, names kept"),
