@@ -96,9 +96,9 @@ fn one_principal_per_realm(clusters: &BTreeMap<String, ClusterSpec>, errors: &mu
 /// cycle of flows (east->west->east, a ring, a mesh) copies the same records around forever unless every
 /// flow on it carries the provenance header. Default-policy names carry their origin and stop loops by
 /// themselves; a cycle mixing the two has neither protection. A naming template without `{source}`
-/// (`dr-{topic}`) carries no origin either, and no provenance header: on a cycle it is refused outright
-/// (the header would protect it, but its names grow at every hop, `dr-dr-orders`, which is never what
-/// is wanted). Each unprotected flow on a cycle through such a flow is an error naming one such cycle.
+/// (`dr-{topic}`) carries no origin either, and the provenance header is the identity policy's only: on
+/// a cycle it is refused outright (even protected, its names would grow at every hop, `dr-dr-orders`).
+/// Each unprotected flow on a cycle through such a flow is an error naming one such cycle.
 fn unprotected_identity_cycles(flows: &BTreeMap<FlowId, FlowPlan>, errors: &mut Vec<ConfigError>) {
     let enabled: Vec<&FlowPlan> = flows.values().filter(|p| p.settings.enabled).collect();
     let edges: Vec<(&str, &str)> = enabled.iter().map(|p| (p.id.source.as_str(), p.id.target.as_str())).collect();
