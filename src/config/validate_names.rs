@@ -12,7 +12,10 @@
 //! - a flow that copies on from the cluster a template flow writes to and would read its names as
 //!   something else (as local topics: copied back, a loop).
 //!
-//! Pairs of flows that both use MM2's policies are left alone: they behave as MM2 does.
+//! Pairs of flows that both use MM2's policies are left alone: they behave as MM2 does. A reader whose
+//! names carry no source (the identity policy, a template without `{source}`) takes every topic for its
+//! own source's whatever the name, so it is not asked to read names back; on a cycle it is refused
+//! anyway, unless it is an identity flow with the provenance header.
 //! Cycles through templates without `{source}` are refused with the identity policy's cycles
 //! (`validate::unprotected_identity_cycles`).
 
