@@ -114,8 +114,14 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::ImportMm2 { file, out, force, secrets_dir, output } => {
-            let opts = ferry::import_mm2::Options { file, out, force, secrets_dir };
+        Command::ImportMm2 { file, out, force, secrets_dir, policy_class, output } => {
+            let opts = ferry::import_mm2::Options {
+                file,
+                out,
+                force,
+                secrets_dir,
+                policy_classes: policy_class.into_iter().collect(),
+            };
             match ferry::import_mm2::import(&opts) {
                 Ok(report) if output == Output::Json => write_stdout(cli::pretty(&report).as_bytes()),
                 Ok(report) => write_stdout(report.table().as_bytes()),

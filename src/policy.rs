@@ -6,6 +6,14 @@
 //! ferry and by a Java MM2 deployment configured the same way are interchangeable. The
 //! internal-topic separator is always the replication separator
 //! (`replication.policy.internal.topic.separator.enabled=true`, the KIP-949 default).
+//!
+//! Adds ferry's naming templates (`remote_topic = "{topic}.{source}"`, [`template`]), read back
+//! by matching the template's literal text, so that every caller (cycle detection, checkpoints,
+//! fail-back, `translate`) works on them unchanged.
+
+mod template;
+
+pub use template::{NameTemplate, TemplateError};
 
 /// The heartbeats topic name; never affected by the separator.
 pub const HEARTBEATS_TOPIC: &str = "heartbeats";
@@ -26,6 +34,14 @@ pub enum ReplicationPolicy {
     /// are still prefixed). `source_alias` is Java's `source.cluster.alias`; inside MM2's
     /// connectors it is always the flow's source alias.
     Identity { separator: String, source_alias: Option<String> },
+    /// ferry's naming template (`remote_topic`): remote topics are named by `template`, read back by
+    /// its literal text. `source_alias` stands in for the origin when the template has no `{source}`
+    /// (like the identity policy's).
+    ///
+    /// Heartbeats and MM2's internal topics keep MM2's default names (`<source>.heartbeats`,
+    /// `<alias>.checkpoints.internal`, separator `.`): MM2's tools (`RemoteClusterUtils`, topology
+    /// discovery) find heartbeats and checkpoints by those names and cannot know a ferry template.
+    Template { template: NameTemplate, source_alias: Option<String> },
 }
 
 impl Default for ReplicationPolicy {
@@ -47,11 +63,30 @@ impl ReplicationPolicy {
         Self::Identity { separator: separator.into(), source_alias: source_alias.map(str::to_owned) }
     }
 
-    /// The separator between alias and topic in remote topic names.
+    /// A naming template, with the alias that stands in for `{source}` when the template has none.
+    #[must_use]
+    pub fn template(template: NameTemplate, source_alias: Option<&str>) -> Self {
+        Self::Template { template, source_alias: source_alias.map(str::to_owned) }
+    }
+
+    /// The separator between alias and topic in remote topic names, and of internal topic names
+    /// (for a template: MM2's default, which only its heartbeats and internal topics use).
     #[must_use]
     pub fn separator(&self) -> &str {
         match self {
             Self::Default { separator } | Self::Identity { separator, .. } => separator,
+            Self::Template { .. } => DEFAULT_SEPARATOR,
+        }
+    }
+
+    /// Whether remote names carry the alias of the cluster they came from, so that cycles are
+    /// seen in the names alone: the default policy and templates with `{source}`.
+    #[must_use]
+    pub fn names_source(&self) -> bool {
+        match self {
+            Self::Default { .. } => true,
+            Self::Identity { .. } => false,
+            Self::Template { template, .. } => template.has_source(),
         }
     }
 
@@ -59,9 +94,11 @@ impl ReplicationPolicy {
     #[must_use]
     pub fn format_remote_topic(&self, source_alias: &str, topic: &str) -> String {
         if self.defers_to_default(topic) {
-            format!("{source_alias}{}{topic}", self.separator())
-        } else {
-            topic.to_owned()
+            return format!("{source_alias}{}{topic}", self.separator());
+        }
+        match self {
+            Self::Template { template, .. } => template.format(source_alias, topic),
+            _ => topic.to_owned(),
         }
     }
 
@@ -74,7 +111,13 @@ impl ReplicationPolicy {
     #[must_use]
     pub fn topic_source(&self, topic: &str) -> Option<String> {
         match self {
-            Self::Identity { source_alias, .. } if !looks_like_heartbeat(topic) => source_alias.clone(),
+            Self::Identity { source_alias, .. } if !self.defers_to_default(topic) => source_alias.clone(),
+            Self::Template { template, source_alias } if !self.defers_to_default(topic) => {
+                match template.read(topic)? {
+                    (Some(source), _) => Some(source.to_owned()),
+                    (None, _) => source_alias.clone(),
+                }
+            }
             _ => java_split_source(topic, self.separator()).map(str::to_owned),
         }
     }
@@ -84,7 +127,10 @@ impl ReplicationPolicy {
     #[must_use]
     pub fn upstream_topic(&self, topic: &str) -> Option<String> {
         if !self.defers_to_default(topic) {
-            return Some(topic.to_owned());
+            return match self {
+                Self::Template { template, .. } => template.read(topic).map(|(_, upstream)| upstream.to_owned()),
+                _ => Some(topic.to_owned()),
+            };
         }
         let separator = self.separator();
         let source = java_split_source(topic, separator)?;
@@ -119,7 +165,11 @@ impl ReplicationPolicy {
     /// (`heartbeats`, `A.heartbeats`, `B.A.heartbeats`).
     #[must_use]
     pub fn is_heartbeats_topic(&self, topic: &str) -> bool {
-        self.original_topic(topic) == HEARTBEATS_TOPIC
+        match self {
+            // Heartbeats keep MM2's default names under a template.
+            Self::Template { .. } => Self::default().is_heartbeats_topic(topic),
+            _ => self.original_topic(topic) == HEARTBEATS_TOPIC,
+        }
     }
 
     /// `mm2-offset-syncs<sep><alias><sep>internal`.
@@ -160,11 +210,14 @@ impl ReplicationPolicy {
     }
 
     /// The identity policy delegates heartbeat-looking names to the default rules so heartbeats
-    /// keep their prefixes and hop tracking.
+    /// keep their prefixes and hop tracking. A template delegates heartbeats topics only (by the
+    /// default rules: `heartbeats`, `A.heartbeats`, ...), not every name ending in `heartbeats`:
+    /// Java's suffix test is kept where MM2 compatibility asks for it, not carried into new naming.
     fn defers_to_default(&self, topic: &str) -> bool {
         match self {
             Self::Default { .. } => true,
             Self::Identity { .. } => looks_like_heartbeat(topic),
+            Self::Template { .. } => self.is_heartbeats_topic(topic),
         }
     }
 }
@@ -479,6 +532,65 @@ mod tests {
         // ".foo" comes from the cluster with the empty alias.
         assert!(is_cycle(&dflt(), "", ".foo"));
         assert!(!is_cycle(&dflt(), "A", ".foo"));
+    }
+
+    // --- Naming templates ---------------------------------------------------------------------
+
+    fn templated(text: &str, alias: &str) -> ReplicationPolicy {
+        ReplicationPolicy::template(NameTemplate::parse(text).expect("valid template"), Some(alias))
+    }
+
+    #[test]
+    fn template_names_and_reads_back_over_hops() {
+        let p = templated("{topic}.{source}", "east");
+        assert_eq!(p.format_remote_topic("east", "orders"), "orders.east");
+        assert_eq!(p.topic_source("orders.east").as_deref(), Some("east"));
+        assert_eq!(p.upstream_topic("orders.east").as_deref(), Some("orders"));
+        assert_eq!(p.topic_source("orders.east.west").as_deref(), Some("west"));
+        assert_eq!(p.original_topic("orders.east.west"), "orders");
+        assert_eq!(p.topic_source("orders"), None);
+        assert_eq!(p.upstream_topic("orders"), None);
+        assert!(p.names_source());
+    }
+
+    #[test]
+    fn template_keeps_mm2_heartbeats_and_internal_names() {
+        let p = templated("{source}_{topic}_v2", "east");
+        assert_eq!(p.format_remote_topic("east", "heartbeats"), "east.heartbeats");
+        assert_eq!(p.format_remote_topic("west", "east.heartbeats"), "west.east.heartbeats");
+        assert!(p.is_heartbeats_topic("west.east.heartbeats"));
+        assert!(!p.is_heartbeats_topic("east_heartbeats_v2"));
+        assert_eq!(p.topic_source("east.heartbeats").as_deref(), Some("east"));
+        // Only heartbeats topics are MM2-named, not every name that ends like one.
+        assert_eq!(p.format_remote_topic("east", "myheartbeats"), "east_myheartbeats_v2");
+        assert_eq!(p.checkpoints_topic("east"), "east.checkpoints.internal");
+        assert_eq!(p.offset_syncs_topic("west"), "mm2-offset-syncs.west.internal");
+        assert!(p.is_internal_topic("east.checkpoints.internal"));
+        assert_eq!(p.separator(), ".");
+    }
+
+    #[test]
+    fn template_cycles_are_seen_in_names() {
+        // east <-> west with `{topic}.{source}`: west holds orders.east, east holds orders.west.
+        let west_to_east = templated("{topic}.{source}", "west");
+        assert!(is_cycle(&west_to_east, "east", "orders.east"));
+        assert!(!is_cycle(&west_to_east, "east", "orders"));
+        assert!(is_cycle(&west_to_east, "east", "east.heartbeats"));
+        assert!(is_cycle(&west_to_east, "east", "orders.east.c"));
+        assert!(!is_cycle(&west_to_east, "east", "orders.c"));
+    }
+
+    #[test]
+    fn template_without_source_reads_the_flows_alias() {
+        let p = templated("dr-{topic}", "east");
+        assert!(!p.names_source());
+        assert_eq!(p.format_remote_topic("east", "orders"), "dr-orders");
+        assert_eq!(p.topic_source("dr-orders").as_deref(), Some("east"));
+        assert_eq!(p.upstream_topic("dr-orders").as_deref(), Some("orders"));
+        assert_eq!(p.topic_source("orders"), None);
+        assert_eq!(p.original_topic("dr-dr-orders"), "orders");
+        // Names cannot show a cycle: validation refuses such a flow on one.
+        assert!(!is_cycle(&p, "west", "dr-orders"));
     }
 
     #[test]

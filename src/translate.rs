@@ -72,7 +72,8 @@ pub fn translated_offsets(plan: &FlowPlan, group: &str) -> Result<TranslatedOffs
 
 /// The upstream name of a checkpoint's downstream `topic` on flow `plan`: `east.orders` → `orders` on a
 /// forward flow, `orders` → `east.orders` on the reverse flow of a fail-back (the group read the remote
-/// topic on the flow's source), the same name under the identity policy.
+/// topic on the flow's source), the same name under the identity policy. A naming template reads and
+/// writes names the same way (`orders.east` → `orders`, `orders` → `orders.east` with `{topic}.{source}`).
 pub fn upstream_topic(plan: &FlowPlan, topic: &str) -> String {
     if plan.settings.replication_policy == PolicyKind::Identity {
         return topic.to_string();
@@ -213,4 +214,22 @@ pub fn render_groups(report: &Report) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::upstream_topic;
+    use crate::check::rights::tests::plan;
+
+    #[test]
+    fn upstream_names_under_a_template_both_ways() {
+        let east_west = plan("remote_topic = \"{topic}.{source}\"");
+        // A forward checkpoint: the group reads `orders.east` on west, `orders` on east.
+        assert_eq!(upstream_topic(&east_west, "orders.east"), "orders");
+        // A fail-back checkpoint of this flow as the reverse one: the group read west's copy of `orders`.
+        assert_eq!(upstream_topic(&east_west, "orders"), "orders.west");
+        let default = plan("");
+        assert_eq!(upstream_topic(&default, "east.orders"), "orders");
+        assert_eq!(upstream_topic(&default, "orders"), "west.orders");
+    }
 }

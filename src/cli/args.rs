@@ -230,6 +230,11 @@ pub enum Command {
         /// DIR/SECRET/KEY.
         #[arg(long, value_name = "DIR", default_value = crate::import_mm2::DEFAULT_SECRETS_DIR)]
         secrets_dir: PathBuf,
+        /// What a custom `replication.policy.class` does, which ferry cannot read from Java: the naming
+        /// template it implements (`com.acme.SuffixPolicy={topic}.{source}`), or `default`/`identity`.
+        /// Repeatable; the flows using the class get `remote_topic` (or `replication_policy`).
+        #[arg(long, value_name = "CLASS=TEMPLATE", value_parser = crate::import_mm2::parse_policy_class)]
+        policy_class: Vec<(String, String)>,
         /// `table` for people, `json` for scripts (the same facts).
         #[arg(short, long, value_enum, default_value_t = Output::Table)]
         output: Output,

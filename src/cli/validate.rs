@@ -37,7 +37,9 @@ pub fn set_json(dir: &Path, set: &FlowSet) -> Value {
                 "replication_policy": match s.replication_policy {
                     PolicyKind::Default => "default",
                     PolicyKind::Identity => "identity",
+                    PolicyKind::Template => "template",
                 },
+                "remote_topic": s.remote_topic,
                 "replication_policy_separator": s.replication_policy_separator,
                 "refresh_topics_interval_seconds": s.refresh_topics_interval.as_secs_f64(),
                 "emit_checkpoints_interval_seconds": s.emit_checkpoints_interval.as_secs_f64(),
@@ -91,6 +93,17 @@ mod tests {
         assert!(text.contains("flow east->west (disabled)"), "{text}");
         assert_eq!(flow["topics"][0], "orders");
         assert_eq!(flow["replication_policy"], "default");
+        assert_eq!(flow["remote_topic"], serde_json::Value::Null);
+        let template = crate::check::rights::tests::plan("remote_topic = \"{topic}.{source}\"");
+        let set = FlowSet { flows: [(template.id.clone(), template)].into(), ..set };
+        let flow = &set_json(dir.path(), &set)["flows"][0];
+        assert_eq!(flow["replication_policy"], "template");
+        assert_eq!(flow["remote_topic"], "{topic}.{source}");
+        assert!(
+            set.describe().contains("policy=Template separator=\".\" remote_topic=\"{topic}.{source}\""),
+            "{}",
+            set.describe()
+        );
 
         std::fs::write(dir.path().join("bad.toml"), "[[flows]]\nsource = \"east\"\ntarget = \"nowhere\"\n")
             .expect("write");

@@ -160,6 +160,21 @@ mod tests {
     }
 
     #[test]
+    fn a_changed_naming_template_restarts_just_its_flow() {
+        let flows = |template: &str| {
+            format!(
+                "[[flows]]\nsource = \"east\"\ntarget = \"west\"\nremote_topic = \"{template}\"\n\
+                 [[flows]]\nsource = \"north\"\ntarget = \"west\"\nremote_topic = \"{{topic}}.{{source}}\"\n"
+            )
+        };
+        let before = set(&[("c.toml", CLUSTERS), ("f.toml", &flows("{topic}.{source}"))]);
+        let after = set(&[("c.toml", CLUSTERS), ("f.toml", &flows("{topic}-{source}"))]);
+        let d = diff(&running(&before), &after);
+        assert_eq!(ids(&d.changed), ["east->west"]);
+        assert_eq!(ids(&d.unchanged), ["north->west"]);
+    }
+
+    #[test]
     fn disabling_stops_and_enabling_starts() {
         let on = set(&[("c.toml", CLUSTERS), ("f.toml", "[[flows]]\nsource = \"east\"\ntarget = \"west\"\n")]);
         let off = set(&[

@@ -30,6 +30,7 @@ pub mod topology;
 mod validate;
 mod validate_cluster;
 mod validate_flow;
+mod validate_names;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -218,6 +219,9 @@ pub struct FlowSettings {
     pub groups_exclude: Vec<String>,
     pub replication_policy: PolicyKind,
     pub replication_policy_separator: String,
+    /// The naming template (`remote_topic`) of a [`PolicyKind::Template`] flow, as written: part of
+    /// the comparable settings so that a changed template restarts just that flow.
+    pub remote_topic: Option<String>,
     /// Replication factor of created remote topics; `None` means the target's default.
     pub replication_factor: Option<i32>,
     pub refresh_topics_interval: Duration,
@@ -432,6 +436,8 @@ pub enum GroupProtocol {
 pub enum PolicyKind {
     Default,
     Identity,
+    /// `remote_topic = "..."`: a naming template (the text is in [`FlowSettings::remote_topic`]).
+    Template,
 }
 
 /// A flow ready to run: settings plus everything compiled from them.
@@ -521,7 +527,7 @@ impl FlowSet {
             let _ = writeln!(
                 out,
                 "flow {}{} ({})\n  topics={:?} exclude={:?}\n  groups={:?} exclude={:?}\n  policy={:?} separator={:?} \
-                 refresh_topics={:?} emit_checkpoints={:?} emit_heartbeats={:?} offset_lag_max={} compression={}\n  delivery={}",
+                 {}refresh_topics={:?} emit_checkpoints={:?} emit_heartbeats={:?} offset_lag_max={} compression={}\n  delivery={}",
                 f.id,
                 if s.enabled { "" } else { " (disabled)" },
                 f.file.display(),
@@ -531,6 +537,7 @@ impl FlowSet {
                 s.groups_exclude,
                 s.replication_policy,
                 s.replication_policy_separator,
+                s.remote_topic.as_ref().map(|t| format!("remote_topic={t:?} ")).unwrap_or_default(),
                 s.refresh_topics_interval,
                 s.emit_checkpoints_interval,
                 s.emit_heartbeats_interval,

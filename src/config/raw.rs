@@ -74,6 +74,8 @@ pub struct RawFlow {
     pub groups_exclude: Option<Vec<String>>,
     pub replication_policy: Option<String>,
     pub replication_policy_separator: Option<String>,
+    /// A naming template for remote topics (`"{topic}.{source}"`) instead of a policy.
+    pub remote_topic: Option<String>,
     pub replication_factor: Option<i32>,
     pub refresh_topics_interval_seconds: Option<f64>,
     pub emit_checkpoints_interval_seconds: Option<f64>,

@@ -63,6 +63,7 @@ pub fn validate(
     one_principal_per_realm(&clusters, &mut errors);
     unprotected_identity_cycles(&flows, &mut errors);
     identity_deletions_in_cycles(&flows, &mut errors);
+    super::validate_names::check(&flows, &clusters, &mut errors);
     one_flow_per_offset_syncs_topic(&flows, &mut errors);
     share_routes(&mut flows);
     if errors.is_empty() { Ok(FlowSet { clusters, flows }) } else { Err(ConfigErrors(errors)) }
@@ -95,12 +96,14 @@ fn one_principal_per_realm(clusters: &BTreeMap<String, ClusterSpec>, errors: &mu
 /// Under the identity policy a topic keeps its name, so names cannot tell where a record came from: a
 /// cycle of flows (east->west->east, a ring, a mesh) copies the same records around forever unless every
 /// flow on it carries the provenance header. Default-policy names carry their origin and stop loops by
-/// themselves; a cycle mixing the two has neither protection. Each unprotected flow on a cycle through
-/// an identity flow is an error naming one such cycle.
+/// themselves; a cycle mixing the two has neither protection. A naming template without `{source}`
+/// (`dr-{topic}`) carries no origin either, and the provenance header is the identity policy's only: on
+/// a cycle it is refused outright (even protected, its names would grow at every hop, `dr-dr-orders`).
+/// Each unprotected flow on a cycle through such a flow is an error naming one such cycle.
 fn unprotected_identity_cycles(flows: &BTreeMap<FlowId, FlowPlan>, errors: &mut Vec<ConfigError>) {
     let enabled: Vec<&FlowPlan> = flows.values().filter(|p| p.settings.enabled).collect();
     let edges: Vec<(&str, &str)> = enabled.iter().map(|p| (p.id.source.as_str(), p.id.target.as_str())).collect();
-    let identity = |p: &&&FlowPlan| p.settings.replication_policy == PolicyKind::Identity;
+    let identity = |p: &&&FlowPlan| !p.policy.names_source();
     for p in enabled.iter().filter(|p| !p.settings.provenance()) {
         // The shortest cycle through `p` and an identity flow `q` (`p` itself if it is one).
         let cycle = enabled
@@ -124,18 +127,33 @@ fn unprotected_identity_cycles(flows: &BTreeMap<FlowId, FlowPlan>, errors: &mut 
             .min_by_key(|c| (c.len(), c.clone()));
         let Some(cycle) = cycle else { continue };
         let shown = topology::show_cycle(&cycle);
-        let reason = if p.settings.replication_policy == PolicyKind::Identity {
-            format!(
-                "flow {} has provenance_header = false but is on the replication cycle {shown} under the identity policy: records would be copied around it forever",
-                p.id
+        let (key, reason) = if p.settings.replication_policy == PolicyKind::Identity {
+            (
+                "replication_policy",
+                format!(
+                    "flow {} has provenance_header = false but is on the replication cycle {shown} under the identity policy: records would be copied around it forever",
+                    p.id
+                ),
+            )
+        } else if !p.policy.names_source() {
+            (
+                "remote_topic",
+                format!(
+                    "flow {} is on the replication cycle {shown}, and its remote_topic {:?} has no {{source}}: its names cannot show where a record came from, so records would be copied around the cycle; put {{source}} in the template or break the cycle",
+                    p.id,
+                    p.settings.remote_topic.as_deref().unwrap_or_default()
+                ),
             )
         } else {
-            format!(
-                "flow {} is on the replication cycle {shown} with identity-policy flows; use the identity policy with provenance_header on every flow of the cycle, or the default policy on all of them",
-                p.id
+            (
+                "replication_policy",
+                format!(
+                    "flow {} is on the replication cycle {shown} with identity-policy flows or remote_topic templates without {{source}}; use the identity policy with provenance_header on every flow of the cycle, or names that carry the source on all of them",
+                    p.id
+                ),
             )
         };
-        errors.push(ConfigError { file: p.file.clone(), line: None, key: "replication_policy".to_string(), reason });
+        errors.push(ConfigError { file: p.file.clone(), line: None, key: key.to_string(), reason });
     }
 }
 

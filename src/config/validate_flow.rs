@@ -15,7 +15,7 @@ use super::{
 };
 use crate::filter::{self, GroupFilter, TopicFilter};
 use crate::mm2::connect_offsets;
-use crate::policy::ReplicationPolicy;
+use crate::policy::{DEFAULT_SEPARATOR, NameTemplate, ReplicationPolicy};
 use crate::record_rules::{FilterSpec, HeaderSpec, RecordRules, RecordRulesSpec};
 use crate::restart_policy::RestartSettings;
 
@@ -73,6 +73,11 @@ pub(super) fn flow(
     if separator.is_empty() {
         errs.push(k("replication_policy_separator"), "must not be empty");
     }
+    let template = rf
+        .remote_topic
+        .as_deref()
+        .and_then(|text| remote_topic(text, rf.replication_policy.as_deref(), &separator, &k, errs));
+    let replication_policy = if rf.remote_topic.is_some() { PolicyKind::Template } else { replication_policy };
     let replication_factor = match rf.replication_factor {
         None | Some(-1) => None,
         Some(n) if n >= 1 => Some(n),
@@ -282,6 +287,7 @@ pub(super) fn flow(
         groups_exclude,
         replication_policy,
         replication_policy_separator: separator.clone(),
+        remote_topic: rf.remote_topic,
         replication_factor,
         refresh_topics_interval: seconds(
             &k("refresh_topics_interval_seconds"),
@@ -387,9 +393,10 @@ pub(super) fn flow(
     let Ok(compiled_rules) = RecordRules::compile(&settings.record_rules) else {
         return None; // refused above, key by key
     };
-    let policy = match replication_policy {
-        PolicyKind::Default => ReplicationPolicy::default_policy(&separator),
-        PolicyKind::Identity => ReplicationPolicy::identity(&separator, Some(&source.alias)),
+    let policy = match (replication_policy, template) {
+        (PolicyKind::Template, Some(template)) => ReplicationPolicy::template(template, Some(&source.alias)),
+        (PolicyKind::Identity, _) => ReplicationPolicy::identity(&separator, Some(&source.alias)),
+        _ => ReplicationPolicy::default_policy(&separator),
     };
     Some(FlowPlan {
         id: FlowId { source: source.alias.clone(), target: target.alias.clone() },
@@ -450,6 +457,38 @@ fn record_rules(
         errs.push(k(&key), reason);
     }
     spec
+}
+
+/// `remote_topic`: the template parsed, and refused beside `replication_policy` or a separator (a
+/// template replaces the policy, and its internal topics keep MM2's `.`: one way to name things).
+/// Checks that need the other flows and the cluster aliases are in `validate_names`.
+fn remote_topic(
+    text: &str,
+    policy: Option<&str>,
+    separator: &str,
+    k: &dyn Fn(&str) -> String,
+    errs: &mut Errors<'_>,
+) -> Option<NameTemplate> {
+    let before = errs.out.len();
+    if let Some(policy) = policy {
+        errs.push(
+            k("remote_topic"),
+            format!(
+                "a template replaces the replication policy: remove replication_policy = \"{policy}\" or remote_topic"
+            ),
+        );
+    }
+    if separator != DEFAULT_SEPARATOR {
+        errs.push(
+            k("remote_topic"),
+            format!(
+                "a template names remote topics itself and keeps MM2's internal topic names (separator \".\"): \
+                 remove replication_policy_separator = {separator:?} or remote_topic"
+            ),
+        );
+    }
+    let parsed = NameTemplate::parse(text).map_err(|e| errs.push(k("remote_topic"), format!("`{text}`: {e}"))).ok();
+    if errs.out.len() > before { None } else { parsed }
 }
 
 /// `schemas`, `on_unknown_schema` and `schemas_refresh_interval_seconds`, with the registries of both

@@ -7,6 +7,7 @@ use toml::Value;
 
 use super::java_regex::java_only;
 use super::model::{Cluster, Flow, Login, Mm2Config, Prop, Unmapped};
+use super::policy_class::{self, Naming};
 use crate::config::is_secret_key;
 use crate::filter::PatternList;
 
@@ -28,7 +29,8 @@ pub struct Mapped {
     pub errors: Vec<String>,
 }
 
-pub fn map(cfg: Mm2Config) -> Mapped {
+/// `policy_classes`: what the operator said custom `replication.policy.class`es do (`--policy-class`).
+pub fn map(cfg: Mm2Config, policy_classes: &BTreeMap<String, String>) -> Mapped {
     let mut out = Mapped { unmapped: cfg.unmapped, ..Mapped::default() };
     for c in &cfg.clusters {
         if let Some(table) = cluster(c, &mut out) {
@@ -36,7 +38,7 @@ pub fn map(cfg: Mm2Config) -> Mapped {
         }
     }
     for f in cfg.flows {
-        flow(f, &mut out);
+        flow(f, policy_classes, &mut out);
     }
     out.mapped.sort();
     out.mapped.dedup();
@@ -220,7 +222,7 @@ fn regex_list(p: &Prop, out: &mut Mapped) -> Option<Value> {
     Some(Value::Array(list.into_iter().map(Value::String).collect()))
 }
 
-fn flow(f: Flow, out: &mut Mapped) {
+fn flow(f: Flow, policy_classes: &BTreeMap<String, String>, out: &mut Mapped) {
     let id = format!("{}->{}", f.source, f.target);
     let mut keys: OrderedTable =
         vec![("source".into(), Value::String(f.source.clone())), ("target".into(), Value::String(f.target.clone()))];
@@ -228,11 +230,24 @@ fn flow(f: Flow, out: &mut Mapped) {
         out.mapped.push((origin.to_string(), format!("flows[{id}].{ferry}")));
         keys.push((ferry.to_string(), v));
     };
+    let naming = f.props.get("replication.policy.class").map(|p| policy_class::naming(p.value.trim(), policy_classes));
+    let templated = matches!(naming, Some(Ok(Naming::Template(_))));
     for (k, p) in &f.props {
         if super::transforms::is_chain_key(k) {
             continue; // the whole chain at once, below
         }
         let v = p.value.trim();
+        if k == "replication.policy.separator" && templated && v != crate::policy::DEFAULT_SEPARATOR {
+            out.unmapped.push(Unmapped {
+                key: p.origin.clone(),
+                reason: format!(
+                    "the policy class's template names the remote topics; a remote_topic flow keeps MM2's `.` in its \
+                     internal topic names (mm2-offset-syncs.<alias>.internal, <alias>.checkpoints.internal), where \
+                     this MM2 used `{v}`"
+                ),
+            });
+            continue;
+        }
         let number = |out: &mut Mapped| -> Option<Value> {
             if let Ok(i) = v.parse::<i64>() {
                 Some(Value::Integer(i))
@@ -296,13 +311,10 @@ fn flow(f: Flow, out: &mut Mapped) {
             continue;
         }
         if k == "replication.policy.class" {
-            match v.rsplit('.').next() {
-                Some("DefaultReplicationPolicy") => put("replication_policy", Value::String("default".into()), &p.origin, out),
-                Some("IdentityReplicationPolicy") => put("replication_policy", Value::String("identity".into()), &p.origin, out),
-                _ => out.unmapped.push(Unmapped {
-                    key: p.origin.clone(),
-                    reason: format!("custom policy class `{v}`: ferry knows the default and identity policies only; remote topic names would differ"),
-                }),
+            match naming.clone().expect("the class is among the props") {
+                Ok(Naming::Policy(policy)) => put("replication_policy", Value::String(policy.into()), &p.origin, out),
+                Ok(Naming::Template(template)) => put("remote_topic", Value::String(template), &p.origin, out),
+                Err(reason) => out.unmapped.push(Unmapped { key: p.origin.clone(), reason }),
             }
             continue;
         }
@@ -404,7 +416,7 @@ mod tests {
     }
 
     fn mapped(text: &str) -> Mapped {
-        map(dedicated::read(&properties::parse(text)).expect("reads"))
+        map(dedicated::read(&properties::parse(text)).expect("reads"), &BTreeMap::new())
     }
 
     const BASE: &str =
@@ -463,6 +475,35 @@ mod tests {
         assert_eq!(get("config_properties_exclude").as_deref(), Some(r#"['retention\..*', 'min\.insync\.replicas']"#));
         assert_eq!(get("sync_topic_acls_enabled").as_deref(), Some("true"), "MM2's default is on");
         assert!(m.unmapped.iter().all(|u| !u.key.contains("enabled")), "{:?}", m.unmapped);
+    }
+
+    #[test]
+    fn a_policy_class_the_operator_names_becomes_a_template_and_its_separator_is_reported() {
+        let text =
+            format!("{BASE}replication.policy.class = com.acme.SuffixPolicy\nreplication.policy.separator = _\n");
+        let classes: BTreeMap<String, String> =
+            [("com.acme.SuffixPolicy".to_string(), "{topic}_{source}".to_string())].into();
+        let m = map(dedicated::read(&properties::parse(&text)).expect("reads"), &classes);
+        let (_, _, keys) = &m.flows[0];
+        let get = |k: &str| keys.iter().find(|(key, _)| key == k).map(|(_, v)| v.to_string());
+        assert_eq!(get("remote_topic").as_deref(), Some("\"{topic}_{source}\""));
+        assert_eq!(get("replication_policy"), None);
+        assert_eq!(get("replication_policy_separator"), None);
+        let why = m.unmapped.iter().find(|u| u.key == "replication.policy.separator").expect("reported");
+        assert!(
+            why.reason.contains("keeps MM2's `.` in its internal topic names") && why.reason.contains("used `_`"),
+            "{}",
+            why.reason
+        );
+        assert!(
+            m.mapped.contains(&("replication.policy.class".to_string(), "flows[a->b].remote_topic".to_string())),
+            "{:?}",
+            m.mapped
+        );
+        // The same file without the flag: the class is reported, the separator carried over.
+        let m = mapped(&text);
+        assert!(m.unmapped.iter().any(|u| u.key == "replication.policy.class" && u.reason.contains("--policy-class")));
+        assert!(m.flows[0].2.iter().any(|(k, _)| k == "replication_policy_separator"));
     }
 
     #[test]

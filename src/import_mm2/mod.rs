@@ -11,10 +11,12 @@ mod dedicated;
 mod java_regex;
 mod mapping;
 mod model;
+mod policy_class;
 mod properties;
 mod strimzi;
 mod transforms;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -22,6 +24,7 @@ use serde::Serialize;
 pub use java_regex::java_only;
 pub use mapping::{env_var, jaas};
 pub use model::Unmapped;
+pub use policy_class::parse_flag as parse_policy_class;
 
 /// What `ferry import-mm2` was asked to do.
 #[derive(Debug, Clone)]
@@ -32,6 +35,9 @@ pub struct Options {
     pub force: bool,
     /// Where ferry's pod mounts the Kubernetes secrets a Strimzi resource names, one directory each.
     pub secrets_dir: PathBuf,
+    /// `--policy-class CLASS=TEMPLATE`: the naming template (or `default`, `identity`) a custom
+    /// `replication.policy.class` implements, which ferry cannot read from a Java class.
+    pub policy_classes: BTreeMap<String, String>,
 }
 
 /// Default of `--secrets-dir`.
@@ -73,7 +79,19 @@ pub fn import(opts: &Options) -> Result<Report, Vec<String>> {
     if cfg.flows.is_empty() {
         return Err(vec![format!("{shown}: no enabled flow (dedicated mode needs `SOURCE->TARGET.enabled = true`)")]);
     }
-    let mapped = mapping::map(cfg);
+    let bad_classes: Vec<String> = opts
+        .policy_classes
+        .iter()
+        .filter(|(_, naming)| !matches!(naming.as_str(), "default" | "identity"))
+        .filter_map(|(class, template)| {
+            let e = crate::policy::NameTemplate::parse(template).err()?;
+            Some(format!("--policy-class {class}={template}: {e}"))
+        })
+        .collect();
+    if !bad_classes.is_empty() {
+        return Err(bad_classes);
+    }
+    let mapped = mapping::map(cfg, &opts.policy_classes);
     if !mapped.errors.is_empty() {
         return Err(mapped.errors.iter().map(|e| format!("{shown}: {e}")).collect());
     }
@@ -227,7 +245,13 @@ mod tests {
     fn run(text: &str, out: &Path, force: bool) -> Result<Report, Vec<String>> {
         let file = out.parent().expect("parent").join("mm2.properties");
         std::fs::write(&file, text).expect("write");
-        import(&Options { file, out: out.to_path_buf(), force, secrets_dir: DEFAULT_SECRETS_DIR.into() })
+        import(&Options {
+            file,
+            out: out.to_path_buf(),
+            force,
+            secrets_dir: DEFAULT_SECRETS_DIR.into(),
+            policy_classes: BTreeMap::new(),
+        })
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! flow's reader must look for them. Different
 //! `offset_syncs_topic_location`s on the two flows would share one compacted topic: `ferry validate`
 //! refuses them (tests/integration/validate.rs). And the identity policy, where both sides' `orders` hold both sides'
-//! records and each translation is capped by the reverse flow's syncs.
+//! records and each translation is capped by the reverse flow's syncs. And a naming template
+//! (`remote_topic = "{topic}.{source}"`), whose names both flows must read back to stop loops and to
+//! checkpoint the way back.
 
 use crate::support;
 
@@ -89,25 +91,38 @@ fn wait_final_syncs(ferry: &mut Ferry, (on, syncs): (&Cluster, String), flow: &s
     });
 }
 
-/// Both flows with `offset_syncs_topic_location`s `east_west` and `west_east`; a group fails over and back.
-fn fail_over_and_back(tag: &str, east_west: &str, west_east: &str) {
+/// Both flows with `offset_syncs_topic_location`s `east_west` and `west_east`, and the naming template
+/// `template` if any (MM2's default policy otherwise); a group fails over and back.
+fn fail_over_and_back(tag: &str, east_west: &str, west_east: &str, template: Option<&str>) {
     let (east, west) = support::shared_pair();
     let topic = unique(tag);
     for c in [east, west] {
         create_topic(&c.bootstrap, &topic, PARTITIONS, &[]);
     }
     let fast = "emit_checkpoints_interval_seconds = 1\nrefresh_groups_interval_seconds = 1\n";
-    let location = |l: &str| format!("{fast}offset_syncs_topic_location = \"{l}\"\n");
-    let flows =
-        flow("east", "west", &[&topic], &location(east_west)) + &flow("west", "east", &[&topic], &location(west_east));
+    let naming = template.map(|t| format!("remote_topic = \"{t}\"\nrefresh_topics_interval_seconds = 1\n"));
+    let location =
+        |l: &str| format!("{fast}offset_syncs_topic_location = \"{l}\"\n{}", naming.as_deref().unwrap_or(""));
+    // With a template, each flow selects every topic starting with the name, so the other flow's copies
+    // too: only reading their names back keeps them from being copied home again.
+    let selected = if template.is_some() { format!("{topic}.*") } else { topic.clone() };
+    let flows = flow("east", "west", &[&selected], &location(east_west))
+        + &flow("west", "east", &[&selected], &location(west_east));
     let dir = pair_dir(east, west, &flows);
     let mut ferry = Ferry::start(dir.path(), &[]);
     // Different amounts on each side: the two flows' syncs of the same topic name differ everywhere.
     produce(&east.bootstrap, &topic, &records("e", 0..400, PARTITIONS));
     produce(&west.bootstrap, &topic, &records("w", 0..150, PARTITIONS));
-    let (copy_on_west, copy_on_east) = (format!("east.{topic}"), format!("west.{topic}"));
+    let remote = |source: &str, name: &str| match template {
+        Some(t) => ferry::policy::NameTemplate::parse(t).expect("a valid template").format(source, name),
+        None => format!("{source}.{name}"),
+    };
+    let (copy_on_west, copy_on_east) = (remote("east", &topic), remote("west", &topic));
     wait_all_arrived(&mut ferry, &west.bootstrap, &copy_on_west, &values("e", 0..400));
     wait_all_arrived(&mut ferry, &east.bootstrap, &copy_on_east, &values("w", 0..150));
+    if template.is_some() {
+        no_copies_come_home(&mut ferry, (east, west), &topic, &remote);
+    }
     let (originals, copies) = (contents(&east.bootstrap, &topic), contents(&west.bootstrap, &copy_on_west));
     let last = last_copied(&originals, |_| true);
     wait_final_syncs(&mut ferry, syncs_topic(east_west, east, west, ("east", "west")), "east->west", &topic, &last);
@@ -151,7 +166,36 @@ fn fail_over_and_back(tag: &str, east_west: &str, west_east: &str) {
 
 #[test]
 fn fail_back_with_the_offset_syncs_on_each_flows_target() {
-    fail_over_and_back("fb-target", "target", "target");
+    fail_over_and_back("fb-target", "target", "target", None);
+}
+
+/// Active-active with the suffix template `{topic}.{source}`: records copied both ways, no copy copied
+/// back, and a group moved over and back with 0 re-read and 0 skipped.
+#[test]
+fn suffix_template_active_active_fails_over_and_back() {
+    fail_over_and_back("fb-tmpl", "target", "target", Some("{topic}.{source}"));
+}
+
+/// Neither flow copies the other's copies back (`orders.east.west` on east would be a loop), although
+/// both select them. A new topic on each side, copied to the other, shows that each flow has listed
+/// its source's topics since the copies existed: the listing that found the new topic also saw them.
+fn no_copies_come_home(
+    ferry: &mut Ferry,
+    (east, west): (&Cluster, &Cluster),
+    topic: &str,
+    remote: &dyn Fn(&str, &str) -> String,
+) {
+    let late = format!("{topic}-late");
+    for (c, side) in [(east, "e"), (west, "w")] {
+        create_topic(&c.bootstrap, &late, 1, &[]);
+        produce(&c.bootstrap, &late, &records(side, 0..1, 1));
+    }
+    wait_all_arrived(ferry, &west.bootstrap, &remote("east", &late), &values("e", 0..1));
+    wait_all_arrived(ferry, &east.bootstrap, &remote("west", &late), &values("w", 0..1));
+    let home_on_east = remote("west", &remote("east", topic));
+    let home_on_west = remote("east", &remote("west", topic));
+    assert!(!support::list_topics(&east.bootstrap).contains(&home_on_east), "{home_on_east} on east: a loop");
+    assert!(!support::list_topics(&west.bootstrap).contains(&home_on_west), "{home_on_west} on west: a loop");
 }
 
 /// Identity policy, both flows `target`: one topic name on both sides, each holding both sides' records.

@@ -445,3 +445,50 @@ fn an_imported_smt_chain_copies_what_mm2_copies() {
     let status = ferry.terminate(Duration::from_secs(30));
     assert!(status.success(), "{status:?}");
 }
+
+/// An active-active MM2 with a hand-written suffix policy: told which template the class implements, the
+/// import writes `remote_topic` on both flows and `ferry validate` accepts them; not told, it reports the
+/// class and says how to name it.
+#[test]
+fn a_custom_policy_class_named_by_the_operator_becomes_a_template() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("mm2.properties");
+    std::fs::write(
+        &file,
+        "clusters = east, west\neast.bootstrap.servers = east:9092\nwest.bootstrap.servers = west:9092\n\
+         east->west.enabled = true\nwest->east.enabled = true\n\
+         replication.policy.class = com.acme.kafka.SuffixReplicationPolicy\n",
+    )
+    .expect("write");
+    let out = dir.path().join("flows");
+    let (file, out_dir) = (file.to_str().expect("path"), out.to_str().expect("path"));
+    let class = "com.acme.kafka.SuffixReplicationPolicy={topic}.{source}";
+    let run = ferry(&["import-mm2", file, "--out", out_dir, "--policy-class", class], &[]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    for name in ["east-to-west.toml", "west-to-east.toml"] {
+        let f = flow(&out, name);
+        assert_eq!(f["remote_topic"].as_str(), Some("{topic}.{source}"), "{name}");
+        assert!(!f.contains_key("replication_policy"), "{name}");
+    }
+    let validate = ferry(&["validate", "--flows", out_dir], &[]);
+    assert!(validate.status.success(), "{}{}", text(&validate.stdout), text(&validate.stderr));
+    assert!(text(&validate.stdout).contains("remote_topic=\"{topic}.{source}\""), "{}", text(&validate.stdout));
+
+    let out = dir.path().join("unnamed");
+    let run = ferry(&["import-mm2", file, "--out", out.to_str().expect("path")], &[]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let stdout = text(&run.stdout);
+    assert!(
+        stdout.contains("custom policy class `com.acme.kafka.SuffixReplicationPolicy`")
+            && stdout.contains("--policy-class 'com.acme.kafka.SuffixReplicationPolicy={topic}.{source}'"),
+        "{stdout}"
+    );
+
+    // A template that cannot be read back is refused before anything is written.
+    let out = dir.path().join("refused");
+    let bad = "com.acme.kafka.SuffixReplicationPolicy={source}{topic}";
+    let run = ferry(&["import-mm2", file, "--out", out.to_str().expect("path"), "--policy-class", bad], &[]);
+    assert!(!run.status.success());
+    assert!(text(&run.stderr).contains("--policy-class com.acme.kafka.SuffixReplicationPolicy={source}{topic}: {source} and {topic} need literal text"), "{}", text(&run.stderr));
+    assert!(!out.exists(), "nothing written");
+}

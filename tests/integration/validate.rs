@@ -107,3 +107,33 @@ fn a_pairs_flows_writing_one_offset_syncs_topic_are_refused() {
         assert!(line.contains(part), "`{part}` in: {line}");
     }
 }
+
+/// A pair where only one flow names its topics with a template: the other flow would take the template's
+/// names for something else and copy them back, so the set is refused, the misreading flow named with
+/// its file; the same template on both flows is valid.
+#[test]
+fn a_pair_that_would_misread_a_templates_names_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "clusters.toml", CLUSTERS);
+    let flow = |s: &str, t: &str, naming: &str| format!("[[flows]]\nsource = \"{s}\"\ntarget = \"{t}\"\n{naming}\n");
+    let env = [("WEST_PASSWORD", "x")];
+    let template = "remote_topic = \"{topic}.{source}\"";
+    write(dir.path(), "east-west.toml", &flow("east", "west", template));
+    write(dir.path(), "west-east.toml", &flow("west", "east", template));
+    let out = validate(dir.path(), &env);
+    assert!(out.status.success(), "one template on both: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("remote_topic=\"{topic}.{source}\""));
+
+    write(dir.path(), "west-east.toml", &flow("west", "east", ""));
+    let out = validate(dir.path(), &env);
+    assert_eq!(out.status.code(), Some(2), "a misread name must exit 2");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("west-east.toml: replication_policy:"))
+        .unwrap_or_else(|| panic!("an error naming west-east.toml and its key, got:\n{stderr}"));
+    for part in ["flow west->east", "reads `orders.east`", "flow east->west", "east-west.toml", "`east` from `orders`"]
+    {
+        assert!(line.contains(part), "`{part}` in: {line}");
+    }
+}

@@ -399,7 +399,8 @@ impl<'a> Computer<'a> {
     /// Where group `offset` on source `topic` lands on the target, and under which name: the checkpoint's
     /// topic and downstream offset, or `None` when it cannot be translated (yet).
     ///
-    /// - A topic that came from the target (`T.orders` on S, default policy) is a copy made by the reverse
+    /// - A topic that came from the target (`T.orders` on S, default policy; `orders.T` with the template
+    ///   `{topic}.{source}`) is a copy made by the reverse
     ///   flow: the group is translated back to the original (`orders` on T) through the reverse flow's
     ///   syncs, inverted. MM2 emits nothing here (KAFKA-12635): this is how a group fails back.
     /// - Otherwise the group is translated forward. With the identity policy both sides share a topic
@@ -408,8 +409,9 @@ impl<'a> Computer<'a> {
     ///   unless the forward syncs prove that only this flow's copies lie under the cap (`identity`).
     fn translate(&self, st: &CheckpointState, topic: &str, partition: i32, offset: i64) -> Option<(String, i64)> {
         let plan = self.plan;
-        let came_from_target = plan.policy.topic_source(topic).as_deref() == Some(plan.id.target.as_str())
-            && plan.settings.replication_policy == PolicyKind::Default;
+        // Only names that carry their source (the default policy, a template with `{source}`) can say so.
+        let came_from_target =
+            plan.policy.topic_source(topic).as_deref() == Some(plan.id.target.as_str()) && plan.policy.names_source();
         if came_from_target {
             let original = plan.policy.upstream_topic(topic)?;
             let back = st.reverse_inverse(&original, partition, offset).offset()?;
