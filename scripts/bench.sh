@@ -38,6 +38,9 @@
 #                     by ferry as it is and by ferry with schemas = "translate" (a registry per cluster,
 #                     scripts/registry.sh; every value gets the target's ID 2): what translation costs
 #                     [ferry,ferry-translate]
+#   rules             the headline's data copied by ferry as it is and by ferry with two [[flows.filter]] rules
+#                     checked on every record (none matches: the count stays whole) and a lineage header
+#                     inserted into every record: what record rules cost [ferry,ferry-rules]
 #   wan               200,000 records of 1 KiB, 8 partitions, the source behind a real TCP proxy that adds
 #                     latency (Toxiproxy, scripts/toxiproxy.sh; half of the round trip each way) at 0, 100 and
 #                     300 ms round trip (--rtts), optionally --bandwidth MBIT towards the replicator; every

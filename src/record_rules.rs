@@ -22,14 +22,20 @@ use crate::filter::PatternList;
 /// Header names a rule may not touch: ferry's own (`ferry.path`, `ferry.origin`, ...).
 const RESERVED_PREFIX: &str = "ferry.";
 
-/// One `[[flows.filter]]` rule as written: it drops a record when every condition it states holds
-/// (or, with `negate`, when they do not all hold: "keep only").
+/// One `[[flows.filter]]` rule as written. `topics` and `remote_topics` say which topics the rule is
+/// about; the record conditions (header, key, age, tombstone) say which of their records it drops, all
+/// of them together. `negate` turns the record conditions around ("of these topics, keep only records
+/// that match"), never the scope: records of other topics pass. A rule with a scope and no record
+/// condition drops its topics' records, or with `negate` every other topic's (Kafka's `Filter` with a
+/// negated `TopicNameMatches`: keep only these topics).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FilterSpec {
     /// The `rule` label of `ferry_records_filtered_total`; `filter[i]` when not named.
     pub name: String,
-    /// Source topics the rule applies to (full-match regexes, like `topics`); empty: every topic.
+    /// Source topics the rule is about (full-match regexes, like `topics`); empty: every topic.
     pub topics: Vec<String>,
+    /// The same by remote topic name (MM2's `TopicNameMatches` sees the remote name).
+    pub remote_topics: Vec<String>,
     /// A header of this name is present.
     pub header: Option<String>,
     /// ... and one of them has a value this regex finds (anywhere: anchor with `^`/`$`).
@@ -49,6 +55,9 @@ impl FilterSpec {
         let mut conditions = Vec::new();
         if !self.topics.is_empty() {
             conditions.push(format!("topics={:?}", self.topics));
+        }
+        if !self.remote_topics.is_empty() {
+            conditions.push(format!("remote_topics={:?}", self.remote_topics));
         }
         if let Some(h) = &self.header {
             conditions.push(format!("header={h:?}"));
@@ -71,11 +80,17 @@ impl FilterSpec {
 
     /// Whether the rule states any condition (a rule without one would drop everything).
     pub fn has_condition(&self) -> bool {
-        !self.topics.is_empty()
-            || self.header.is_some()
-            || self.key.is_some()
-            || self.older_than.is_some()
-            || self.tombstone.is_some()
+        self.has_scope() || self.has_record_condition()
+    }
+
+    /// Whether it names topics (source or remote).
+    pub fn has_scope(&self) -> bool {
+        !self.topics.is_empty() || !self.remote_topics.is_empty()
+    }
+
+    /// Whether it looks at the records themselves (besides their topic).
+    pub fn has_record_condition(&self) -> bool {
+        self.header.is_some() || self.key.is_some() || self.older_than.is_some() || self.tombstone.is_some()
     }
 }
 
@@ -117,12 +132,14 @@ impl RecordRulesSpec {
             if !f.has_condition() {
                 out.push((
                     format!("filter[{i}]"),
-                    "states no condition (topics, header, key, older_than_seconds or tombstone): it would drop every record; use topics_exclude to stop copying a topic"
+                    "states no condition (topics, remote_topics, header, key, older_than_seconds or tombstone): it would drop every record; use topics_exclude to stop copying a topic"
                         .into(),
                 ));
             }
-            if let Err(e) = PatternList::new(&f.topics) {
-                out.push((k("topics"), e.to_string()));
+            for (name, list) in [("topics", &f.topics), ("remote_topics", &f.remote_topics)] {
+                if let Err(e) = PatternList::new(list) {
+                    out.push((k(name), e.to_string()));
+                }
             }
             if f.header_value.is_some() && f.header.is_none() {
                 out.push((k("header_value"), "needs `header`: the name of the header whose value it matches".into()));
@@ -184,7 +201,6 @@ fn reserved(key: &str, name: &str, out: &mut Vec<(String, String)>) {
 
 /// What a filter sees of a record.
 pub trait RecordView {
-    fn topic(&self) -> &str;
     fn key(&self) -> Option<&[u8]>;
     fn value_is_null(&self) -> bool;
     /// Milliseconds since the epoch; `None` when the record has none.
@@ -196,40 +212,65 @@ pub trait RecordView {
 struct Filter {
     /// `None`: every topic.
     topics: Option<PatternList>,
+    remote_topics: Option<PatternList>,
     header: Option<String>,
     header_value: Option<Regex>,
     key: Option<Regex>,
     older_than_ms: Option<i64>,
     tombstone: Option<bool>,
     negate: bool,
+    /// Some record condition is stated.
+    looks_at_records: bool,
+}
+
+/// What a rule does with the records of one topic, decided once per topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopicVerdict {
+    /// Every record of the topic passes this rule.
+    Keep,
+    /// Every record of the topic is dropped by this rule.
+    Drop,
+    /// Each record is checked against the rule's record conditions.
+    Check,
 }
 
 impl Filter {
     fn compile(spec: &FilterSpec) -> Result<Self, String> {
         let regex = |p: &Option<String>| p.as_deref().map(Regex::new).transpose().map_err(|e| e.to_string());
+        let list =
+            |l: &Vec<String>| (!l.is_empty()).then(|| PatternList::new(l)).transpose().map_err(|e| e.to_string());
         Ok(Self {
-            topics: (!spec.topics.is_empty())
-                .then(|| PatternList::new(&spec.topics))
-                .transpose()
-                .map_err(|e| e.to_string())?,
+            topics: list(&spec.topics)?,
+            remote_topics: list(&spec.remote_topics)?,
             header: spec.header.clone(),
             header_value: regex(&spec.header_value)?,
             key: regex(&spec.key)?,
             older_than_ms: spec.older_than.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
             tombstone: spec.tombstone,
             negate: spec.negate,
+            looks_at_records: spec.has_record_condition(),
         })
     }
 
+    fn for_topic(&self, topic: &str, remote: &str) -> TopicVerdict {
+        let in_scope = self.topics.as_ref().is_none_or(|t| t.is_match(topic))
+            && self.remote_topics.as_ref().is_none_or(|t| t.is_match(remote));
+        match (in_scope, self.looks_at_records) {
+            (true, true) => TopicVerdict::Check,
+            (false, true) => TopicVerdict::Keep,
+            // A scope alone: its topics' records go (negated: every other topic's).
+            (scoped, false) if scoped != self.negate => TopicVerdict::Drop,
+            (_, false) => TopicVerdict::Keep,
+        }
+    }
+
+    /// The record conditions (every one stated holds), turned around by `negate`: drop it?
     fn drops(&self, r: &dyn RecordView, now_ms: i64) -> bool {
         self.matches(r, now_ms) != self.negate
     }
 
-    /// Every stated condition holds (cheapest first).
+    /// Every stated record condition holds (cheapest first).
     fn matches(&self, r: &dyn RecordView, now_ms: i64) -> bool {
-        if self.topics.as_ref().is_some_and(|t| !t.is_match(r.topic())) {
-            return false;
-        }
         if self.tombstone.is_some_and(|t| t != r.value_is_null()) {
             return false;
         }
@@ -421,9 +462,20 @@ impl RecordRules {
         !self.fates.is_empty() || !self.insert.is_empty()
     }
 
-    /// The first rule that drops the record (its index), `None` when it is copied.
-    pub fn dropped_by(&self, r: &dyn RecordView, now_ms: i64) -> Option<usize> {
-        self.filters.iter().position(|f| f.drops(r, now_ms))
+    /// What each rule does with the records of source topic `topic` (remote name `remote`): decided once
+    /// per topic, passed to [`RecordRules::dropped_by`] for each of its records.
+    pub fn for_topic(&self, topic: &str, remote: &str) -> Vec<TopicVerdict> {
+        self.filters.iter().map(|f| f.for_topic(topic, remote)).collect()
+    }
+
+    /// The first rule that drops the record (its index), `None` when it is copied; `verdicts` are its
+    /// topic's ([`RecordRules::for_topic`]).
+    pub fn dropped_by(&self, verdicts: &[TopicVerdict], r: &dyn RecordView, now_ms: i64) -> Option<usize> {
+        self.filters.iter().zip(verdicts).position(|(f, v)| match v {
+            TopicVerdict::Keep => false,
+            TopicVerdict::Drop => true,
+            TopicVerdict::Check => f.drops(r, now_ms),
+        })
     }
 
     /// The name of rule `i` (the metric's `rule` label).
@@ -462,9 +514,6 @@ mod tests {
     }
 
     impl RecordView for Rec {
-        fn topic(&self) -> &str {
-            self.topic
-        }
         fn key(&self) -> Option<&[u8]> {
             self.key
         }
@@ -483,10 +532,24 @@ mod tests {
         Rec { topic: "orders", key: Some(b"k-1"), value: Some(b"v"), ts: Some(1_000_000), headers: vec![] }
     }
 
-    fn rules(filters: Vec<FilterSpec>) -> RecordRules {
+    fn rules(filters: Vec<FilterSpec>) -> Rules {
         let spec = RecordRulesSpec { filters, headers: HeaderSpec::default() };
         assert_eq!(spec.problems(), vec![]);
-        RecordRules::compile(&spec).expect("compiles")
+        Rules(RecordRules::compile(&spec).expect("compiles"))
+    }
+
+    /// Rules checked as the copier does: the topic's verdicts first (remote name `east.<topic>`).
+    struct Rules(RecordRules);
+
+    impl Rules {
+        fn dropped_by(&self, r: &Rec, now_ms: i64) -> Option<usize> {
+            let verdicts = self.0.for_topic(r.topic, &format!("east.{}", r.topic));
+            self.0.dropped_by(&verdicts, r, now_ms)
+        }
+
+        fn name(&self, i: usize) -> &str {
+            self.0.name(i)
+        }
     }
 
     fn named(name: &str) -> FilterSpec {
@@ -551,6 +614,34 @@ mod tests {
         let mut x = rec();
         x.topic = "payments";
         assert_eq!(r.dropped_by(&x, 0), Some(0));
+        // By remote name, as MM2's predicate sees it.
+        let r = rules(vec![FilterSpec { remote_topics: vec!["east\\.orders".into()], negate: true, ..named("keep") }]);
+        assert_eq!(r.dropped_by(&rec(), 0), None);
+        assert_eq!(r.dropped_by(&x, 0), Some(0));
+    }
+
+    #[test]
+    fn negate_never_turns_the_scope_around() {
+        // Of the orders topics keep only EU records; every other topic passes untouched.
+        let r = rules(vec![FilterSpec {
+            topics: vec!["orders.*".into()],
+            header: Some("market".into()),
+            header_value: Some("^eu$".into()),
+            negate: true,
+            ..named("eu-only")
+        }]);
+        let mut x = rec();
+        x.headers = vec![("market", Some(b"us"))];
+        assert_eq!(r.dropped_by(&x, 0), Some(0), "an orders record of another market");
+        x.headers = vec![("market", Some(b"eu"))];
+        assert_eq!(r.dropped_by(&x, 0), None);
+        x.topic = "payments";
+        x.headers = vec![("market", Some(b"us"))];
+        assert_eq!(r.dropped_by(&x, 0), None, "another topic is out of the rule's scope");
+        // A scope alone drops its topics.
+        let r = rules(vec![FilterSpec { topics: vec!["orders".into()], ..named("drop-orders") }]);
+        assert_eq!(r.dropped_by(&rec(), 0), Some(0));
+        assert_eq!(r.dropped_by(&x, 0), None);
     }
 
     #[test]

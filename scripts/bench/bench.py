@@ -103,6 +103,12 @@ SCENARIOS["exactly-once"] = dict(SCENARIOS["headline"], engines="ferry,ferry-eos
 # before every value), copied by ferry as it is and by ferry with `schemas = "translate"` (each value
 # gets the target registry's ID 2), one Apicurio registry per cluster. MM2 has nothing to compare.
 SCENARIOS["schemas"] = dict(SCENARIOS["headline"], framed=True, engines="ferry,ferry-translate")
+# Record filters and header rules (issue 35): the headline's data copied by ferry as it is and by ferry with
+# two filter rules that every record is checked against and none matches (a header's presence, a key
+# regex: the watcher counts every record), and a lineage header inserted into every record.
+SCENARIOS["rules"] = dict(SCENARIOS["headline"], engines="ferry,ferry-rules")
+RULES = {"filter": [{"name": "debug", "header": "x-debug"}, {"name": "tmp", "key": "^tmp-"}],
+         "headers": {"insert": {"x-lineage": "{source}/{topic}/{partition}/{offset}"}}}
 ALL = ["headline", "small", "lz4", "latency", "partitions-2000", "partitions-10000", "flows", "flows-busy",
        "checkpoint", "exactly-once", "wan"]
 # Engines that copy in transactions. Their target topics hold a transaction marker per partition per
@@ -116,7 +122,7 @@ ALL = ["headline", "small", "lz4", "latency", "partitions-2000", "partitions-100
 # engines, and a count of the records rather than of offsets. The consumer runs only from the moment the
 # stable offsets reach the record count (the copy's tail), and its own lag does not move the date.
 EOS_ENGINES = ("ferry-eos", "mm2-eos")
-LABELS = {"ferry": "ferry", "ferry-eos": "ferry-eos", "ferry-translate": "ferry-translate", "mm2": "MM2", "mm2-eos": "MM2-eos", "limit": "limit"}
+LABELS = {"ferry": "ferry", "ferry-eos": "ferry-eos", "ferry-translate": "ferry-translate", "ferry-rules": "ferry-rules", "mm2": "MM2", "mm2-eos": "MM2-eos", "limit": "limit"}
 
 # Producer settings. The source data is written once per scenario (not measured); the limit's producer
 # is tuned like MM2's below, since it stands for the copy's produce side.
@@ -484,7 +490,7 @@ class Ferry:
         for f in flows:
             text += "[[flows]]\n"
             for k, v in f.items():
-                text += f"{k} = {json.dumps(v)}\n"
+                text += f"{k} = {toml_value(v)}\n"
             text += "\n"
         (d / "bench.toml").write_text(text)
         self.port = free_port()
@@ -513,6 +519,17 @@ def run_registry_sh(*args: str) -> str:
     if p.returncode != 0:
         die(f"scripts/registry.sh {' '.join(args)} failed:\n{p.stderr[-2000:]}")
     return p.stdout
+
+
+def toml_value(v) -> str:
+    """A TOML value (inline tables for dicts; JSON's strings, numbers and lists are TOML's)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return json.dumps(v)
 
 
 def ferry_flow(src: str, dst: str, topics: list[str], **extra) -> dict:
@@ -695,6 +712,8 @@ class Bench:
             ferry = self.ferry()
             extra = dict(d.ferry_flow, **({"delivery": "exactly_once"} if engine == "ferry-eos" else {}))
             registries = None
+            if engine == "ferry-rules":
+                extra.update(RULES)
             if engine == "ferry-translate":
                 extra["schemas"] = "translate"
                 registries = {"east": self.registries["src"], alias: self.registries["dst"]}
@@ -1712,7 +1731,7 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
         md += ["| engine | wall incl. startup | to first record | copy rate | MB/s | peak RSS | CPU | CPU while copying "
                "| MB per CPU-s (all, copying) | threads | others' load |",
                "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for e in ("ferry", "ferry-eos", "ferry-translate", "mm2", "mm2-eos", "limit"):
+        for e in ("ferry", "ferry-eos", "ferry-translate", "ferry-rules", "mm2", "mm2-eos", "limit"):
             if not any(e in r for r in rounds):
                 continue
             md.append(f"| {LABELS[e]} | {fmt(med(rounds, e, 'done_s'), '.1f', ' s')} "
@@ -1730,6 +1749,14 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
         mbcpu = med(rounds, "ferry", "mb_per_cpu_s")
         if name == "exactly-once":
             md += eos_lines(rounds)
+        elif name == "rules":
+            rate_r = ratio_med(rounds, "ferry-rules", "ferry", "rate")
+            cpu_r = ratio_med(rounds, "ferry-rules", "ferry", "cpu_s")
+            md += ["", f"Ratios: ferry-rules/ferry copy rate **{fmt(rate_r and rate_r * 100, '.0f', ' %')}**, "
+                       f"CPU **{fmt(cpu_r, '.2f', 'x')}**.",
+                   "", "Engines: ferry copies the records as they are; ferry-rules the same flow with two "
+                       "`[[flows.filter]]` rules checked on every record (none matches) and a lineage header "
+                       "inserted into every record (`{source}/{topic}/{partition}/{offset}`)."]
         elif name == "schemas":
             rate_t = ratio_med(rounds, "ferry-translate", "ferry", "rate")
             cpu_t = ratio_med(rounds, "ferry-translate", "ferry", "cpu_s")

@@ -157,6 +157,7 @@ pub struct RawFlow {
 pub struct RawFilterRule {
     pub name: Option<String>,
     pub topics: Option<Vec<String>>,
+    pub remote_topics: Option<Vec<String>>,
     pub header: Option<String>,
     pub header_value: Option<String>,
     pub key: Option<String>,

@@ -168,6 +168,21 @@ fn identity_deletions_in_cycles(flows: &BTreeMap<FlowId, FlowPlan>, errors: &mut
         if s.topic_deletions == super::TopicDeletions::Off || s.replication_policy != PolicyKind::Identity {
             continue;
         }
+        // Fan-in: another identity flow into the same cluster writes the same names.
+        if let Some(q) = enabled.iter().find(|q| {
+            q.id != p.id && q.id.target == p.id.target && q.settings.replication_policy == PolicyKind::Identity
+        }) {
+            errors.push(ConfigError {
+                file: p.file.clone(),
+                line: None,
+                key: "sync_topic_deletions".to_string(),
+                reason: format!(
+                    "flow {} uses the identity policy and flow {} copies into `{}` under it too: a remote topic may hold both flows' records, and deleting it when one source's topic goes would delete the other's. Turn sync_topic_deletions off for this flow, or use the default policy",
+                    p.id, q.id, p.id.target
+                ),
+            });
+            continue;
+        }
         let Some(path) = topology::shortest_path(&edges, &p.id.target, &p.id.source) else { continue };
         let mut cycle = vec![p.id.source.clone()];
         cycle.extend(path);
@@ -719,6 +734,10 @@ mod tests {
             );
             assert!(err.0[0].reason.contains("flow a->b") && err.0[0].reason.contains("a->b->a"), "{err}");
         }
+        // Fan-in under identity: refused too.
+        let cb = identity_flow("c", "b", "");
+        let err = parse(&[("c.toml", THREE), ("ab.toml", &deleting), ("cb.toml", &cb)], &no_env).expect_err("fan-in");
+        assert!(err.0[0].reason.contains("flow c->b copies into `b`"), "{err}");
         let bad = identity_flow("a", "b", "sync_topic_deletions = \"yes\"\ntopic_deletion_grace_seconds = 0\n");
         let err = parse(&[("c.toml", THREE), ("ab.toml", &bad)], &no_env).expect_err("refused").to_string();
         assert!(err.contains("flows[0].sync_topic_deletions") && err.contains("`yes` is not a choice"), "{err}");

@@ -438,6 +438,7 @@ fn record_rules(
             FilterSpec {
                 name: f.name.unwrap_or_else(|| format!("filter[{i}]")),
                 topics: f.topics.unwrap_or_default(),
+                remote_topics: f.remote_topics.unwrap_or_default(),
                 header: f.header,
                 header_value: f.header_value,
                 key: f.key,

@@ -15,6 +15,13 @@
 //! flow's leader decides, at its topic refreshes; the control topic is read only when some remote topic
 //! is a candidate (or was at the last refresh, or the leader just started).
 //!
+//! Before a source is marked gone and again right before its remote topic is deleted, the one source
+//! topic is asked for by name: only "unknown topic" counts as gone (a topic the principal may no longer
+//! describe is missing from a listing, not gone). The remote topic's end offsets are noted with the mark;
+//! if they grew by the end of the grace period, something else writes it (ferry cannot: its source is
+//! gone), so it is kept for good and the record says why. A node that saw the source present after the
+//! recorded mark (its clearing write failed) starts the grace period again rather than trust the mark.
+//!
 //! `"dry_run"` shows and logs the pending deletions (`/flows` `topic_deletions`) and never deletes.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,6 +60,13 @@ pub struct Created {
     pub source_gone_since: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deleted_at: Option<i64>,
+    /// The remote topic's end offsets (summed) when the source was marked gone: if they grew since,
+    /// something else writes the topic (ferry cannot: its source is gone) and it is not deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_end_at_mark: Option<i64>,
+    /// Written after its source went: someone else's now, never deleted (why, for operators).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<String>,
 }
 
 /// What to do with one remote topic's record at a refresh.
@@ -78,7 +92,7 @@ pub fn step(
     now_ms: i64,
     grace: Duration,
 ) -> Option<Step> {
-    if record.deleted_at.is_some() || !remote_exists {
+    if record.deleted_at.is_some() || record.kept.is_some() || !remote_exists {
         return None;
     }
     let gone = !source_exists && selected;
@@ -193,6 +207,11 @@ async fn read_created(plan: &FlowPlan, deployment: &str) -> Result<BTreeMap<Stri
 /// The leader's deletion pass of one refresh.
 pub struct DeletionPass<'a> {
     pub plan: &'a FlowPlan,
+    /// Asks the source about one topic and the target for a topic's summed end offsets.
+    pub source_meta: &'a crate::clients::MetaConsumer,
+    pub target_meta: &'a crate::clients::MetaConsumer,
+    /// When this node last saw each remote topic's source present (ms), across passes.
+    pub last_present: &'a std::sync::Mutex<BTreeMap<String, i64>>,
     pub deployment: &'a str,
     pub conn: &'a Arc<Connection>,
     pub admin: &'a Admin,
@@ -215,6 +234,36 @@ impl DeletionPass<'_> {
         })
     }
 
+    fn remember_present(&self, remote: &str, now: i64) {
+        self.last_present.lock().unwrap_or_else(|p| p.into_inner()).insert(remote.to_string(), now);
+    }
+
+    /// Whether the source cluster says `topic` does not exist (asked by name; any other answer, an
+    /// authorization error or no answer, is not "gone").
+    async fn confirmed_gone(&self, topic: &str) -> bool {
+        let (meta, topic) = (self.source_meta.clone(), topic.to_string());
+        on_thread(move || match meta.fetch_metadata(Some(&topic), ADMIN_TIMEOUT) {
+            Ok(md) => md.topics().first().is_some_and(|t| {
+                t.error() == Some(rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+            }),
+            Err(_) => false,
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// The remote topic's high watermarks, summed (`None` if they cannot be read).
+    async fn remote_end(&self, remote: &str) -> Option<i64> {
+        let (meta, topic) = (self.target_meta.clone(), remote.to_string());
+        on_thread(move || {
+            let md = meta.fetch_metadata(Some(&topic), ADMIN_TIMEOUT).ok()?;
+            let partitions = md.topics().first()?.partitions().len() as i32;
+            (0..partitions).map(|p| kafka::watermarks(&*meta, &topic, p).ok().map(|(_, high)| high)).sum()
+        })
+        .await
+        .flatten()
+    }
+
     /// Runs the pass; returns what is pending after it. An error is logged (the refresh goes on).
     pub async fn run(&self) -> Vec<PendingDeletion> {
         let plan = self.plan;
@@ -234,16 +283,28 @@ impl DeletionPass<'_> {
         for (remote, record) in records {
             let source = &record.source_topic;
             let selected = plan.copies_topic(source);
-            let Some(step) = step(
-                &record,
-                self.target_topics.contains(&remote),
-                self.source_topics.contains(source),
-                selected,
-                now,
-                grace,
-            ) else {
+            let source_listed = self.source_topics.contains(source);
+            if source_listed {
+                self.remember_present(&remote, now);
+            }
+            let Some(mut step) =
+                step(&record, self.target_topics.contains(&remote), source_listed, selected, now, grace)
+            else {
                 continue;
             };
+            // A mark older than this node's last sight of the source is stale (a clearing write failed).
+            let seen = self.last_present.lock().unwrap_or_else(|p| p.into_inner()).get(&remote).copied();
+            if let (Step::Wait { gone_since } | Step::Delete { gone_since }, Some(seen)) = (&step, seen)
+                && *gone_since <= seen
+            {
+                step = Step::MarkGone(Created { source_gone_since: Some(now), ..record.clone() });
+            }
+            // Gone from the listing: asked by name before anything is decided on it.
+            if matches!(step, Step::MarkGone(_) | Step::Delete { .. }) && !self.confirmed_gone(source).await {
+                tracing::info!(flow = %plan.id, topic = %remote, source_topic = %source, "the source topic is missing from the listing but not unknown to the source cluster (no right to describe it?): not counted as gone");
+                self.remember_present(&remote, now);
+                continue;
+            }
             let key = created_key(self.deployment, &plan.id, &remote);
             let pend = |since: i64| PendingDeletion {
                 topic: remote.clone(),
@@ -253,7 +314,8 @@ impl DeletionPass<'_> {
                 dry_run,
             };
             match step {
-                Step::MarkGone(updated) => {
+                Step::MarkGone(mut updated) => {
+                    updated.remote_end_at_mark = self.remote_end(&remote).await;
                     let p = pend(now);
                     tracing::warn!(flow = %plan.id, topic = %remote, source_topic = %source, deletes_at = %p.deletes_at, dry_run, "the source topic of a remote topic ferry created is gone: the remote topic is deleted after the grace period unless it comes back");
                     if let Err(e) = write(self.conn, &key, &updated).await {
@@ -269,12 +331,28 @@ impl DeletionPass<'_> {
                     }
                 }
                 Step::Wait { gone_since } => pending.push(pend(gone_since)),
-                Step::Delete { gone_since } if dry_run => {
-                    let p = pend(gone_since);
-                    tracing::info!(flow = %plan.id, topic = %remote, source_topic = %source, source_gone_since = %p.source_gone_since, "dry run: would delete the remote topic now (sync_topic_deletions = \"dry_run\")");
-                    pending.push(p);
-                }
                 Step::Delete { gone_since } => {
+                    let end = self.remote_end(&remote).await;
+                    if let (Some(then), Some(now_end)) = (record.remote_end_at_mark, end)
+                        && now_end > then
+                    {
+                        let why = format!(
+                            "{} records written after its source topic went (end offsets {then} -> {now_end})",
+                            now_end - then
+                        );
+                        tracing::warn!(flow = %plan.id, topic = %remote, source_topic = %source, reason = %why, "the remote topic is written by something other than ferry: it is kept, and never deleted by ferry");
+                        let kept = Created { kept: Some(why), source_gone_since: None, ..record.clone() };
+                        if let Err(e) = write(self.conn, &key, &kept).await {
+                            tracing::warn!(flow = %plan.id, topic = %remote, error = %e, "cannot record that the remote topic is kept");
+                        }
+                        continue;
+                    }
+                    if dry_run {
+                        let p = pend(gone_since);
+                        tracing::info!(flow = %plan.id, topic = %remote, source_topic = %source, source_gone_since = %p.source_gone_since, "dry run: would delete the remote topic now (sync_topic_deletions = \"dry_run\")");
+                        pending.push(p);
+                        continue;
+                    }
                     let since = rfc3339_ms(gone_since);
                     tracing::warn!(flow = %plan.id, topic = %remote, source_topic = %source, source_gone_since = %since, "deleting the remote topic: its source topic has been gone for the grace period");
                     match delete_topic(self.admin, &plan.target.alias, &remote).await {
@@ -297,6 +375,14 @@ impl DeletionPass<'_> {
         METRICS.remote_topics_pending_deletion.with_label_values(&[&plan.id.to_string()]).set(pending.len() as i64);
         pending
     }
+}
+
+/// Runs a blocking call on a thread of its own (a call to a cluster that does not answer takes
+/// [`ADMIN_TIMEOUT`]; the runtime's blocking pool must not hold the node's exit).
+async fn on_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new().name("topic-deletions".into()).spawn(move || drop(tx.send(f()))).ok()?;
+    rx.await.ok()
 }
 
 async fn delete_topic(admin: &Admin, cluster: &str, topic: &str) -> Result<(), String> {

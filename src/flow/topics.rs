@@ -56,6 +56,8 @@ struct Clients {
     target: Arc<crate::clients::Connection>,
     /// The deployment's name: created-topic records are the deployment's.
     deployment: String,
+    /// When this node last saw each remote topic's source present (deletions that follow).
+    last_present: std::sync::Mutex<BTreeMap<String, i64>>,
 }
 
 /// Partitions beyond which one flow's copier group on the classic protocol is unlikely to settle:
@@ -172,6 +174,7 @@ impl TopicSync {
                 .unwrap_or_default(),
             target: target.clone(),
             deployment: self.deployment.clone(),
+            last_present: std::sync::Mutex::default(),
         });
         self.clients = Some(c.clone());
         Ok(c)
@@ -660,6 +663,9 @@ async fn refresh_once(
     let pending_deletions = if leading && plan.settings.topic_deletions != TopicDeletions::Off {
         let pass = topic_deletions::DeletionPass {
             plan,
+            source_meta: &clients.source_meta,
+            target_meta: &clients.target_meta,
+            last_present: &clients.last_present,
             deployment: &clients.deployment,
             conn: &clients.target,
             admin: &clients.target_admin,

@@ -152,7 +152,7 @@ fn an_mm2_properties_file_becomes_a_valid_flows_directory_without_its_secrets() 
     // The SMT chain: Filter + TopicNameMatches, InsertHeader and DropHeaders as record rules.
     let rule = &we["filter"][0];
     assert_eq!(rule["name"].as_str(), Some("dropTest"), "{we:?}");
-    assert_eq!(strings(&rule["topics"]), [".*\\.test"]);
+    assert_eq!(strings(&rule["remote_topics"]), [".*\\.test"], "MM2's predicate sees the remote name");
     assert_eq!(we["headers"]["insert"]["x-origin"].as_str(), Some("west"));
     assert_eq!(strings(&we["headers"]["drop"]), ["x-secret"]);
 
@@ -344,11 +344,15 @@ fn base64(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The SMT chain of an MM2 flow, scoped to `s->t`: debug records and tombstones dropped, a lineage
-/// header inserted, a secret header dropped.
+/// The SMT chain of an MM2 flow, scoped to `s->t`: only the test's topic kept, by its remote name (what
+/// MM2's predicate sees), debug records and tombstones dropped, a lineage header inserted, a secret header
+/// dropped.
 fn smt_chain(s: &str, t: &str) -> String {
     format!(
-        "{s}->{t}.transforms = dropDebug, dropTombstones, lineage, strip
+        "{s}->{t}.transforms = onlyOurs, dropDebug, dropTombstones, lineage, strip
+{s}->{t}.transforms.onlyOurs.type = org.apache.kafka.connect.transforms.Filter
+{s}->{t}.transforms.onlyOurs.predicate = isOurs
+{s}->{t}.transforms.onlyOurs.negate = true
 {s}->{t}.transforms.dropDebug.type = org.apache.kafka.connect.transforms.Filter
 {s}->{t}.transforms.dropDebug.predicate = isDebug
 {s}->{t}.transforms.dropTombstones.type = org.apache.kafka.connect.transforms.Filter
@@ -359,7 +363,9 @@ fn smt_chain(s: &str, t: &str) -> String {
 {s}->{t}.transforms.strip.type = org.apache.kafka.connect.transforms.DropHeaders
 {s}->{t}.transforms.strip.headers = x-secret
 {s}->{t}.header.converter = org.apache.kafka.connect.storage.SimpleHeaderConverter
-{s}->{t}.predicates = isDebug, isTombstone
+{s}->{t}.predicates = isOurs, isDebug, isTombstone
+{s}->{t}.predicates.isOurs.type = org.apache.kafka.connect.transforms.predicates.TopicNameMatches
+{s}->{t}.predicates.isOurs.pattern = {s}[.]smt-chain-.*
 {s}->{t}.predicates.isDebug.type = org.apache.kafka.connect.transforms.predicates.HasHeaderKey
 {s}->{t}.predicates.isDebug.name = x-debug
 {s}->{t}.predicates.isTombstone.type = org.apache.kafka.connect.transforms.predicates.RecordIsTombstone

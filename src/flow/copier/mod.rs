@@ -481,11 +481,15 @@ impl CopyLoop {
             }
             // Record filters: a dropped record is skipped as provenance skips one (the position moves past
             // it once what was sent before it is settled; the offset syncs describe the gap).
-            if let Some(rules) = self.rules.as_mut()
-                && rules.drops(&msg, now_ms)
-            {
-                part.ack.skipped(&self.acks, msg.offset());
-                continue;
+            let mut rewrite = false;
+            if let Some(rules) = self.rules.as_mut() {
+                match rules.decide(&msg, remote, now_ms, !part.ack.has_failed()) {
+                    rules::Decision::Drop => {
+                        part.ack.skipped(&self.acks, msg.offset());
+                        continue;
+                    }
+                    rules::Decision::Copy { rewrite: r } => rewrite = r,
+                }
             }
             // Schema IDs: the target's in place of the source's (before provenance, which binds its header
             // to the bytes sent). A record whose ID cannot be resolved holds its partition like a refused
@@ -537,8 +541,8 @@ impl CopyLoop {
             // comes before it does.
             let counted = InFlight::count(&part.ack);
             let headers = match self.rules.as_mut() {
-                Some(rules) => rules.headers(&msg, stamp),
-                None => rules::copy_headers(&msg, stamp),
+                Some(rules) if rewrite => rules.headers(&msg, stamp),
+                _ => rules::copy_headers(&msg, stamp),
             };
             match send(lane, &self.control, &mut self.pending, remote, &msg, headers, &translated) {
                 Sent::Ok => {

@@ -1,8 +1,9 @@
 //! A flow's record rules in the copy loop: which records its filters drop (counted per topic and rule in
 //! `ferry_records_filtered_total`), and the headers a copy carries.
 //!
-//! Per record this is one map lookup by topic (the rules are not consulted at all for a flow without
-//! any); heartbeats topics are looked up once and then always pass untouched (see `record_rules`).
+//! What depends on the topic alone (a rule's topic scope, whether the topic is a heartbeats topic) is
+//! decided at the topic's first record and kept: per record that is one map lookup, then only the rules
+//! that look at records. A flow without rules never gets here (the copy loop's fast path).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,14 +15,23 @@ use super::provenance;
 use crate::config::FlowPlan;
 use crate::metrics::METRICS;
 use crate::policy::ReplicationPolicy;
-use crate::record_rules::{Fate, Lineage, RecordRules, RecordView};
+use crate::record_rules::{Fate, Lineage, RecordRules, RecordView, TopicVerdict};
 
 /// What the rules make of one source topic.
 struct TopicRules {
     /// A heartbeats topic: never filtered nor rewritten.
     exempt: bool,
-    /// `ferry_records_filtered_total{flow, topic, rule}`, one per filter (none when exempt).
-    filtered: Vec<IntCounter>,
+    /// Per rule, for this topic's records.
+    verdicts: Vec<TopicVerdict>,
+    /// `ferry_records_filtered_total{flow, topic, rule}`, made at a rule's first drop (a series per topic
+    /// and rule that never drops would only add cardinality).
+    filtered: Vec<Option<IntCounter>>,
+}
+
+/// Whether a record is copied, and then whether its headers are rewritten.
+pub(super) enum Decision {
+    Drop,
+    Copy { rewrite: bool },
 }
 
 pub(super) struct CopyRules {
@@ -49,49 +59,38 @@ impl CopyRules {
         })
     }
 
-    fn topic(&mut self, topic: &str) -> &TopicRules {
+    /// What happens to `msg` (copied to `remote`). A dropped record is counted under the first rule that
+    /// drops it unless `count` is false (a record behind a held partition: it is fetched and decided again).
+    pub(super) fn decide(&mut self, msg: &BorrowedMessage<'_>, remote: &str, now_ms: i64, count: bool) -> Decision {
+        let topic = msg.topic();
         if !self.topics.contains_key(topic) {
             let exempt = self.policy.is_heartbeats_topic(topic);
-            let filtered = if exempt {
-                Vec::new()
-            } else {
-                let counter = |rule: &String| {
-                    METRICS.records_filtered.with_label_values(&[self.flow.as_str(), topic, rule.as_str()])
-                };
-                self.rules.names().iter().map(counter).collect()
-            };
-            self.topics.insert(topic.to_string(), TopicRules { exempt, filtered });
+            let verdicts = if exempt { Vec::new() } else { self.rules.for_topic(topic, remote) };
+            let filtered = vec![None; verdicts.len()];
+            self.topics.insert(topic.to_string(), TopicRules { exempt, verdicts, filtered });
         }
-        &self.topics[topic]
-    }
-
-    /// Whether a filter drops `msg` (counted under the first rule that does). `now_ms`: the wall clock
-    /// for `older_than_seconds`.
-    pub(super) fn drops(&mut self, msg: &BorrowedMessage<'_>, now_ms: i64) -> bool {
-        if !self.rules.has_filters() {
-            return false;
+        let Some(t) = self.topics.get_mut(topic) else { return Decision::Copy { rewrite: false } };
+        if t.exempt {
+            return Decision::Copy { rewrite: false };
         }
-        let rules = self.rules.clone();
-        let topic = self.topic(msg.topic());
-        if topic.exempt {
-            return false;
-        }
-        match rules.dropped_by(&Viewed(msg), now_ms) {
+        match self.rules.dropped_by(&t.verdicts, &Viewed(msg), now_ms) {
             Some(rule) => {
-                topic.filtered[rule].inc();
-                true
+                if count {
+                    let flow = &self.flow;
+                    let name = self.rules.name(rule);
+                    t.filtered[rule]
+                        .get_or_insert_with(|| METRICS.records_filtered.with_label_values(&[flow, topic, name]))
+                        .inc();
+                }
+                Decision::Drop
             }
-            None => false,
+            None => Decision::Copy { rewrite: self.rules.rewrites_headers() },
         }
     }
 
     /// The headers of `msg`'s copy, with ferry's provenance header `stamp` and the flow's header rules;
     /// `None` when the copy has none.
     pub(super) fn headers(&mut self, msg: &BorrowedMessage<'_>, stamp: Option<&[u8]>) -> Option<OwnedHeaders> {
-        let rewrite = self.rules.rewrites_headers() && !self.topic(msg.topic()).exempt;
-        if !rewrite {
-            return copy_headers(msg, stamp);
-        }
         let rules = &self.rules;
         let source = msg.headers();
         let capacity = source.map_or(0, |h| h.count()) + usize::from(stamp.is_some()) + rules.inserts().len();
@@ -154,10 +153,6 @@ pub(super) fn copy_headers(msg: &BorrowedMessage<'_>, stamp: Option<&[u8]>) -> O
 struct Viewed<'m, 'a>(&'m BorrowedMessage<'a>);
 
 impl RecordView for Viewed<'_, '_> {
-    fn topic(&self) -> &str {
-        self.0.topic()
-    }
-
     fn key(&self) -> Option<&[u8]> {
         self.0.key()
     }
