@@ -44,6 +44,8 @@ pub enum Subject {
     /// The cluster resource, when `sync_topic_acls_enabled`: DescribeAcls needs Describe on it,
     /// CreateAcls Alter.
     AclSyncCluster,
+    /// The target's cluster resource, when `protect_remote_topics`: CreateAcls needs Alter on it.
+    ProtectCluster,
 }
 
 /// One row of the README's tables.
@@ -231,6 +233,14 @@ pub const RIGHTS: &[Row] = &[
         readme_resource: "cluster, only with `sync_topic_acls_enabled`",
         readme_rights_extra: "",
     },
+    Row {
+        side: Target,
+        subject: ProtectCluster,
+        rights: &[Alter],
+        used_by: "topic synchroniser denies other principals Write on the remote topics (DescribeAcls, CreateAcls)",
+        readme_resource: "cluster, only with `protect_remote_topics`",
+        readme_rights_extra: "",
+    },
 ];
 
 /// A resource as `kafka-acls` names its type.
@@ -297,6 +307,7 @@ fn in_use(plan: &FlowPlan, row: &Row) -> bool {
         CheckpointsTopic => s.emit_checkpoints_enabled,
         CheckpointedGroups | CheckpointsTransactionalId | ReverseOffsetSyncsTopic => s.runs_checkpoints(),
         AclSyncCluster => s.sync_topic_acls_enabled,
+        ProtectCluster => s.protect_remote_topics,
         CopierTransactionalId => s.delivery == crate::config::Delivery::ExactlyOnce,
         CopiedTopics | CopierGroup | RemoteTopics | ProgressTopic | LeaseTopic | ControlTopic | LeaseGroup
         | SyncedGroups => true,
@@ -343,7 +354,7 @@ pub fn needs(plan: &FlowPlan, identity: &Identity, selected: &Selected<'_>) -> V
                 selected.groups.iter().for_each(|g| push(on_side, Resource::Group(g.clone())));
             }
             SyncedGroups => {}
-            AclSyncCluster => push(on_side, Resource::Cluster),
+            AclSyncCluster | ProtectCluster => push(on_side, Resource::Cluster),
             OffsetSyncsTopic => {
                 let (cluster, topic) = crate::flow::offset_syncs::syncs_location(plan);
                 push(&cluster.alias, Resource::Topic(topic));

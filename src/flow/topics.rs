@@ -29,6 +29,7 @@ use crate::filter::ConfigPropertyFilter;
 use crate::flow::writable::{self, Writable};
 use crate::kafka::{self, KafkaOpError, TopicSpec};
 use crate::metrics::METRICS;
+use crate::protect;
 use crate::raw_admin::{self, AclOperation};
 use crate::status::{ActorState, ItemErrors};
 use crate::topic_configs::{self, ConfigEntry};
@@ -77,6 +78,10 @@ pub struct TopicSync {
     acl_problem: Option<String>,
     /// A cluster without an authorizer was logged (once, as MM2 does).
     acl_unsecured_logged: bool,
+    /// Why the last protection round (`protect_remote_topics`) could not run (the flow degraded).
+    protect_problem: Option<String>,
+    /// Remote topics no ACL binding matches, already warned about (see [`crate::protect`]).
+    unbound_warned: BTreeSet<String>,
     /// The topics selected at the last refresh (a topic that disappears from the source was deleted).
     selected: BTreeSet<String>,
     /// Topics that failed, per topic, across refreshes.
@@ -131,6 +136,8 @@ impl TopicSync {
             acls_synced: None,
             acl_problem: None,
             acl_unsecured_logged: false,
+            protect_problem: None,
+            unbound_warned: BTreeSet::new(),
             selected: BTreeSet::new(),
             errors: ItemErrors::default(),
             exit_reported: false,
@@ -199,7 +206,8 @@ impl TopicSync {
             s.sync_topic_acls_enabled && self.acls_synced.is_none_or(|t| t.elapsed() >= s.sync_topic_acls_interval);
         let previously = self.selected.clone();
         let leading = self.leading;
-        let syncs = Syncs { configs: sync_configs && leading, acls: sync_acls && leading };
+        let syncs =
+            Syncs { configs: sync_configs && leading, acls: sync_acls && leading, protect: s.protect_remote_topics };
         let kept = if s.refresh_topics_enabled { None } else { self.kept.get().cloned() };
         let span = tracing::info_span!("actor", flow = %plan.id, actor = ActorKind::Topics.name());
         let fut = tracing::Instrument::instrument(
@@ -227,7 +235,11 @@ impl TopicSync {
                     if let Some(acls) = refreshed.acls.take() {
                         me.acls_synced(acls, &mut refreshed.outcomes);
                     }
-                    let failing = me.record_outcomes(&refreshed) || me.acl_problem.is_some();
+                    if let Some(protected) = refreshed.protected.take() {
+                        me.protected(protected, &mut refreshed.outcomes);
+                    }
+                    let problem = me.acl_problem.clone().or_else(|| me.protect_problem.clone());
+                    let failing = me.record_outcomes(&refreshed) || problem.is_some();
                     me.selected = refreshed.selected;
                     let plan = me.plan.clone();
                     let ready = me
@@ -237,8 +249,8 @@ impl TopicSync {
                     me.check_writable(ctx);
                     me.supervisor.status.do_send(ActorStatusChanged {
                         kind: ActorKind::Topics,
-                        state: if me.acl_problem.is_some() { ActorState::Degraded } else { ActorState::Running },
-                        error: me.acl_problem.clone(),
+                        state: if problem.is_some() { ActorState::Degraded } else { ActorState::Running },
+                        error: problem,
                     });
                     let mut next = interval;
                     if !refreshed.source_has_heartbeats && me.plan.settings.emit_reverse_heartbeats_enabled {
@@ -357,6 +369,41 @@ impl TopicSync {
         }
     }
 
+    /// Take in a protection round's result (`protect_remote_topics`): its topics' failures into
+    /// `outcomes` (keyed by source topic), a failure of the whole round as the actor's error.
+    fn protected(
+        &mut self,
+        result: Result<protect::Protected, String>,
+        outcomes: &mut BTreeMap<String, Option<String>>,
+    ) {
+        let flow = self.plan.id.to_string();
+        let done = match result {
+            Ok(d) => d,
+            Err(reason) => {
+                tracing::warn!(flow = %flow, reason = %reason, "remote topics not protected; retried at the next refresh");
+                self.protect_problem = Some(reason);
+                return;
+            }
+        };
+        self.protect_problem = None;
+        for b in &done.created {
+            tracing::info!(flow = %flow, topic = %b.name, principal = %b.principal, "protect_remote_topics: denied Write on the remote topic");
+        }
+        for topic in done.unbound {
+            if self.unbound_warned.insert(topic.clone()) {
+                tracing::warn!(flow = %flow, topic = %topic, "protect_remote_topics: no ACL binding matches the remote topic, so ferry denies nobody; on a cluster with allow.everyone.if.no.acl.found=true anyone may write it (grant its readers by name, then ferry denies the writers)");
+            }
+        }
+        let plan = self.plan.clone();
+        for (remote, reason) in done.failed {
+            let source =
+                outcomes.keys().find(|t| plan.policy.format_remote_topic(&plan.id.source, t) == remote).cloned();
+            if let Some(o) = source.and_then(|t| outcomes.get_mut(&t)) {
+                o.get_or_insert(reason);
+            }
+        }
+    }
+
     /// Log, count and publish this refresh's per-topic errors. True if any topic failed.
     fn record_outcomes(&mut self, refreshed: &Refreshed) -> bool {
         let flow = self.plan.id.to_string();
@@ -448,6 +495,8 @@ struct Refreshed {
     incomplete: bool,
     /// The topic ACL sync's result, if it ran.
     acls: Option<Result<acl_sync::Synced, String>>,
+    /// The protection round's result, if it ran (`protect_remote_topics`).
+    protected: Option<Result<protect::Protected, String>>,
 }
 
 /// The leader's periodic syncs a refresh runs.
@@ -455,6 +504,9 @@ struct Refreshed {
 struct Syncs {
     configs: bool,
     acls: bool,
+    /// `protect_remote_topics`: run by the leader at every refresh, and by any node that created a
+    /// remote topic (so a topic is protected before the leader's next refresh).
+    protect: bool,
 }
 
 /// Kafka refuses a topic whose name differs from an existing one only by `.` versus `_` (both map to
@@ -604,6 +656,19 @@ async fn refresh_once(
     } else {
         None
     };
+    let protected = if syncs.protect && (leading || !changed.is_empty()) {
+        let remotes: Vec<String> = selected
+            .keys()
+            .map(|t| remote(t))
+            .filter(|r| target_topics.contains_key(r) || changed.contains(r))
+            .collect();
+        Some(match protect::own_principal(&plan.target) {
+            Ok(own) => protect::protect(target, &clients.target_admin, &own, &remotes).await,
+            Err(e) => Err(format!("protect_remote_topics: {e}")),
+        })
+    } else {
+        None
+    };
 
     // Created topics take a moment to show up in metadata; copy only to partitions that exist.
     let deadline = Instant::now() + kafka::ADMIN_TIMEOUT;
@@ -635,6 +700,7 @@ async fn refresh_once(
         outcomes,
         incomplete,
         acls,
+        protected,
     })
 }
 

@@ -156,6 +156,9 @@ pub struct FlowStatus {
     /// Flows with `schemas = "sync" | "translate"`: what this node did with their schemas. A partition
     /// held on a schema ID that does not resolve is in `partition_problems`.
     pub schemas: Option<SchemaFigures>,
+    /// Records on the remote topics that this node's copier did not write, per source topic, since
+    /// the node started (`ferry_remote_foreign_records_total`): another producer writes the DR copy.
+    pub foreign_records: BTreeMap<String, u64>,
     /// The nodes in the flow's copier group and their partition counts (described every 10 s).
     pub nodes: Option<Vec<Member>>,
     /// The node holding the flow's lease, as the lease group says.
@@ -173,6 +176,7 @@ pub struct FlowFigures {
     pub records_skipped: Skipped,
     pub transactions: Option<TransactionFigures>,
     pub schemas: Option<SchemaFigures>,
+    pub foreign_records: BTreeMap<String, u64>,
 }
 
 /// A schema flow's work on this node since it started (the `ferry_schema_*` and
@@ -230,6 +234,7 @@ impl FlowStatus {
             delivery: "at_least_once",
             transactions: None,
             schemas: None,
+            foreign_records: BTreeMap::new(),
             nodes: None,
             leader_node: None,
         }
@@ -339,6 +344,7 @@ impl StatusBoard {
             f.records_skipped = figures.records_skipped;
             f.transactions = figures.transactions;
             f.schemas = figures.schemas;
+            f.foreign_records = figures.foreign_records;
         });
     }
 

@@ -18,6 +18,7 @@ mod claims;
 mod consumer;
 mod delivery;
 mod exactly_once;
+pub mod foreign;
 mod health;
 mod partitions;
 mod probe;
@@ -164,6 +165,9 @@ struct CopyLoop {
     kin: String,
     /// The group took partitions from this lifetime as lost: another node copies them already.
     lost: bool,
+    /// Counts records on the remote partitions that this copier did not write (at-least-once flows;
+    /// see [`foreign`]); its thread ends with the loop.
+    _foreign: Option<foreign::ForeignWatch>,
 }
 
 impl CopyLoop {
@@ -222,7 +226,15 @@ impl CopyLoop {
         let consumer = source_consumer(&plan, source_watch.clone(), identity, rtt).map_err(err)?;
         let probe = Probe::start(&plan, conns)?;
         let book = Book::new(&plan);
+        let foreign = match plan.settings.delivery {
+            Delivery::ExactlyOnce => None,
+            Delivery::AtLeastOnce => {
+                let target = conns.target.meta(crate::clients::Isolation::Uncommitted).map_err(err)?;
+                Some(foreign::ForeignWatch::start(&flow, shared.clone(), target)?)
+            }
+        };
         Ok(Self {
+            _foreign: foreign,
             flow,
             control,
             supervisor,
