@@ -146,12 +146,21 @@ pub struct Protected {
     pub failed: BTreeMap<String, String>,
     /// Remote topics no binding matches (nothing created: see the module doc).
     pub unbound: Vec<String>,
+    /// ferry's bindings deleted from promoted remote topics.
+    pub lifted: Vec<AclBinding>,
 }
 
-/// Creates the missing DENY Write bindings of `remotes` on `target`. A refusal to list or create
+/// Creates the missing DENY Write bindings of `remotes` on `target`, and deletes ferry's bindings (see
+/// [`is_ours`]) from the promoted remote topics `lift`. A refusal to list or create
 /// bindings at all (no Alter on the cluster, no authorizer) fails the whole round (`Err`, naming the
 /// right); one binding the target refuses fails its topic.
-pub async fn protect(target: &str, admin: &Admin, own: &str, remotes: &[String]) -> Result<Protected, String> {
+pub async fn protect(
+    target: &str,
+    admin: &Admin,
+    own: &str,
+    remotes: &[String],
+    lift: &BTreeSet<String>,
+) -> Result<Protected, String> {
     const NOT_AUTHORIZED: &str = "CLUSTER_AUTHORIZATION_FAILED";
     const NO_AUTHORIZER: &str = "SECURITY_DISABLED";
     let refused =
@@ -213,7 +222,49 @@ pub async fn protect(target: &str, admin: &Admin, own: &str, remotes: &[String])
             }
         }
     }
+    let ours: Vec<AclBinding> = bindings.iter().filter(|b| is_ours(b, lift, own)).cloned().collect();
+    let results = raw_admin::delete_acls(admin, &ours, kafka::ADMIN_TIMEOUT)
+        .await
+        .map_err(|e| format!("protect_remote_topics: delete ACL bindings on `{target}`: {e}"))?;
+    for (binding, error) in ours.into_iter().zip(results) {
+        match error {
+            None => done.lifted.push(binding),
+            Some(e) if e.name == NOT_AUTHORIZED => return Err(refused()),
+            Some(e) => {
+                let topic = binding.name.clone();
+                done.failed.entry(topic).or_insert_with(|| {
+                    format!("promoted remote topic {}: lift DENY Write for {}: {e}", binding.name, binding.principal)
+                });
+            }
+        }
+    }
     Ok(done)
+}
+
+/// Lifts ferry's bindings from the remote topics `remotes` on `target` (`ferry promote`): every
+/// binding [`is_ours`] says is ferry's, deleted. Returns those deleted.
+pub async fn lift(
+    target: &str,
+    admin: &Admin,
+    own: &str,
+    remotes: &BTreeSet<String>,
+) -> Result<Vec<AclBinding>, String> {
+    let filter = AclFilter { resource: AclResource::Topic, name: None, pattern: Some(AclPattern::Literal) };
+    let bindings = raw_admin::describe_acls(admin, &filter, kafka::ADMIN_TIMEOUT)
+        .await
+        .map_err(|e| format!("list the ACL bindings on `{target}`: {e}"))?;
+    let ours: Vec<AclBinding> = bindings.into_iter().filter(|b| is_ours(b, remotes, own)).collect();
+    let results = raw_admin::delete_acls(admin, &ours, kafka::ADMIN_TIMEOUT)
+        .await
+        .map_err(|e| format!("delete ACL bindings on `{target}`: {e}"))?;
+    let mut lifted = Vec::new();
+    for (binding, error) in ours.into_iter().zip(results) {
+        match error {
+            None => lifted.push(binding),
+            Some(e) => return Err(format!("delete {binding} on `{target}`: {e}")),
+        }
+    }
+    Ok(lifted)
 }
 
 #[cfg(test)]

@@ -652,6 +652,25 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn protected_remote_topics_need_alter_on_the_target_cluster() {
+        let cluster_rights = |extra: &str| -> Vec<(String, Vec<&str>)> {
+            needs(&plan(extra), &identity(), &Selected { topics: &[], groups: &[] })
+                .iter()
+                .filter(|n| n.resource == Resource::Cluster)
+                .map(|n| (n.cluster.clone(), n.row.rights.iter().map(Op::as_str).collect()))
+                .collect()
+        };
+        assert_eq!(cluster_rights("protect_remote_topics = true"), [("west".to_string(), vec!["Alter"])]);
+        let target = need(ProtectCluster, Target, Resource::Cluster);
+        let Verdict::Missing { rights, reason } = judge(&target, &Known::Described(Some(vec![Op::Describe]))) else {
+            panic!("Alter is missing")
+        };
+        assert_eq!(rights, ["Alter"]);
+        assert!(reason.contains("grant Alter on cluster kafka-cluster"), "{reason}");
+        assert!(target.row.used_by("east", "west").contains("denies other principals Write"));
+    }
+
+    #[test]
     fn a_read_only_source_needs_no_write_on_it_and_switched_off_emitters_need_nothing() {
         let plan = plan(
             "offset_syncs_topic_location = \"target\"\nemit_reverse_heartbeats_enabled = false\n\

@@ -6,7 +6,7 @@
 //! ended ([`ChildExited`]) and the supervisor restarts them after an exponential backoff that resets once
 //! a child has been healthy for a while. A child's failure never touches its siblings or other flows.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use super::messages::{
 };
 use super::offset_syncs::{self, SyncQueue};
 use super::pause::PauseSwitch;
-use super::topics::{KeptTopics, SetLeading, StopTopics, TopicSync};
+use super::topics::{KeptTopics, Promoted, RefreshNow, SetLeading, StopTopics, TopicSync};
 use super::worker::{Deliver, StopWorker, Worker};
 use crate::clients::FlowConnections;
 use crate::config::FlowPlan;
@@ -59,6 +59,27 @@ impl Handler<SetPaused> for FlowSupervisor {
             status.set_paused(&flow, switch.wanted());
             done
         })
+    }
+}
+
+/// The flow's promoted source topics (`ferry promote`, from the control topic) changed: the topic
+/// synchroniser drops them from what the flow copies at once.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct SetPromoted(pub BTreeSet<String>);
+
+impl Handler<SetPromoted> for FlowSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: SetPromoted, _: &mut Context<Self>) {
+        let mut promoted = self.promoted.write().unwrap_or_else(|p| p.into_inner());
+        if *promoted == msg.0 {
+            return;
+        }
+        *promoted = msg.0;
+        drop(promoted);
+        if let Some(topics) = &self.topics {
+            topics.do_send(RefreshNow);
+        }
     }
 }
 
@@ -98,6 +119,9 @@ pub struct FlowSupervisor {
     checkpoint_state: SharedCheckpointState,
     /// Survives topic-sync restarts: the topics found at start, when topic refresh is off.
     kept_topics: KeptTopics,
+    /// The source topics promoted at a failover (the node sets them from the control topic); the topic
+    /// synchroniser reads them at every refresh.
+    promoted: Promoted,
     copier: Option<Addr<Worker<Assignment>>>,
     offset_syncs: Option<Addr<Worker<()>>>,
     checkpoints: Option<Addr<Worker<()>>>,
@@ -122,6 +146,16 @@ struct Stopping {
     began: Instant,
 }
 
+/// What the deployment's control topic says of a flow when it starts (see `control`).
+pub struct Recorded {
+    /// Paused by an operator.
+    pub paused: bool,
+    /// The control topic was read to its end: `paused` is what the deployment decided, not a guess.
+    pub pause_known: bool,
+    /// Source topics promoted at a failover.
+    pub promoted: BTreeSet<String>,
+}
+
 impl FlowSupervisor {
     pub fn new(
         plan: Arc<FlowPlan>,
@@ -129,9 +163,9 @@ impl FlowSupervisor {
         status: StatusBoard,
         generation: u64,
         identity: Arc<Identity>,
-        paused: bool,
-        pause_known: bool,
+        recorded: Recorded,
     ) -> Self {
+        let Recorded { paused, pause_known, promoted } = recorded;
         let flow = plan.id.to_string();
         let syncs = Arc::new(if plan.settings.emit_offset_syncs_enabled {
             SyncQueue::new(&flow)
@@ -151,6 +185,7 @@ impl FlowSupervisor {
             syncs,
             checkpoint_state: Arc::new(std::sync::Mutex::new(checkpoints::CheckpointState::new(history))),
             kept_topics: KeptTopics::default(),
+            promoted: Arc::new(std::sync::RwLock::new(promoted)),
             copier: None,
             offset_syncs: None,
             checkpoints: None,
@@ -220,7 +255,10 @@ impl FlowSupervisor {
             }
             ActorKind::Heartbeats => self.heartbeats = Some(heartbeats::worker(plan, conns, me).start()),
             ActorKind::Topics => {
-                self.topics = Some(TopicSync::new(plan, conns, me, self.leading, self.kept_topics.clone()).start())
+                self.topics = Some(
+                    TopicSync::new(plan, conns, me, self.leading, self.kept_topics.clone(), self.promoted.clone())
+                        .start(),
+                )
             }
             ActorKind::Lease => self.lease = Some(lease::worker(plan, conns, me, self.identity.clone()).start()),
         }

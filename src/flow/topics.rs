@@ -60,10 +60,18 @@ const CLASSIC_GROUP_WIDTH: i64 = 5_000;
 /// and kept by the supervisor across the synchroniser's restarts.
 pub type KeptTopics = Arc<std::sync::OnceLock<BTreeSet<String>>>;
 
+/// The source topics promoted at a failover (`ferry promote`): never selected, so never copied, and
+/// ferry's DENY Write bindings lifted from their remote topics. Set by the supervisor (from the control
+/// topic, through the node), read at every refresh.
+pub type Promoted = Arc<std::sync::RwLock<BTreeSet<String>>>;
+
 pub struct TopicSync {
     plan: Arc<FlowPlan>,
     /// Set once when topic refresh is off; never read when it is on.
     kept: KeptTopics,
+    promoted: Promoted,
+    /// Asked to refresh while a refresh ran: another one follows at once (promoted topics changed).
+    again: bool,
     conns: Arc<FlowConnections>,
     supervisor: Parent,
     clients: Option<Arc<Clients>>,
@@ -122,10 +130,13 @@ impl TopicSync {
         supervisor: Parent,
         leading: bool,
         kept: KeptTopics,
+        promoted: Promoted,
     ) -> Self {
         Self {
             leading,
             kept,
+            promoted,
+            again: false,
             plan,
             conns,
             supervisor,
@@ -209,9 +220,10 @@ impl TopicSync {
         let syncs =
             Syncs { configs: sync_configs && leading, acls: sync_acls && leading, protect: s.protect_remote_topics };
         let kept = if s.refresh_topics_enabled { None } else { self.kept.get().cloned() };
+        let promoted = self.promoted.read().unwrap_or_else(|p| p.into_inner()).clone();
         let span = tracing::info_span!("actor", flow = %plan.id, actor = ActorKind::Topics.name());
         let fut = tracing::Instrument::instrument(
-            async move { refresh_once(&plan, &clients, syncs, &previously, leading, kept.as_ref()).await },
+            async move { refresh_once(&plan, &clients, syncs, &previously, leading, kept.as_ref(), &promoted).await },
             span,
         );
         ctx.spawn(fut.into_actor(self).map(move |result, me, ctx| {
@@ -258,6 +270,9 @@ impl TopicSync {
                     }
                     if failing {
                         next = next.min(RETRY_FAILED_TOPICS);
+                    }
+                    if std::mem::take(&mut me.again) {
+                        next = Duration::ZERO;
                     }
                     if refreshed.incomplete {
                         // Some selected topic has no (complete) remote yet: the leader is about to make it
@@ -388,6 +403,9 @@ impl TopicSync {
         self.protect_problem = None;
         for b in &done.created {
             tracing::info!(flow = %flow, topic = %b.name, principal = %b.principal, "protect_remote_topics: denied Write on the remote topic");
+        }
+        for b in &done.lifted {
+            tracing::info!(flow = %flow, topic = %b.name, principal = %b.principal, "promoted topic: lifted ferry's DENY Write");
         }
         for topic in done.unbound {
             if self.unbound_warned.insert(topic.clone()) {
@@ -527,6 +545,7 @@ async fn refresh_once(
     previously: &BTreeSet<String>,
     leading: bool,
     kept: Option<&BTreeSet<String>>,
+    promoted: &BTreeSet<String>,
 ) -> Result<Refreshed, KafkaOpError> {
     failpoints::check(failpoints::TOPICS_REFRESH).map_err(|reason| KafkaOpError::Other {
         cluster: plan.source.alias.clone(),
@@ -540,6 +559,8 @@ async fn refresh_once(
     if let Some(kept) = kept {
         keep_only(&mut selected, kept, plan.policy.heartbeats_topic());
     }
+    // Promoted topics are the applications' now: not copied, not created, synced or protected.
+    selected.retain(|t, _| !promoted.contains(t));
     let selected_names: BTreeSet<String> = selected.keys().cloned().collect();
     let width: i64 = selected.values().map(|&n| i64::from(n)).sum();
     if plan.settings.group_protocol == GroupProtocol::Classic && width > CLASSIC_GROUP_WIDTH {
@@ -662,8 +683,12 @@ async fn refresh_once(
             .map(|t| remote(t))
             .filter(|r| target_topics.contains_key(r) || changed.contains(r))
             .collect();
+        // The leader also lifts ferry's bindings from promoted topics (`ferry promote` lifted them
+        // already, but a node that had not read the promotion yet may have made them again).
+        let lift: BTreeSet<String> =
+            if leading { promoted.iter().map(|t| remote(t)).collect() } else { BTreeSet::new() };
         Some(match protect::own_principal(&plan.target) {
-            Ok(own) => protect::protect(target, &clients.target_admin, &own, &remotes).await,
+            Ok(own) => protect::protect(target, &clients.target_admin, &own, &remotes, &lift).await,
             Err(e) => Err(format!("protect_remote_topics: {e}")),
         })
     } else {
@@ -786,6 +811,22 @@ pub(crate) fn is_literal(pattern: &str) -> bool {
 #[rtype(result = "()")]
 pub struct SetLeading(pub bool);
 
+/// Refresh now (promoted topics changed): at once, or right after the refresh that runs.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct RefreshNow;
+
+impl Handler<RefreshNow> for TopicSync {
+    type Result = ();
+    fn handle(&mut self, _: RefreshNow, ctx: &mut Context<Self>) {
+        if self.refreshing {
+            self.again = true;
+        } else {
+            self.refresh(ctx);
+        }
+    }
+}
+
 impl Handler<SetLeading> for TopicSync {
     type Result = ();
     fn handle(&mut self, msg: SetLeading, ctx: &mut Context<Self>) {
@@ -793,6 +834,7 @@ impl Handler<SetLeading> for TopicSync {
         self.leading = msg.0;
         if !self.leading {
             self.acl_problem = None; // the leader's duty, reported by the leader
+            self.protect_problem = None;
         }
         if gained {
             self.configs_synced = None;

@@ -13,7 +13,7 @@ use crate::config::Delivery;
 mod pause_record;
 mod types;
 
-pub use pause_record::PauseRecord;
+pub use pause_record::{PauseRecord, PromoteRecord};
 pub use types::{Member, ReloadOutcome, ReloadResult, Trigger};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -131,6 +131,9 @@ pub struct FlowStatus {
     /// The last pause or resume recorded for the flow in its target's control topic, for every node of
     /// the deployment: who took it (`by`, a node id) and when (`at`, seconds since the epoch).
     pub pause: Option<PauseRecord>,
+    /// Source topics promoted at a failover (`ferry promote`), for every node of the deployment: the
+    /// flow copies them no more. By source topic: who promoted it and when.
+    pub promoted: BTreeMap<String, PromoteRecord>,
     /// This node holds the flow's lease (runs topic sync, checkpoints, heartbeats).
     pub leading: bool,
     /// Source partitions this node copies (its share of the copier group).
@@ -223,6 +226,7 @@ impl FlowStatus {
             group_errors: BTreeMap::new(),
             paused: false,
             pause: None,
+            promoted: BTreeMap::new(),
             leading: false,
             partitions: 0,
             assigned: Vec::new(),
@@ -321,6 +325,7 @@ impl StatusBoard {
         status.delivery = delivery.name();
         status.paused = board.get(flow).is_some_and(|f| f.paused);
         status.pause = board.get(flow).and_then(|f| f.pause.clone());
+        status.promoted = board.get(flow).map(|f| f.promoted.clone()).unwrap_or_default();
         board.insert(flow.to_string(), status);
     }
 
@@ -331,6 +336,11 @@ impl StatusBoard {
     /// The deployment-wide pause record of `flow` (who paused or resumed it, and when).
     pub fn set_pause_record(&self, flow: &str, record: Option<PauseRecord>) {
         self.with_flow(flow, |f| f.pause = record);
+    }
+
+    /// The deployment-wide promotions of `flow` (see `control::promote`).
+    pub fn set_promoted(&self, flow: &str, promoted: BTreeMap<String, PromoteRecord>) {
+        self.with_flow(flow, |f| f.promoted = promoted);
     }
 
     /// The flow's figures from its metrics (only for flows on the board).

@@ -3,7 +3,7 @@
 //! lookup by the remote topic's name (no allocation), a few atomics and one uncontended partition lock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
@@ -39,6 +39,9 @@ pub struct Live {
     /// lifetime: what the foreign-record watch subtracts ([`super::foreign`]).
     written: AtomicU64,
     unsure: AtomicU64,
+    /// The downstream offset of the first record of this partition the target acknowledged in this
+    /// lifetime (-1: none yet): where the foreign-record count starts.
+    first_downstream: AtomicI64,
     /// The foreign-record watch's last quiet look at the remote partition.
     foreign: Mutex<Option<super::foreign::Baseline>>,
 }
@@ -70,6 +73,7 @@ impl Live {
             revoked: AtomicBool::new(false),
             written: AtomicU64::new(0),
             unsure: AtomicU64::new(0),
+            first_downstream: AtomicI64::new(-1),
             foreign: Mutex::new(None),
         }
     }
@@ -80,6 +84,11 @@ impl Live {
 
     pub fn unsure(&self) -> u64 {
         self.unsure.load(Ordering::Acquire)
+    }
+
+    /// The downstream offset of this lifetime's first acknowledged record, if any.
+    pub fn first_downstream(&self) -> Option<i64> {
+        Some(self.first_downstream.load(Ordering::Acquire)).filter(|o| *o >= 0)
     }
 
     /// Replaces the foreign-record watch's baseline with `now`; the one it replaces, if any.
@@ -285,6 +294,8 @@ impl Shared {
         timestamp_ms: Option<i64>,
         heartbeat: Option<(&[u8], Option<&[u8]>)>,
     ) {
+        // Before `written`: a look that sees this record counted sees where the count starts.
+        let _ = live.first_downstream.compare_exchange(-1, downstream, Ordering::AcqRel, Ordering::Acquire);
         live.written.fetch_add(1, Ordering::AcqRel);
         live.ack.acked(&self.acks, upstream);
         {

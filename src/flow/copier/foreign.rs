@@ -6,9 +6,10 @@
 //! is quiet (nothing of ferry's in flight, and no acknowledgement arriving while its end offset is
 //! asked), the growth of its end offset since the last quiet look, minus the records ferry's own
 //! acknowledgements put there meanwhile, is what someone else wrote ([`Baseline::observe`]). Each look
-//! replaces the baseline, so a record is counted once; the first look of a copier lifetime only sets
-//! the baseline, so nothing is counted twice across restarts, rebalances or nodes (and what was written
-//! while no copier of this node watched the partition is not counted at all).
+//! replaces the baseline, so a record is counted once. A copier lifetime counts from the downstream
+//! offset of its first acknowledged record (or, before it wrote any, from its first look): nothing is
+//! counted twice across restarts, rebalances or nodes, and what was written before that (while no
+//! copier of this node watched the partition) is not counted at all.
 //!
 //! Not exact, and so not claimed:
 //! - exactly-once flows are not watched: each transaction's commit or abort marker takes an offset,
@@ -114,6 +115,14 @@ fn watch(shared: &Shared, target: &MetaConsumer, stopped: &Receiver<()>) {
         }
         let tps: Vec<(String, i32)> = looks.iter().map(|l| (l.remote.clone(), l.partition)).collect();
         let ends = list_offsets(target.as_ref(), &tps, Offset::End, LIST_TIMEOUT);
+        let unanswered: Vec<String> = ends
+            .iter()
+            .filter_map(|((t, p), a)| match a {
+                Answer::Offset(_) => None,
+                Answer::Refused(e) | Answer::Unanswered(e) => Some(format!("{t}-{p}: {e}")),
+            })
+            .collect();
+        tracing::debug!(flow = %shared.flow, quiet = tps.len(), unanswered = ?unanswered, "foreign-record look");
         for look in looks {
             let key = (look.remote.clone(), look.partition);
             let Some(Answer::Offset(end)) = ends.get(&key) else { continue };
@@ -132,7 +141,10 @@ fn watch(shared: &Shared, target: &MetaConsumer, stopped: &Receiver<()>) {
             let now = Baseline { end: *end, written: look.written, unsure: look.unsure };
             // The baseline lives in the partition's `Live`: a partition given back to this lifetime
             // gets a new one, whose counters start at zero, and so a new baseline.
-            let Some(before) = live.foreign_baseline(now) else { continue };
+            // Without an earlier look, the count starts at this lifetime's first acknowledged record:
+            // everything from there to the end is ferry's `written` records or someone else's.
+            let first = live.first_downstream().map(|end| Baseline { end, written: 0, unsure: 0 });
+            let Some(before) = live.foreign_baseline(now).or(first) else { continue };
             let foreign = before.observe(&now);
             if foreign > 0 {
                 METRICS

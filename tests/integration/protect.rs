@@ -1,0 +1,225 @@
+//! Protected remote topics and foreign records, on the ACL test bed of `acls.rs` (SASL_SSL clusters with
+//! StandardAuthorizer; ferry runs as `alice`, the foreign producer is `bob`, granted Write on the remote
+//! topic by an ALLOW binding as an operator would):
+//!
+//! - `protect_remote_topics = true`: ferry denies bob Write on the remote topic it creates (and only
+//!   bob: ferry keeps copying), so bob's records are refused and nothing foreign reaches the topic.
+//! - Without protection bob's records land, and ferry counts exactly them as foreign, per topic
+//!   (`ferry_remote_foreign_records_total`, `/flows`, a warning naming the remote topic), never its own
+//!   copies and never twice.
+//!
+//! The tests take turns with `acls.rs`'s on the same two brokers.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rdkafka::ClientContext;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+
+use crate::acls::{ARRIVAL, Bed, REPORTED, bed, flow_json, flows_dir_as, records, start_ferry};
+use crate::support;
+use support::observe::{metric_sum, metrics};
+use support::scenario::{assert_alive, total};
+use support::turn::take_turn;
+use support::{Cluster, create_topic, produce, unique, wait_for};
+
+/// The flow's aliases: remote topics are `up.<topic>`.
+const SOURCE: &str = "up";
+const TARGET: &str = "dr";
+const FLOW: &str = "up->dr";
+
+/// Every right the flow needs as alice, on both clusters, for source topic `topic`.
+fn grant_flow(bed: &Bed, deployment: &str, topic: &str) {
+    let (src, dst) = (&bed.source, &bed.target);
+    let prefix = format!("{deployment}.");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let syncs = format!("mm2-offset-syncs.{TARGET}.internal");
+            src.allow_all("alice", &[("topic", "heartbeats"), ("topic", &syncs)], "literal", &["All"]);
+            src.allow("alice", "group", &prefix, "prefixed", &["All"]);
+            src.allow("alice", "topic", topic, "literal", &["Read", "Describe", "DescribeConfigs"]);
+        });
+        s.spawn(|| {
+            let remotes = format!("{SOURCE}.");
+            dst.allow_all(
+                "alice",
+                &[("topic", &remotes), ("group", &prefix), ("transactional-id", &prefix)],
+                "prefixed",
+                &["All"],
+            );
+            let progress = format!("mm2-offsets.{SOURCE}.internal");
+            dst.allow_all(
+                "alice",
+                &[
+                    ("topic", "heartbeats"),
+                    ("topic", &progress),
+                    ("topic", "ferry.leases.internal"),
+                    ("topic", "ferry.control.internal"),
+                ],
+                "literal",
+                &["All"],
+            );
+        });
+    });
+}
+
+/// What each delivery of a producer reported.
+#[derive(Default)]
+struct Outcomes(Mutex<Vec<Result<(), String>>>);
+
+impl ClientContext for Outcomes {}
+
+impl ProducerContext for Outcomes {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        let outcome = result.as_ref().map(|_| ()).map_err(|(e, _)| e.to_string());
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(outcome);
+    }
+}
+
+/// `user` produces `n` records to partition 0 of `topic` on `cluster`: each delivery's outcome.
+fn produce_as(cluster: &Cluster, user: &str, topic: &str, n: usize) -> Vec<Result<(), String>> {
+    let producer: ThreadedProducer<Outcomes> =
+        support::client::client_config(&cluster.bootstrap, &cluster.client_props(user))
+            .set("acks", "all")
+            .set("enable.idempotence", "false")
+            .set("message.timeout.ms", "15000")
+            .create_with_context(Outcomes::default())
+            .unwrap_or_else(|e| panic!("producer as {user}: {e}"));
+    for i in 0..n {
+        let value = format!("{user}-{i}");
+        let record = BaseRecord::to(topic).partition(0).key("foreign").payload(value.as_bytes());
+        producer.send(record).unwrap_or_else(|(e, _)| panic!("queue a record as {user}: {e}"));
+    }
+    producer.flush(Duration::from_secs(30)).unwrap_or_else(|e| panic!("flush as {user}: {e}"));
+    std::mem::take(&mut *producer.context().0.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// `ferry_remote_foreign_records_total` of `topic` on the node at `addr`.
+fn foreign(addr: std::net::SocketAddr, topic: &str) -> f64 {
+    metric_sum(&metrics(addr), "ferry_remote_foreign_records_total", &[("flow", FLOW), ("topic", topic)])
+}
+
+/// A protected remote topic: ferry denies bob (granted Write by name) and nobody else, bob's records are
+/// refused while ferry keeps copying, and nothing on the topic counts as foreign.
+#[test]
+fn a_foreign_producer_is_refused_while_the_remote_topic_is_protected() {
+    let bed = bed();
+    let _turn = take_turn("protected remote topic");
+    let (src, dst) = (&bed.source, &bed.target);
+    let deployment = "acl-protect";
+    let topic = unique("protected");
+    let remote = format!("{SOURCE}.{topic}");
+    create_topic(&src.bootstrap, &topic, 2, &[]);
+    produce(&src.bootstrap, &topic, &records(&topic, 20));
+    grant_flow(bed, deployment, &topic);
+    dst.allow("alice", "cluster", "", "literal", &["Alter"]);
+    dst.allow("bob", "topic", &remote, "literal", &["Write", "Describe"]);
+
+    let dir = flows_dir_as(bed, "alice", (SOURCE, TARGET), &[&topic], &[], "protect_remote_topics = true\n");
+    let mut ferry = start_ferry(&dir, deployment);
+    let addr = ferry.listen_addr();
+    wait_for(ARRIVAL, &format!("{remote} complete on the target"), || {
+        assert_alive(&mut ferry);
+        total(&dst.bootstrap, &remote) >= 20
+    });
+    wait_for(REPORTED, "bob denied Write on the remote topic", || {
+        assert_alive(&mut ferry);
+        ferry.log().lines().any(|l| l.contains("denied Write on the remote topic") && l.contains(&remote))
+    });
+    let on_target = dst.acls();
+    let denials: Vec<&str> = on_target
+        .iter()
+        .filter(|(r, e)| r.contains(&format!("name={remote},")) && e.contains("permissionType=DENY"))
+        .map(|(r, e)| {
+            assert!(r.contains("resourceType=TOPIC") && r.contains("patternType=LITERAL"), "{r}");
+            e.as_str()
+        })
+        .collect();
+    eprintln!("[protected] DENY bindings on {remote}: {denials:?}");
+    assert_eq!(denials, ["(principal=User:bob, host=*, operation=WRITE, permissionType=DENY)"], "{on_target:?}");
+
+    // bob is refused, as the broker says it.
+    let outcomes = produce_as(dst, "bob", &remote, 3);
+    eprintln!("[protected] bob's deliveries: {outcomes:?}");
+    assert_eq!(outcomes.len(), 3, "{outcomes:?}");
+    assert!(
+        outcomes.iter().all(|o| o.as_ref().is_err_and(|e| e.contains("authorization"))),
+        "bob wrote a protected remote topic: {outcomes:?}"
+    );
+    // ferry is not: new source records are copied.
+    produce(&src.bootstrap, &topic, &records(&format!("{topic}-more"), 10));
+    wait_for(ARRIVAL, "the new records copied", || {
+        assert_alive(&mut ferry);
+        total(&dst.bootstrap, &remote) >= 30
+    });
+    assert_eq!(total(&dst.bootstrap, &remote), 30, "only ferry's records on {remote}");
+    let shown = flow_json(addr, FLOW);
+    assert_eq!(shown["state"], "running", "{shown}");
+    assert!(shown["topic_errors"].as_object().is_none_or(|e| e.is_empty()), "{shown}");
+    assert_eq!(foreign(addr, &topic), 0.0, "ferry's own records counted as foreign");
+    ferry.terminate(Duration::from_secs(30));
+}
+
+/// Without protection bob's records land on the remote topic; ferry counts them, per topic, once, and
+/// never its own copies (before, between and after bob's records).
+#[test]
+fn a_foreign_producers_records_are_counted_per_topic_without_protection() {
+    let bed = bed();
+    let _turn = take_turn("foreign records");
+    let (src, dst) = (&bed.source, &bed.target);
+    let deployment = "acl-foreign";
+    let topic = unique("unprotected");
+    let remote = format!("{SOURCE}.{topic}");
+    create_topic(&src.bootstrap, &topic, 2, &[]);
+    produce(&src.bootstrap, &topic, &records(&topic, 20));
+    grant_flow(bed, deployment, &topic);
+    dst.allow("bob", "topic", &remote, "literal", &["Write", "Describe"]);
+
+    let dir = flows_dir_as(bed, "alice", (SOURCE, TARGET), &[&topic], &[], "");
+    let mut ferry = start_ferry(&dir, deployment);
+    let addr = ferry.listen_addr();
+    wait_for(ARRIVAL, &format!("{remote} complete on the target"), || {
+        assert_alive(&mut ferry);
+        total(&dst.bootstrap, &remote) >= 20
+    });
+
+    let outcomes = produce_as(dst, "bob", &remote, 5);
+    assert!(outcomes.iter().all(Result::is_ok) && outcomes.len() == 5, "bob's deliveries: {outcomes:?}");
+    wait_for(REPORTED, "bob's 5 records counted as foreign", || {
+        assert_alive(&mut ferry);
+        foreign(addr, &topic) >= 5.0
+    });
+    assert_eq!(foreign(addr, &topic), 5.0);
+    // `/flows` takes its figures from the metrics every second.
+    let mut shown = serde_json::Value::Null;
+    wait_for(REPORTED, "bob's records in /flows", || {
+        shown = flow_json(addr, FLOW);
+        !shown["foreign_records"][&topic].is_null()
+    });
+    eprintln!("[foreign] /flows foreign_records: {}", shown["foreign_records"]);
+    assert_eq!(shown["foreign_records"][&topic], 5, "{shown}");
+    let warned: Vec<String> = ferry
+        .log()
+        .lines()
+        .filter(|l| l.contains("did not write") && l.contains(&remote))
+        .map(str::to_string)
+        .collect();
+    assert!(!warned.is_empty() && warned.iter().all(|l| l.contains("partition=0")), "{warned:?}");
+
+    // ferry copies on; its copies do not count, bob's next two do, and the first five not again.
+    produce(&src.bootstrap, &topic, &records(&format!("{topic}-more"), 20));
+    wait_for(ARRIVAL, "the new records copied", || {
+        assert_alive(&mut ferry);
+        total(&dst.bootstrap, &remote) >= 45
+    });
+    let outcomes = produce_as(dst, "bob", &remote, 2);
+    assert!(outcomes.iter().all(Result::is_ok), "bob's deliveries: {outcomes:?}");
+    wait_for(REPORTED, "bob's 2 more records counted", || {
+        assert_alive(&mut ferry);
+        foreign(addr, &topic) >= 7.0
+    });
+    assert_eq!(foreign(addr, &topic), 7.0, "foreign records counted twice, or ferry's own counted");
+    assert_eq!(total(&dst.bootstrap, &remote), 47);
+    ferry.terminate(Duration::from_secs(30));
+}
