@@ -243,9 +243,9 @@ pub async fn protect(
 
 /// Lifts ferry's bindings from the remote topics `remotes` on `target` (`ferry promote`): every
 /// binding [`is_ours`] says is ferry's, deleted. Returns those deleted.
-pub async fn lift(
+pub async fn lift<C: rdkafka::client::ClientContext + 'static>(
     target: &str,
-    admin: &Admin,
+    admin: &rdkafka::admin::AdminClient<C>,
     own: &str,
     remotes: &BTreeSet<String>,
 ) -> Result<Vec<AclBinding>, String> {

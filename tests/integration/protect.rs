@@ -7,6 +7,8 @@
 //! - Without protection bob's records land, and ferry counts exactly them as foreign, per topic
 //!   (`ferry_remote_foreign_records_total`, `/flows`, a warning naming the remote topic), never its own
 //!   copies and never twice.
+//! - `ferry promote --topics`: bob writes the promoted topic, whose new source records are no longer
+//!   copied (while another topic of the flow still is), and `/flows` shows the promotion.
 //!
 //! The tests take turns with `acls.rs`'s on the same two brokers.
 
@@ -221,5 +223,89 @@ fn a_foreign_producers_records_are_counted_per_topic_without_protection() {
     });
     assert_eq!(foreign(addr, &topic), 7.0, "foreign records counted twice, or ferry's own counted");
     assert_eq!(total(&dst.bootstrap, &remote), 47);
+    ferry.terminate(Duration::from_secs(30));
+}
+
+/// `ferry promote --flows DIR --flow up->dr --deployment D ARGS`: exit code, stdout, stderr.
+fn promote(dir: &tempfile::TempDir, deployment: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(support::ferry_bin())
+        .args(["promote", "--flows"])
+        .arg(dir.path())
+        .args(["--flow", FLOW, "--deployment", deployment])
+        .args(args)
+        .output()
+        .expect("run ferry promote");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+/// A protected flow of two topics; `ferry promote --topics` one of them: ferry lifts bob's DENY (and
+/// the leader does not make it again), bob writes the promoted topic, and its new source records are no
+/// longer copied while the other topic's are.
+#[test]
+fn after_promote_the_foreign_producer_writes_and_the_flow_no_longer_copies_the_topic() {
+    let bed = bed();
+    let _turn = take_turn("promote");
+    let (src, dst) = (&bed.source, &bed.target);
+    let deployment = "acl-promote";
+    let p = unique("promo");
+    let (promoted, kept) = (format!("{p}-promoted"), format!("{p}-kept"));
+    let (remote, kept_remote) = (format!("{SOURCE}.{promoted}"), format!("{SOURCE}.{kept}"));
+    for t in [&promoted, &kept] {
+        create_topic(&src.bootstrap, t, 2, &[]);
+        produce(&src.bootstrap, t, &records(t, 20));
+        grant_flow(bed, deployment, t);
+    }
+    dst.allow("alice", "cluster", "", "literal", &["Alter"]);
+    dst.allow("bob", "topic", &remote, "literal", &["Write", "Describe"]);
+
+    let dir = flows_dir_as(bed, "alice", (SOURCE, TARGET), &[&promoted, &kept], &[], "protect_remote_topics = true\n");
+    let mut ferry = start_ferry(&dir, deployment);
+    let addr = ferry.listen_addr();
+    for r in [&remote, &kept_remote] {
+        wait_for(ARRIVAL, &format!("{r} complete on the target"), || {
+            assert_alive(&mut ferry);
+            total(&dst.bootstrap, r) >= 20
+        });
+    }
+    wait_for(REPORTED, "bob denied Write on the remote topic", || {
+        ferry.log().lines().any(|l| l.contains("denied Write on the remote topic") && l.contains(&remote))
+    });
+    assert!(produce_as(dst, "bob", &remote, 1).iter().all(Result::is_err), "bob wrote before the promotion");
+
+    let (code, out, err) = promote(&dir, deployment, &["--topics", &promoted]);
+    eprintln!("[promote] ferry promote:\n{out}{err}");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("{promoted} -> {remote} (DENY Write lifted for: User:bob)")), "{out}");
+    assert!(!out.contains(&kept), "only the matching topic is promoted: {out}");
+
+    // Every node follows the control topic: /flows shows the promotion, the partitions leave the copier.
+    wait_for(REPORTED, "the promotion in /flows and the copier", || {
+        let shown = flow_json(addr, FLOW);
+        let assigned = shown["assigned"].as_array().cloned().unwrap_or_default();
+        !shown["promoted"][&promoted].is_null()
+            && !assigned.iter().any(|a| a.as_str().is_some_and(|a| a.starts_with(promoted.as_str())))
+    });
+    // bob writes now (the broker's ACL cache follows the deletion within moments).
+    let mut outcomes = Vec::new();
+    wait_for(REPORTED, "bob writing the promoted topic", || {
+        outcomes = produce_as(dst, "bob", &remote, 3);
+        outcomes.iter().all(Result::is_ok)
+    });
+    // New source records: the kept topic's are copied, the promoted topic's are not.
+    produce(&src.bootstrap, &promoted, &records(&format!("{promoted}-late"), 10));
+    produce(&src.bootstrap, &kept, &records(&format!("{kept}-late"), 10));
+    wait_for(ARRIVAL, "the kept topic's new records copied", || {
+        assert_alive(&mut ferry);
+        total(&dst.bootstrap, &kept_remote) >= 30
+    });
+    // Refreshes ran meanwhile (every 2 s): bob's DENY has not come back either.
+    assert_eq!(total(&dst.bootstrap, &remote), 23, "20 copied before the promotion, bob's 3 after, nothing since");
+    let denials: Vec<(String, String)> = dst
+        .acls()
+        .into_iter()
+        .filter(|(r, e)| r.contains(&format!("name={remote},")) && e.contains("permissionType=DENY"))
+        .collect();
+    assert!(denials.is_empty(), "ferry's DENY came back on the promoted topic: {denials:?}");
     ferry.terminate(Duration::from_secs(30));
 }
