@@ -686,6 +686,9 @@ impl Handler<PausesRead> for Node {
             }
         }
         for flow in flows {
+            // Promotions first: a copier held until the control topic is read must not copy a promoted
+            // topic in the moment between its release and the promotion.
+            self.show_promoted(&flow);
             let paused = self.pauses.paused(&flow);
             if paused {
                 tracing::info!(flow = %flow, "flow paused for the deployment (recorded in the control topic)");
@@ -693,7 +696,6 @@ impl Handler<PausesRead> for Node {
             if let Some(r) = self.running.get(&flow) {
                 r.addr.do_send(SetPaused(paused));
             }
-            self.show_promoted(&flow);
         }
     }
 }

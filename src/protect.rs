@@ -241,9 +241,8 @@ pub async fn protect(
     Ok(done)
 }
 
-/// Lifts ferry's bindings from the remote topics `remotes` on `target` (`ferry promote`): every
-/// binding [`is_ours`] says is ferry's, deleted. Returns those deleted.
-pub async fn lift<C: rdkafka::client::ClientContext + 'static>(
+/// ferry's bindings (see [`is_ours`]) on the remote topics `remotes` of `target`.
+pub async fn ours<C: rdkafka::client::ClientContext + 'static>(
     target: &str,
     admin: &rdkafka::admin::AdminClient<C>,
     own: &str,
@@ -253,18 +252,25 @@ pub async fn lift<C: rdkafka::client::ClientContext + 'static>(
     let bindings = raw_admin::describe_acls(admin, &filter, kafka::ADMIN_TIMEOUT)
         .await
         .map_err(|e| format!("list the ACL bindings on `{target}`: {e}"))?;
-    let ours: Vec<AclBinding> = bindings.into_iter().filter(|b| is_ours(b, remotes, own)).collect();
-    let results = raw_admin::delete_acls(admin, &ours, kafka::ADMIN_TIMEOUT)
+    Ok(bindings.into_iter().filter(|b| is_ours(b, remotes, own)).collect())
+}
+
+/// Deletes `bindings` from `target` (`ferry promote`); one that is gone already (the flow's leader
+/// lifted it) counts as deleted.
+pub async fn delete<C: rdkafka::client::ClientContext + 'static>(
+    target: &str,
+    admin: &rdkafka::admin::AdminClient<C>,
+    bindings: Vec<AclBinding>,
+) -> Result<Vec<AclBinding>, String> {
+    let results = raw_admin::delete_acls(admin, &bindings, kafka::ADMIN_TIMEOUT)
         .await
         .map_err(|e| format!("delete ACL bindings on `{target}`: {e}"))?;
-    let mut lifted = Vec::new();
-    for (binding, error) in ours.into_iter().zip(results) {
-        match error {
-            None => lifted.push(binding),
-            Some(e) => return Err(format!("delete {binding} on `{target}`: {e}")),
+    for (binding, error) in bindings.iter().zip(results) {
+        if let Some(e) = error {
+            return Err(format!("delete {binding} on `{target}`: {e}"));
         }
     }
-    Ok(lifted)
+    Ok(bindings)
 }
 
 #[cfg(test)]

@@ -77,29 +77,39 @@ pub fn run(plan: &FlowPlan, deployment: &str, topics: Option<&str>, by: &str) ->
             topics.unwrap_or(".*")
         ));
     }
+    let mut note = None;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("start the runtime: {e}"))?;
-    runtime.block_on(record(plan, deployment, &found, by))?;
     let remotes: BTreeSet<String> = found.iter().map(|(_, r)| r.clone()).collect();
-    let (lifted, note) = match crate::protect::own_principal(&plan.target) {
-        Err(e) if !plan.settings.protect_remote_topics => (Vec::new(), Some(format!("no binding lifted: {e}"))),
-        Err(e) => return Err(format!("flow {flow}: lift the protection: {e}")),
-        Ok(own) => {
-            let admin = kafka::client_config(&plan.target, &plan.id, "promote")
-                .and_then(|c| {
-                    c.create::<rdkafka::admin::AdminClient<_>>()
-                        .map_err(|e| kafka::KafkaOpError::kafka(&target, "create admin client", e))
-                })
-                .map_err(|e| e.to_string())?;
-            match runtime.block_on(crate::protect::lift(&target, &admin, &own, &remotes)) {
-                Ok(lifted) => (lifted, None),
-                // Without protection there may be nothing to lift, nor the right to look.
-                Err(e) if !plan.settings.protect_remote_topics => (Vec::new(), Some(format!("no binding lifted: {e}"))),
-                Err(e) => return Err(format!("flow {flow}: recorded, but lift the protection: {e}")),
-            }
+    // ferry's bindings are listed before the promotion is recorded: the flow's leader lifts them as soon
+    // as it reads the record, and the report must still name them.
+    let listed = crate::protect::own_principal(&plan.target).and_then(|own| {
+        let admin = kafka::client_config(&plan.target, &plan.id, "promote")
+            .and_then(|c| {
+                c.create::<rdkafka::admin::AdminClient<_>>()
+                    .map_err(|e| kafka::KafkaOpError::kafka(&target, "create admin client", e))
+            })
+            .map_err(|e| e.to_string())?;
+        let ours = runtime.block_on(crate::protect::ours(&target, &admin, &own, &remotes))?;
+        Ok((admin, ours))
+    });
+    let listed = match (listed, plan.settings.protect_remote_topics) {
+        (Ok(l), _) => Some(l),
+        (Err(e), true) => return Err(format!("flow {flow}: lift the protection: {e}")),
+        // Without protection there may be nothing to lift, nor the right to look.
+        (Err(e), false) => {
+            note = Some(format!("no binding lifted: {e}"));
+            None
         }
+    };
+    runtime.block_on(record(plan, deployment, &found, by))?;
+    let lifted = match listed {
+        Some((admin, ours)) => runtime
+            .block_on(crate::protect::delete(&target, &admin, ours))
+            .map_err(|e| format!("flow {flow}: recorded, but lift the protection: {e}"))?,
+        None => Vec::new(),
     };
     let topics = found
         .into_iter()

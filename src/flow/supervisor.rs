@@ -77,6 +77,10 @@ impl Handler<SetPromoted> for FlowSupervisor {
         }
         *promoted = msg.0;
         drop(promoted);
+        // At once (the copier stops the promoted partitions), and a refresh brings back un-promoted ones.
+        if let Some(ready) = self.ready.clone() {
+            self.deliver(ready);
+        }
         if let Some(topics) = &self.topics {
             topics.do_send(RefreshNow);
         }
@@ -201,6 +205,20 @@ impl FlowSupervisor {
 
     fn flow(&self) -> String {
         self.plan.id.to_string()
+    }
+
+    /// Hands the copier what to copy, without the promoted topics' partitions. The supervisor is the
+    /// one gate: a refresh that began before a promotion, or a writability answer, may still name them.
+    fn deliver(&mut self, mut assignment: Assignment) {
+        let promoted = self.promoted.read().unwrap_or_else(|p| p.into_inner());
+        assignment.partitions.retain(|(topic, _)| !promoted.contains(topic));
+        drop(promoted);
+        if self.ready.as_ref() != Some(&assignment) {
+            if let Some(c) = &self.copier {
+                c.do_send(Deliver(assignment.clone()));
+            }
+            self.ready = Some(assignment);
+        }
     }
 
     /// What the flow's actors get to report to this supervisor.
@@ -410,12 +428,7 @@ impl Handler<Leadership> for FlowSupervisor {
 impl Handler<TopicsReady> for FlowSupervisor {
     type Result = ();
     fn handle(&mut self, msg: TopicsReady, _: &mut Context<Self>) {
-        if self.ready.as_ref() != Some(&msg.0) {
-            if let Some(c) = &self.copier {
-                c.do_send(Deliver(msg.0.clone()));
-            }
-            self.ready = Some(msg.0);
-        }
+        self.deliver(msg.0);
     }
 }
 

@@ -228,15 +228,9 @@ fn a_foreign_producers_records_are_counted_per_topic_without_protection() {
 
 /// `ferry promote --flows DIR --flow up->dr --deployment D ARGS`: exit code, stdout, stderr.
 fn promote(dir: &tempfile::TempDir, deployment: &str, args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(support::ferry_bin())
-        .args(["promote", "--flows"])
-        .arg(dir.path())
-        .args(["--flow", FLOW, "--deployment", deployment])
-        .args(args)
-        .output()
-        .expect("run ferry promote");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
-    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+    let flows = dir.path().to_string_lossy().to_string();
+    let base = ["promote", "--flows", &flows, "--flow", FLOW, "--deployment", deployment];
+    support::ferry_cli(&[&base[..], args].concat())
 }
 
 /// A protected flow of two topics; `ferry promote --topics` one of them: ferry lifts bob's DENY (and
