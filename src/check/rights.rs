@@ -653,14 +653,16 @@ pub(crate) mod tests {
 
     #[test]
     fn protected_remote_topics_need_alter_on_the_target_cluster() {
-        let cluster_rights = |extra: &str| -> Vec<(String, Vec<&str>)> {
-            needs(&plan(extra), &identity(), &Selected { topics: &[], groups: &[] })
+        // (Set here: validation refuses protection over this plan's PLAINTEXT target.)
+        let mut protected = plan("");
+        protected.settings.protect_remote_topics = true;
+        let on_clusters: Vec<(String, Vec<&str>)> =
+            needs(&protected, &identity(), &Selected { topics: &[], groups: &[] })
                 .iter()
                 .filter(|n| n.resource == Resource::Cluster)
                 .map(|n| (n.cluster.clone(), n.row.rights.iter().map(Op::as_str).collect()))
-                .collect()
-        };
-        assert_eq!(cluster_rights("protect_remote_topics = true"), [("west".to_string(), vec!["Alter"])]);
+                .collect();
+        assert_eq!(on_clusters, [("west".to_string(), vec!["Alter"])]);
         let target = need(ProtectCluster, Target, Resource::Cluster);
         let Verdict::Missing { rights, reason } = judge(&target, &Known::Described(Some(vec![Op::Describe]))) else {
             panic!("Alter is missing")
