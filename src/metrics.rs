@@ -245,7 +245,7 @@ impl Metrics {
             remote_foreign_records: counter(
                 &registry,
                 "ferry_remote_foreign_records_total",
-                "Records on a remote topic that the flow did not write (another producer writes the DR copy), by source topic; at-least-once flows.",
+                "Records on a remote topic that the flow did not write (another producer writes the DR copy), by source topic; at-least-once flows under the default policy.",
                 &["flow", "topic"],
             ),
             kerberos_logins: counter(

@@ -23,10 +23,8 @@
 //! - `ferry check` with every right but one: it names the flow, the resource and the right, exits 1, and
 //!   once the right is granted exits 0 listing the remote topics (table and JSON alike).
 //!
-//! `protect.rs` runs its tests on this bed too.
-//!
 //! The tests share one test bed (a SASL_SSL source and target, both with ACLs, users `alice`, `bob`
-//! and `syncer`) and take turns: two brokers in all.
+//! and `syncer`) and take turns: two brokers in all. `protect.rs` runs its tests on this bed too.
 
 use crate::support;
 

@@ -11,12 +11,19 @@
 //! counted twice across restarts, rebalances or nodes, and what was written before that (while no
 //! copier of this node watched the partition) is not counted at all.
 //!
+//! Not watched: flows under the identity policy (the remote topic is the target's own topic of that
+//! name, which applications there write by design), and exactly-once flows (each transaction's commit
+//! or abort marker takes an offset, and an aborted transaction's records stay in the log; neither is a
+//! record someone else wrote).
+//!
 //! Not exact, and so not claimed:
-//! - exactly-once flows are not watched: each transaction's commit or abort marker takes an offset,
-//!   and an aborted transaction's records stay in the log; neither is a record someone else wrote;
 //! - a delivery that failed (a timeout) may still have landed: the partition's baseline starts again
 //!   at the next look, counting nothing for that stretch;
-//! - a foreign transactional producer's commit markers count as records.
+//! - a foreign transactional producer's commit markers count as records;
+//! - a partition handed over uncleanly (`ferry_unclean_handovers_total`): the previous owner's late
+//!   records land after the new owner started counting, and count as foreign there.
+//!
+//! Cost: one ListOffsets request per 500 quiet partitions every [`CHECK_INTERVAL`], per node.
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};

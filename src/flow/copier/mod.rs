@@ -226,12 +226,16 @@ impl CopyLoop {
         let consumer = source_consumer(&plan, source_watch.clone(), identity, rtt).map_err(err)?;
         let probe = Probe::start(&plan, conns)?;
         let book = Book::new(&plan);
+        // Not under the identity policy: there the remote topic is the target's own topic of the same
+        // name, which its applications write by design (active-active); nor for exactly-once flows
+        // (see `foreign`).
+        let watched = plan.settings.replication_policy != crate::config::PolicyKind::Identity;
         let foreign = match plan.settings.delivery {
-            Delivery::ExactlyOnce => None,
-            Delivery::AtLeastOnce => {
+            Delivery::AtLeastOnce if watched => {
                 let target = conns.target.meta(crate::clients::Isolation::Uncommitted).map_err(err)?;
                 Some(foreign::ForeignWatch::start(&flow, shared.clone(), target)?)
             }
+            Delivery::AtLeastOnce | Delivery::ExactlyOnce => None,
         };
         Ok(Self {
             _foreign: foreign,
