@@ -8,7 +8,8 @@
 //!   (`ferry_remote_foreign_records_total`, `/flows`, a warning naming the remote topic), never its own
 //!   copies and never twice.
 //! - `ferry promote --topics`: bob writes the promoted topic, whose new source records are no longer
-//!   copied (while another topic of the flow still is), and `/flows` shows the promotion.
+//!   copied (while another topic of the flow still is), also after the node restarts, and `/flows`
+//!   shows the promotion.
 //!
 //! The tests take turns with `acls.rs`'s on the same two brokers.
 
@@ -301,5 +302,19 @@ fn after_promote_the_foreign_producer_writes_and_the_flow_no_longer_copies_the_t
         .filter(|(r, e)| r.contains(&format!("name={remote},")) && e.contains("permissionType=DENY"))
         .collect();
     assert!(denials.is_empty(), "ferry's DENY came back on the promoted topic: {denials:?}");
+    ferry.terminate(Duration::from_secs(30));
+
+    // The promotion outlives the node: a new one reads it from the control topic before it copies.
+    produce(&src.bootstrap, &promoted, &records(&format!("{promoted}-after-restart"), 10));
+    produce(&src.bootstrap, &kept, &records(&format!("{kept}-after-restart"), 10));
+    let mut ferry = start_ferry(&dir, deployment);
+    let addr = ferry.listen_addr();
+    wait_for(ARRIVAL, "the kept topic's records copied after the restart", || {
+        assert_alive(&mut ferry);
+        total(&dst.bootstrap, &kept_remote) >= 40
+    });
+    let shown = flow_json(addr, FLOW);
+    assert!(!shown["promoted"][&promoted].is_null(), "{shown}");
+    assert_eq!(total(&dst.bootstrap, &remote), 23, "the promoted topic copied after a restart");
     ferry.terminate(Duration::from_secs(30));
 }
