@@ -150,6 +150,12 @@ struct Stopping {
     began: Instant,
 }
 
+/// `assignment` without the partitions of `promoted` topics.
+fn without_promoted(mut assignment: Assignment, promoted: &BTreeSet<String>) -> Assignment {
+    assignment.partitions.retain(|(topic, _)| !promoted.contains(topic));
+    assignment
+}
+
 /// What the deployment's control topic says of a flow when it starts (see `control`).
 pub struct Recorded {
     /// Paused by an operator.
@@ -209,10 +215,8 @@ impl FlowSupervisor {
 
     /// Hands the copier what to copy, without the promoted topics' partitions. The supervisor is the
     /// one gate: a refresh that began before a promotion, or a writability answer, may still name them.
-    fn deliver(&mut self, mut assignment: Assignment) {
-        let promoted = self.promoted.read().unwrap_or_else(|p| p.into_inner());
-        assignment.partitions.retain(|(topic, _)| !promoted.contains(topic));
-        drop(promoted);
+    fn deliver(&mut self, assignment: Assignment) {
+        let assignment = without_promoted(assignment, &self.promoted.read().unwrap_or_else(|p| p.into_inner()));
         if self.ready.as_ref() != Some(&assignment) {
             if let Some(c) = &self.copier {
                 c.do_send(Deliver(assignment.clone()));
@@ -601,5 +605,17 @@ mod tests {
         assert!(runs("emit_checkpoints_enabled = false\nsync_group_offsets_enabled = true").contains(&"checkpoints"));
         let none = runs("emit_checkpoints_enabled = false\nemit_offset_syncs_enabled = false");
         assert_eq!(none, ["lease", "topics", "copier", "heartbeats"]);
+    }
+
+    #[test]
+    fn promoted_topics_never_reach_the_copier_and_deleted_ones_stay_named() {
+        let assignment = Assignment {
+            partitions: [("orders", 0), ("orders", 1), ("pay", 0)].iter().map(|(t, p)| (t.to_string(), *p)).collect(),
+            deleted: ["gone".to_string()].into(),
+        };
+        let left = without_promoted(assignment.clone(), &["orders".to_string()].into());
+        assert_eq!(left.partitions, [("pay".to_string(), 0)].into());
+        assert_eq!(left.deleted, assignment.deleted);
+        assert_eq!(without_promoted(assignment.clone(), &BTreeSet::new()), assignment);
     }
 }

@@ -4,6 +4,8 @@
 //!
 //! - `protect_remote_topics = true`: ferry denies bob Write on the remote topic it creates (and only
 //!   bob: ferry keeps copying), so bob's records are refused and nothing foreign reaches the topic.
+//! - An ALLOW Write for `User:*` cannot be countered (a DENY for it would deny ferry): reported per
+//!   topic, nothing denied, the flow copies on.
 //! - Without protection bob's records land, and ferry counts exactly them as foreign, per topic
 //!   (`ferry_remote_foreign_records_total`, `/flows`, a warning naming the remote topic), never its own
 //!   copies and never twice.
@@ -66,6 +68,26 @@ fn grant_flow(bed: &Bed, deployment: &str, topic: &str) {
     });
 }
 
+/// A new source topic `<prefix>-...` of 2 partitions holding 20 records, and every right the flow needs
+/// for it: the topic and its remote topic's name.
+fn source_topic(bed: &Bed, deployment: &str, prefix: &str) -> (String, String) {
+    let topic = unique(prefix);
+    create_topic(&bed.source.bootstrap, &topic, 2, &[]);
+    produce(&bed.source.bootstrap, &topic, &records(&topic, 20));
+    grant_flow(bed, deployment, &topic);
+    let remote = format!("{SOURCE}.{topic}");
+    (topic, remote)
+}
+
+/// ferry as alice on a flow of `topics` with `protect_remote_topics = true` (and Alter on the target
+/// cluster to make its bindings).
+fn start_protected(bed: &Bed, deployment: &str, topics: &[&str]) -> (tempfile::TempDir, support::Ferry) {
+    bed.target.allow("alice", "cluster", "", "literal", &["Alter"]);
+    let dir = flows_dir_as(bed, "alice", (SOURCE, TARGET), topics, &[], "protect_remote_topics = true\n");
+    let ferry = start_ferry(&dir, deployment);
+    (dir, ferry)
+}
+
 /// What each delivery of a producer reported.
 #[derive(Default)]
 struct Outcomes(Mutex<Vec<Result<(), String>>>);
@@ -98,6 +120,19 @@ fn produce_as(cluster: &Cluster, user: &str, topic: &str, n: usize) -> Vec<Resul
     std::mem::take(&mut *producer.context().0.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
+/// The DENY bindings on the literal topic `topic` of `cluster`, as `kafka-acls --list` prints them.
+fn denials_on(cluster: &Cluster, topic: &str) -> Vec<String> {
+    cluster
+        .acls()
+        .into_iter()
+        .filter(|(r, e)| r.contains(&format!("name={topic},")) && e.contains("permissionType=DENY"))
+        .map(|(r, e)| {
+            assert!(r.contains("resourceType=TOPIC") && r.contains("patternType=LITERAL"), "{r}");
+            e
+        })
+        .collect()
+}
+
 /// `ferry_remote_foreign_records_total` of `topic` on the node at `addr`.
 fn foreign(addr: std::net::SocketAddr, topic: &str) -> f64 {
     metric_sum(&metrics(addr), "ferry_remote_foreign_records_total", &[("flow", FLOW), ("topic", topic)])
@@ -111,16 +146,9 @@ fn a_foreign_producer_is_refused_while_the_remote_topic_is_protected() {
     let _turn = take_turn("protected remote topic");
     let (src, dst) = (&bed.source, &bed.target);
     let deployment = "acl-protect";
-    let topic = unique("protected");
-    let remote = format!("{SOURCE}.{topic}");
-    create_topic(&src.bootstrap, &topic, 2, &[]);
-    produce(&src.bootstrap, &topic, &records(&topic, 20));
-    grant_flow(bed, deployment, &topic);
-    dst.allow("alice", "cluster", "", "literal", &["Alter"]);
+    let (topic, remote) = source_topic(bed, deployment, "protected");
     dst.allow("bob", "topic", &remote, "literal", &["Write", "Describe"]);
-
-    let dir = flows_dir_as(bed, "alice", (SOURCE, TARGET), &[&topic], &[], "protect_remote_topics = true\n");
-    let mut ferry = start_ferry(&dir, deployment);
+    let (_dir, mut ferry) = start_protected(bed, deployment, &[&topic]);
     let addr = ferry.listen_addr();
     wait_for(ARRIVAL, &format!("{remote} complete on the target"), || {
         assert_alive(&mut ferry);
@@ -130,17 +158,9 @@ fn a_foreign_producer_is_refused_while_the_remote_topic_is_protected() {
         assert_alive(&mut ferry);
         ferry.log().lines().any(|l| l.contains("denied Write on the remote topic") && l.contains(&remote))
     });
-    let on_target = dst.acls();
-    let denials: Vec<&str> = on_target
-        .iter()
-        .filter(|(r, e)| r.contains(&format!("name={remote},")) && e.contains("permissionType=DENY"))
-        .map(|(r, e)| {
-            assert!(r.contains("resourceType=TOPIC") && r.contains("patternType=LITERAL"), "{r}");
-            e.as_str()
-        })
-        .collect();
+    let denials = denials_on(dst, &remote);
     eprintln!("[protected] DENY bindings on {remote}: {denials:?}");
-    assert_eq!(denials, ["(principal=User:bob, host=*, operation=WRITE, permissionType=DENY)"], "{on_target:?}");
+    assert_eq!(denials, ["(principal=User:bob, host=*, operation=WRITE, permissionType=DENY)"]);
 
     // bob is refused, as the broker says it.
     let outcomes = produce_as(dst, "bob", &remote, 3);
@@ -164,6 +184,40 @@ fn a_foreign_producer_is_refused_while_the_remote_topic_is_protected() {
     ferry.terminate(Duration::from_secs(30));
 }
 
+/// An operator's ALLOW Write for `User:*` on a remote topic cannot be countered without denying ferry
+/// too: the topic is reported (the binding named, what to do instead), nothing is denied, and the flow
+/// copies on.
+#[test]
+fn a_wildcard_writer_is_reported_not_papered_over() {
+    let bed = bed();
+    let _turn = take_turn("wildcard writer");
+    let dst = &bed.target;
+    let deployment = "acl-wildcard";
+    let (topic, remote) = source_topic(bed, deployment, "wildcard");
+    dst.allow("*", "topic", &remote, "literal", &["Write"]);
+    let (_dir, mut ferry) = start_protected(bed, deployment, &[&topic]);
+    let addr = ferry.listen_addr();
+    let mut reason = None;
+    wait_for(REPORTED, "the wildcard writer reported for the topic", || {
+        assert_alive(&mut ferry);
+        reason = flow_json(addr, FLOW)["topic_errors"][&topic]["reason"].as_str().map(str::to_string);
+        reason.is_some()
+    });
+    let reason = reason.unwrap_or_default();
+    eprintln!("[wildcard] {topic}: {reason}");
+    assert!(
+        reason.contains("User:*") && reason.contains(&remote) && reason.contains("grant Write by name"),
+        "{reason}"
+    );
+    wait_for(ARRIVAL, &format!("{remote} complete on the target"), || {
+        assert_alive(&mut ferry);
+        total(&dst.bootstrap, &remote) >= 20
+    });
+    let denials = denials_on(dst, &remote);
+    assert!(denials.is_empty(), "{denials:?}");
+    ferry.terminate(Duration::from_secs(30));
+}
+
 /// Without protection bob's records land on the remote topic; ferry counts them, per topic, once, and
 /// never its own copies (before, between and after bob's records).
 #[test]
@@ -172,11 +226,7 @@ fn a_foreign_producers_records_are_counted_per_topic_without_protection() {
     let _turn = take_turn("foreign records");
     let (src, dst) = (&bed.source, &bed.target);
     let deployment = "acl-foreign";
-    let topic = unique("unprotected");
-    let remote = format!("{SOURCE}.{topic}");
-    create_topic(&src.bootstrap, &topic, 2, &[]);
-    produce(&src.bootstrap, &topic, &records(&topic, 20));
-    grant_flow(bed, deployment, &topic);
+    let (topic, remote) = source_topic(bed, deployment, "unprotected");
     dst.allow("bob", "topic", &remote, "literal", &["Write", "Describe"]);
 
     let dir = flows_dir_as(bed, "alice", (SOURCE, TARGET), &[&topic], &[], "");
@@ -251,11 +301,8 @@ fn after_promote_the_foreign_producer_writes_and_the_flow_no_longer_copies_the_t
         produce(&src.bootstrap, t, &records(t, 20));
         grant_flow(bed, deployment, t);
     }
-    dst.allow("alice", "cluster", "", "literal", &["Alter"]);
     dst.allow("bob", "topic", &remote, "literal", &["Write", "Describe"]);
-
-    let dir = flows_dir_as(bed, "alice", (SOURCE, TARGET), &[&promoted, &kept], &[], "protect_remote_topics = true\n");
-    let mut ferry = start_ferry(&dir, deployment);
+    let (dir, mut ferry) = start_protected(bed, deployment, &[&promoted, &kept]);
     let addr = ferry.listen_addr();
     for r in [&remote, &kept_remote] {
         wait_for(ARRIVAL, &format!("{r} complete on the target"), || {
@@ -296,11 +343,7 @@ fn after_promote_the_foreign_producer_writes_and_the_flow_no_longer_copies_the_t
     });
     // Refreshes ran meanwhile (every 2 s): bob's DENY has not come back either.
     assert_eq!(total(&dst.bootstrap, &remote), 23, "20 copied before the promotion, bob's 3 after, nothing since");
-    let denials: Vec<(String, String)> = dst
-        .acls()
-        .into_iter()
-        .filter(|(r, e)| r.contains(&format!("name={remote},")) && e.contains("permissionType=DENY"))
-        .collect();
+    let denials = denials_on(dst, &remote);
     assert!(denials.is_empty(), "ferry's DENY came back on the promoted topic: {denials:?}");
     ferry.terminate(Duration::from_secs(30));
 
