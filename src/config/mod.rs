@@ -22,6 +22,7 @@ mod fields;
 mod load;
 pub(crate) mod locate;
 pub mod login;
+pub mod principal;
 pub mod raw;
 pub mod schema_registry;
 pub mod secrets;

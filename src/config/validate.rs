@@ -185,7 +185,7 @@ fn one_flow_per_offset_syncs_topic(flows: &BTreeMap<FlowId, FlowPlan>, errors: &
 /// target's client properties: a flow whose principal they do not say would deny itself or nobody.
 fn protected_flows_know_their_principal(flows: &BTreeMap<FlowId, FlowPlan>, errors: &mut Vec<ConfigError>) {
     for p in flows.values().filter(|p| p.settings.protect_remote_topics) {
-        if let Err(e) = crate::protect::own_principal(&p.target) {
+        if let Err(e) = super::principal::own_principal(&p.target) {
             errors.push(ConfigError {
                 file: p.file.clone(),
                 line: None,

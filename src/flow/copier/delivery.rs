@@ -43,7 +43,7 @@ pub struct Live {
     /// lifetime (-1: none yet): where the foreign-record count starts.
     first_downstream: AtomicI64,
     /// The foreign-record watch's last quiet look at the remote partition.
-    foreign: Mutex<Option<super::foreign::Baseline>>,
+    foreign: Mutex<Option<super::foreign_count::Baseline>>,
 }
 
 /// The rule's state and whether the partition is in the quiet list, under one lock: a sync is queued
@@ -92,7 +92,7 @@ impl Live {
     }
 
     /// Replaces the foreign-record watch's baseline with `now`; the one it replaces, if any.
-    pub fn foreign_baseline(&self, now: super::foreign::Baseline) -> Option<super::foreign::Baseline> {
+    pub fn foreign_baseline(&self, now: super::foreign_count::Baseline) -> Option<super::foreign_count::Baseline> {
         self.foreign.lock().unwrap_or_else(|p| p.into_inner()).replace(now)
     }
 

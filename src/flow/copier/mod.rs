@@ -19,6 +19,7 @@ mod consumer;
 mod delivery;
 mod exactly_once;
 pub mod foreign;
+mod foreign_count;
 mod health;
 mod partitions;
 mod probe;
