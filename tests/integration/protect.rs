@@ -11,7 +11,7 @@
 //!   copies and never twice.
 //! - `ferry promote --topics`: bob writes the promoted topic, whose new source records are no longer
 //!   copied (while another topic of the flow still is), also after the node restarts, and `/flows`
-//!   shows the promotion.
+//!   shows the promotion; with two nodes of a deployment, neither copies it any more.
 //!
 //! The tests take turns with `acls.rs`'s on the same two brokers.
 
@@ -23,7 +23,8 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 
 use crate::acls::{ARRIVAL, Bed, REPORTED, bed, flow_json, flows_dir_as, records, start_ferry};
 use crate::support;
-use support::observe::{metric_sum, metrics};
+use support::observe::{self, metric_sum, metrics};
+use support::scenario;
 use support::scenario::{assert_alive, total};
 use support::turn::take_turn;
 use support::{Cluster, create_topic, produce, unique, wait_for};
@@ -360,4 +361,65 @@ fn after_promote_the_foreign_producer_writes_and_the_flow_no_longer_copies_the_t
     assert!(!shown["promoted"][&promoted].is_null(), "{shown}");
     assert_eq!(total(&dst.bootstrap, &remote), 23, "the promoted topic copied after a restart");
     ferry.terminate(Duration::from_secs(30));
+}
+
+/// Two nodes of one deployment share a flow (plain clusters: no protection, so nothing to lift);
+/// `ferry promote` reaches both through the control topic: neither copies the promoted topic any more
+/// while both keep copying the other one.
+#[test]
+fn a_promotion_applies_on_every_node_of_the_deployment() {
+    let (east, west) = support::shared_pair();
+    let deployment = unique("promote-nodes");
+    let p = unique("promo-nodes");
+    let (promoted, kept) = (format!("{p}-promoted"), format!("{p}-kept"));
+    let (remote, kept_remote) = (format!("east.{promoted}"), format!("east.{kept}"));
+    for t in [&promoted, &kept] {
+        create_topic(&east.bootstrap, t, 4, &[]);
+        produce(&east.bootstrap, t, &records(t, 40));
+    }
+    let clusters = [("east", east.bootstrap.as_str()), ("west", west.bootstrap.as_str())];
+    let extra = "refresh_topics_interval_seconds = 2\n";
+    let dir = scenario::flows_dir(&clusters, &scenario::flow("east", "west", &[&promoted, &kept], extra));
+    let start = |node: &str| {
+        let env = [("FERRY_NODE_ID", node), ("FERRY_DEPLOYMENT", deployment.as_str())];
+        let mut ferry = support::Ferry::start_env(dir.path(), &[], &env);
+        ferry.wait_log("node started", Duration::from_secs(30));
+        ferry
+    };
+    let mut nodes = [start("n1"), start("n2")];
+    let flow = scenario::FLOW;
+    // Both nodes copy a share of the flow's partitions.
+    wait_for(ARRIVAL, "both topics complete, each node with a share", || {
+        nodes.iter_mut().for_each(assert_alive);
+        let shares: Vec<usize> =
+            nodes.iter().map(|n| observe::assigned_partitions(n.listen_addr(), flow).len()).collect();
+        shares.iter().all(|s| *s > 0)
+            && total(&west.bootstrap, &remote) >= 40
+            && total(&west.bootstrap, &kept_remote) >= 40
+    });
+
+    let flows = dir.path().to_string_lossy().to_string();
+    let args = ["promote", "--flows", &flows, "--flow", flow, "--deployment", &deployment, "--topics", &promoted];
+    let (code, out, err) = support::ferry_cli(&args);
+    eprintln!("[promote nodes] ferry promote:\n{out}{err}");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("{promoted} -> {remote}")) && out.contains("no binding lifted"), "{out}");
+
+    wait_for(REPORTED, "every node showing the promotion, none copying the topic", || {
+        nodes.iter().all(|n| {
+            let shown = flow_json(n.listen_addr(), flow);
+            let copying = observe::assigned_partitions(n.listen_addr(), flow);
+            !shown["promoted"][&promoted].is_null() && !copying.iter().any(|tp| tp.starts_with(promoted.as_str()))
+        })
+    });
+    produce(&east.bootstrap, &promoted, &records(&format!("{promoted}-late"), 20));
+    produce(&east.bootstrap, &kept, &records(&format!("{kept}-late"), 20));
+    wait_for(ARRIVAL, "the kept topic's new records copied", || {
+        nodes.iter_mut().for_each(assert_alive);
+        total(&west.bootstrap, &kept_remote) >= 60
+    });
+    assert_eq!(total(&west.bootstrap, &remote), 40, "a node copied the promoted topic");
+    for mut n in nodes {
+        n.terminate(Duration::from_secs(30));
+    }
 }
