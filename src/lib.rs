@@ -27,6 +27,7 @@ pub mod mm2;
 pub mod node;
 pub mod panics;
 pub mod policy;
+pub mod protect;
 #[allow(unsafe_code)] // the one module that calls librdkafka directly; see its docs
 pub mod raw_admin;
 pub mod record_rules;

@@ -34,6 +34,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate { flows, output } => validate(&flows, output),
         Command::Check { flows, flow, deployment, output } => check(&flows, flow.as_ref(), &deployment, output),
+        Command::Promote { flows, flow, topics, deployment } => promote(&flows, &flow, topics.as_deref(), &deployment),
         Command::Translate { flows, flow, group, groups, all_groups, apply, max_age, output } => {
             let set = match config::load_dir(&flows, kafka::check_client_properties) {
                 Ok(set) => set,
@@ -283,6 +284,31 @@ fn check(flows: &std::path::Path, flow: Option<&config::FlowId>, deployment: &st
         Output::Json => print!("{}", cli::pretty(&cli::check::report_json(&report))),
     }
     if report.problems().is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// `ferry promote`: 0 when promoted, 1 when not, 2 for a bad flows directory or flow.
+fn promote(flows: &std::path::Path, flow: &config::FlowId, topics: Option<&str>, deployment: &str) -> ExitCode {
+    let set = match config::load_dir(flows, kafka::check_client_properties) {
+        Ok(set) => set,
+        Err(errors) => {
+            eprint!("{errors}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(plan) = set.flows.get(flow) else {
+        eprintln!("no flow {flow} in {}", flows.display());
+        return ExitCode::from(2);
+    };
+    match cli::promote::run(plan, deployment, topics, &ferry::node::default_node_id()) {
+        Ok(report) => {
+            print!("{}", cli::promote::render(&report));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ferry promote: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `ferry pause` / `ferry resume`: 0 when done, [`EXIT_INCOMPLETE`] when accepted but not complete.

@@ -33,6 +33,8 @@ pub struct Metrics {
     pub topics_created: IntCounterVec,
     /// ACL bindings the topic ACL sync created on the target.
     pub acl_bindings_synced: IntCounterVec,
+    /// Records on remote topics that the flow's copier did not write, per source topic.
+    pub remote_foreign_records: IntCounterVec,
     pub kerberos_logins: IntCounterVec,
     /// Source partitions the copier currently mirrors.
     pub partitions_assigned: IntGaugeVec,
@@ -245,6 +247,12 @@ impl Metrics {
                 "ferry_acl_bindings_synced_total",
                 "ACL bindings of replicated topics created on their remote topics (sync_topic_acls_enabled).",
                 &["flow"],
+            ),
+            remote_foreign_records: counter(
+                &registry,
+                "ferry_remote_foreign_records_total",
+                "Records on a remote topic that the flow did not write (another producer writes the DR copy), by source topic; at-least-once flows under the default policy.",
+                &["flow", "topic"],
             ),
             kerberos_logins: counter(
                 &registry,
@@ -705,6 +713,13 @@ impl Metrics {
                 *field(schemas.entry(flow).or_default()) += m.get_counter().get_value() as u64;
             }
         }
+        let mut foreign: HashMap<&str, std::collections::BTreeMap<String, u64>> = HashMap::new();
+        let foreign_families = self.remote_foreign_records.collect();
+        for m in foreign_families.iter().flat_map(|f| f.get_metric().iter()) {
+            let Some(flow) = flow_of(m) else { continue };
+            let topic = m.get_label().iter().find(|l| l.name() == "topic").map_or("", |l| l.value());
+            foreign.entry(flow).or_default().insert(topic.to_string(), m.get_counter().get_value() as u64);
+        }
         flows
             .iter()
             .map(|flow| {
@@ -733,6 +748,7 @@ impl Metrics {
                         .map(|(total, by_rule)| crate::status::Filtered { total, by_rule }),
                     transactions: transactions.remove(flow.as_str()),
                     schemas: schemas.remove(flow.as_str()),
+                    foreign_records: foreign.remove(flow.as_str()).unwrap_or_default(),
                 };
                 (flow.clone(), figures, (total, now))
             })
@@ -758,6 +774,7 @@ impl Metrics {
             &self.producers_fenced,
             &self.topics_created,
             &self.acl_bindings_synced,
+            &self.remote_foreign_records,
             &self.partitions_assigned,
             &self.offset_syncs_emitted,
             &self.offset_syncs_queued,

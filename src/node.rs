@@ -19,8 +19,10 @@ use tokio::sync::oneshot;
 
 use crate::clients::{Clients, FlowConnections};
 use crate::config::{self, FlowId, FlowPlan, FlowSet};
-use crate::control::{self, ControlWatch, Logged, PauseRecord, PauseSeen, Pauses, PausesRead};
-use crate::flow::supervisor::SetPaused;
+use crate::control::{
+    self, ControlWatch, Logged, PauseRecord, PauseSeen, Pauses, PausesRead, PromotionRead, Promotions,
+};
+use crate::flow::supervisor::{Recorded, SetPaused, SetPromoted};
 use crate::flow::{FlowSupervisor, Identity, StopFlow};
 use crate::kafka;
 use crate::metrics::METRICS;
@@ -56,6 +58,8 @@ pub struct Node {
     /// Each flow's pause, as the control topics (see `control`) and this node's own writes to them said
     /// it, in the topics' order; what a flow starts with while its target's control topic cannot be read.
     pauses: Pauses,
+    /// Each flow's promoted topics, as the control topics said them (see `control::promote`).
+    promotions: Promotions,
     /// One control-topic reader and writer per target cluster connection of the running flows, and
     /// whether it has read the topic to its end yet.
     controls: BTreeMap<String, (ControlWatch, bool)>,
@@ -108,6 +112,7 @@ impl Node {
             initial: Some(initial),
             stopping: false,
             pauses: Pauses::default(),
+            promotions: Promotions::default(),
             controls: BTreeMap::new(),
             copied: BTreeMap::new(),
             clients: Clients::new(),
@@ -156,6 +161,7 @@ impl Node {
                 plan.settings.replication_factor,
                 ctx.address().recipient(),
                 ctx.address().recipient(),
+                ctx.address().recipient(),
             );
             (watch, false)
         });
@@ -174,6 +180,14 @@ impl Node {
     fn note_pause(&mut self, flow: &FlowId, logged: Logged) {
         self.pauses.apply(flow, logged);
         self.show_pause(flow);
+    }
+
+    /// `/flows` and the flow's topic synchroniser get `flow`'s promoted topics.
+    fn show_promoted(&self, flow: &FlowId) {
+        self.status.set_promoted(&flow.to_string(), self.promotions.records(flow));
+        if let Some(r) = self.running.get(flow) {
+            r.addr.do_send(SetPromoted(self.promotions.topics(flow)));
+        }
     }
 
     /// `/flows` shows the decision in force for `flow`.
@@ -196,6 +210,8 @@ impl Node {
             *g
         };
         let paused = self.pauses.paused(&id);
+        let promoted = self.promotions.topics(&id);
+        self.status.set_promoted(&id.to_string(), self.promotions.records(&id));
         let conns = FlowConnections::new(&self.clients, &plan.source, &plan.target);
         let addr = FlowSupervisor::new(
             plan.clone(),
@@ -203,8 +219,7 @@ impl Node {
             self.status.clone(),
             generation,
             self.identity.clone(),
-            paused,
-            pause_known,
+            Recorded { paused, pause_known, promoted },
         )
         .start();
         self.running.insert(id, Running { plan, addr });
@@ -665,7 +680,15 @@ impl Handler<PausesRead> for Node {
                 self.note_pause(&flow, logged);
             }
         }
+        for seen in msg.promotions {
+            if self.speaks_for(&seen.flow, &msg.connection) {
+                self.promotions.apply(seen);
+            }
+        }
         for flow in flows {
+            // Promotions first: a copier held until the control topic is read must not copy a promoted
+            // topic in the moment between its release and the promotion.
+            self.show_promoted(&flow);
             let paused = self.pauses.paused(&flow);
             if paused {
                 tracing::info!(flow = %flow, "flow paused for the deployment (recorded in the control topic)");
@@ -673,6 +696,23 @@ impl Handler<PausesRead> for Node {
             if let Some(r) = self.running.get(&flow) {
                 r.addr.do_send(SetPaused(paused));
             }
+        }
+    }
+}
+
+/// A promotion read from the control topic (`ferry promote`): the flow stops copying the topic.
+impl Handler<PromotionRead> for Node {
+    type Result = ();
+
+    fn handle(&mut self, msg: PromotionRead, _: &mut Context<Self>) {
+        let flow = msg.seen.flow.clone();
+        if !self.speaks_for(&flow, &msg.connection) {
+            return;
+        }
+        let (topic, promoted) = (msg.seen.topic.clone(), msg.seen.record.is_some());
+        if self.promotions.apply(msg.seen) {
+            tracing::info!(flow = %flow, topic = %topic, promoted, "topic {} for the deployment (control topic)", if promoted { "promoted: no longer copied" } else { "no longer promoted: copied again" });
+            self.show_promoted(&flow);
         }
     }
 }

@@ -46,6 +46,8 @@ pub enum Subject {
     AclSyncCluster,
     /// The remote topics, when `sync_topic_deletions = true` deletes those whose source topic went.
     DeletedRemoteTopics,
+    /// The target's cluster resource, when `protect_remote_topics`: CreateAcls needs Alter on it.
+    ProtectCluster,
 }
 
 /// One row of the README's tables.
@@ -241,6 +243,14 @@ pub const RIGHTS: &[Row] = &[
         readme_resource: "topic `{source}.<topic>` for every copied topic, only with `sync_topic_deletions = true`",
         readme_rights_extra: "",
     },
+    Row {
+        side: Target,
+        subject: ProtectCluster,
+        rights: &[Alter],
+        used_by: "topic synchroniser denies other principals Write on the remote topics (DescribeAcls, CreateAcls)",
+        readme_resource: "cluster, only with `protect_remote_topics`",
+        readme_rights_extra: "",
+    },
 ];
 
 /// A resource as `kafka-acls` names its type.
@@ -308,6 +318,7 @@ fn in_use(plan: &FlowPlan, row: &Row) -> bool {
         CheckpointedGroups | CheckpointsTransactionalId | ReverseOffsetSyncsTopic => s.runs_checkpoints(),
         AclSyncCluster => s.sync_topic_acls_enabled,
         DeletedRemoteTopics => s.topic_deletions == crate::config::TopicDeletions::On,
+        ProtectCluster => s.protect_remote_topics,
         CopierTransactionalId => s.delivery == crate::config::Delivery::ExactlyOnce,
         CopiedTopics | CopierGroup | RemoteTopics | ProgressTopic | LeaseTopic | ControlTopic | LeaseGroup
         | SyncedGroups => true,
@@ -357,7 +368,7 @@ pub fn needs(plan: &FlowPlan, identity: &Identity, selected: &Selected<'_>) -> V
                 selected.groups.iter().for_each(|g| push(on_side, Resource::Group(g.clone())));
             }
             SyncedGroups => {}
-            AclSyncCluster => push(on_side, Resource::Cluster),
+            AclSyncCluster | ProtectCluster => push(on_side, Resource::Cluster),
             OffsetSyncsTopic => {
                 let (cluster, topic) = crate::flow::offset_syncs::syncs_location(plan);
                 push(&cluster.alias, Resource::Topic(topic));
@@ -652,6 +663,27 @@ pub(crate) mod tests {
         assert!(matches!(&none, Verdict::Missing { rights, .. } if rights == &["Alter"]), "{none:?}");
         let ops = Known::Described(Some(CLUSTER_OPERATIONS.to_vec()));
         assert_eq!(judge(&target, &ops), Verdict::Granted { note: None });
+    }
+
+    #[test]
+    fn protected_remote_topics_need_alter_on_the_target_cluster() {
+        // (Set here: validation refuses protection over this plan's PLAINTEXT target.)
+        let mut protected = plan("");
+        protected.settings.protect_remote_topics = true;
+        let on_clusters: Vec<(String, Vec<&str>)> =
+            needs(&protected, &identity(), &Selected { topics: &[], groups: &[] })
+                .iter()
+                .filter(|n| n.resource == Resource::Cluster)
+                .map(|n| (n.cluster.clone(), n.row.rights.iter().map(Op::as_str).collect()))
+                .collect();
+        assert_eq!(on_clusters, [("west".to_string(), vec!["Alter"])]);
+        let target = need(ProtectCluster, Target, Resource::Cluster);
+        let Verdict::Missing { rights, reason } = judge(&target, &Known::Described(Some(vec![Op::Describe]))) else {
+            panic!("Alter is missing")
+        };
+        assert_eq!(rights, ["Alter"]);
+        assert!(reason.contains("grant Alter on cluster kafka-cluster"), "{reason}");
+        assert!(target.row.used_by("east", "west").contains("denies other principals Write"));
     }
 
     #[test]

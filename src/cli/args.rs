@@ -149,6 +149,27 @@ pub enum Command {
         #[arg(short, long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// At a failover: hand a flow's remote topics to the applications. The flow stops copying them on
+    /// every node of the deployment, for good (recorded in the control topic on its target), and ferry's
+    /// DENY Write bindings on them (protect_remote_topics) are lifted.
+    ///
+    /// Talks to the target cluster only (the source may be gone). Prints each promoted topic and the
+    /// principals whose DENY Write was lifted. Exit status: 0 when promoted; 1 when nothing matched or a
+    /// cluster call failed; 2 for an invalid flows directory or an unknown --flow.
+    Promote {
+        #[arg(long)]
+        flows: PathBuf,
+        /// The flow, as SOURCE->TARGET.
+        #[arg(long, value_parser = parse_flow)]
+        flow: config::FlowId,
+        /// Promote only the source topics whose whole name matches this regex (default: every topic
+        /// the flow copies that has a remote topic).
+        #[arg(long, value_name = "REGEX")]
+        topics: Option<String>,
+        /// The deployment the flow runs as (`ferry run --deployment`): its nodes follow the promotion.
+        #[arg(long, env = "FERRY_DEPLOYMENT", default_value = "ferry")]
+        deployment: String,
+    },
     /// Preflight: connect to each cluster and say whether the flows would run, changing nothing.
     ///
     /// For each flow: the topics it would copy and their remote names, the groups it would checkpoint,

@@ -6,6 +6,7 @@ pub mod args;
 pub mod check;
 pub mod client;
 pub mod logging;
+pub mod promote;
 pub mod reload;
 pub mod status;
 pub mod translate;

@@ -31,6 +31,10 @@ pub struct StatusRow {
     pub last_checkpoint_at: Option<String>,
     /// Seconds from `last_checkpoint_at` to when the view was taken.
     pub last_checkpoint_age_seconds: Option<u64>,
+    /// Source topics promoted at a failover (`ferry promote`): no longer copied.
+    pub promoted: Vec<String>,
+    /// Records on the remote topics that the flow did not write, per source topic (this node's count).
+    pub foreign_records: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -62,6 +66,14 @@ impl StatusView {
                                 .and_then(parse_rfc3339)
                                 .map(|t| now.saturating_sub(t)),
                             last_checkpoint_at,
+                            promoted: f["promoted"]
+                                .as_object()
+                                .map(|p| p.keys().cloned().collect())
+                                .unwrap_or_default(),
+                            foreign_records: f["foreign_records"]
+                                .as_object()
+                                .map(|m| m.iter().filter_map(|(t, n)| Some((t.clone(), n.as_u64()?))).collect())
+                                .unwrap_or_default(),
                         }
                     })
                     .collect()
@@ -96,6 +108,15 @@ impl StatusView {
                 or_dash(r.records_per_second.map(|v| v.to_string())),
                 or_dash(r.last_checkpoint_age_seconds.map(|s| format!("{s}s ago"))),
             );
+            // Below the row: what an operator must see at a failover.
+            if !r.promoted.is_empty() {
+                let _ = writeln!(out, "  promoted, not copied: {}", r.promoted.join(", "));
+            }
+            let foreign: Vec<String> =
+                r.foreign_records.iter().filter(|(_, n)| **n > 0).map(|(t, n)| format!("{t} {n}")).collect();
+            if !foreign.is_empty() {
+                let _ = writeln!(out, "  records ferry did not write on remote topics: {}", foreign.join(", "));
+            }
         }
         if let Some(r) = &self.last_reload {
             let _ = writeln!(out, "last reload: {} ({}) at {}", r.result, r.trigger, r.at);
@@ -138,6 +159,14 @@ mod tests {
         assert_eq!(json["flows"][0]["flow"], "a->b");
         assert_eq!(json["flows"][0]["records_per_second"], 1234.5);
         assert_eq!(json["flows"][0]["last_checkpoint_age_seconds"], 12);
+
+        // A failover's facts come below the flow's row.
+        let flows = serde_json::json!({"flows": {"a->b": {"state": "running",
+            "promoted": {"orders": {"by": "ops", "at": 1}}, "foreign_records": {"pay": 3, "orders": 0}}}});
+        let table = StatusView::of_flows("http://n:1", &flows, now).table();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[2], "  promoted, not copied: orders", "{table}");
+        assert_eq!(lines[3], "  records ferry did not write on remote topics: pay 3", "{table}");
         assert_eq!(json["flows"][1]["lag_records"], serde_json::Value::Null);
         assert_eq!(json["last_reload"]["trigger"], "watch");
     }

@@ -22,6 +22,7 @@ mod fields;
 mod load;
 pub(crate) mod locate;
 pub mod login;
+pub mod principal;
 pub mod raw;
 pub mod schema_registry;
 pub mod secrets;
@@ -296,6 +297,10 @@ pub struct FlowSettings {
     /// names on the target (WRITE dropped, ALL as READ). Off by default in ferry (see the README).
     pub sync_topic_acls_enabled: bool,
     pub sync_topic_acls_interval: Duration,
+    /// Keep every principal but the flow's own from writing its remote topics: the leader adds a DENY
+    /// Write binding on each remote topic for every other principal an ALLOW binding lets write it
+    /// ([`crate::protect`]). Off by default: it needs Alter on the target cluster.
+    pub protect_remote_topics: bool,
     /// Where a source partition with no stored progress starts copying.
     pub start_from: StartFrom,
     /// Schema registry sync and schema-ID translation (with both clusters' registries).
@@ -562,6 +567,7 @@ impl FlowSet {
                 ("sync_group_offsets", s.sync_group_offsets_enabled),
                 ("sync_topic_configs", s.sync_topic_configs_enabled),
                 ("sync_topic_acls", s.sync_topic_acls_enabled),
+                ("protect_remote_topics", s.protect_remote_topics),
                 ("refresh_topics", s.refresh_topics_enabled),
                 ("refresh_groups", s.refresh_groups_enabled),
             ]

@@ -132,6 +132,8 @@ pub struct RawFlow {
     pub heartbeats_topic_replication_factor: Option<i32>,
     pub sync_topic_acls_enabled: Option<bool>,
     pub sync_topic_acls_interval_seconds: Option<f64>,
+    /// Make ferry the only writer of its remote topics (DENY Write bindings for every other writer).
+    pub protect_remote_topics: Option<bool>,
     /// Where a partition with no stored progress starts: "earliest", "latest" or an RFC 3339 time.
     pub start_from: Option<String>,
     /// "off" (default), "sync" (subjects kept in step on the target registry) or "translate" (also each

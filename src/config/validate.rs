@@ -65,6 +65,7 @@ pub fn validate(
     identity_deletions_in_cycles(&flows, &mut errors);
     super::validate_names::check(&flows, &clusters, &mut errors);
     one_flow_per_offset_syncs_topic(&flows, &mut errors);
+    protected_flows_know_their_principal(&flows, &mut errors);
     share_routes(&mut flows);
     if errors.is_empty() { Ok(FlowSet { clusters, flows }) } else { Err(ConfigErrors(errors)) }
 }
@@ -240,6 +241,25 @@ fn one_flow_per_offset_syncs_topic(flows: &BTreeMap<FlowId, FlowPlan>, errors: &
                 if plans.len() == 2 { "both" } else { "all" }
             ),
         });
+    }
+}
+
+/// `protect_remote_topics` denies Write to every principal but ferry's own, which it reads from the
+/// target's client properties: a flow whose principal they do not say would deny itself or nobody.
+fn protected_flows_know_their_principal(flows: &BTreeMap<FlowId, FlowPlan>, errors: &mut Vec<ConfigError>) {
+    for p in flows.values().filter(|p| p.settings.protect_remote_topics) {
+        if let Err(e) = super::principal::own_principal(&p.target) {
+            errors.push(ConfigError {
+                file: p.file.clone(),
+                line: None,
+                key: "protect_remote_topics".to_string(),
+                reason: format!(
+                    "flow {}: protection denies Write to every principal but ferry's, and {e}; use SASL \
+                     PLAIN/SCRAM, GSSAPI or mutual TLS towards the target, or set protect_remote_topics = false",
+                    p.id
+                ),
+            });
+        }
     }
 }
 
@@ -502,6 +522,15 @@ mod tests {
         assert!(errs[1].reason.contains("only to delivery = \"exactly_once\""), "{errs:?}");
         let errs = parse_flow("delivery = \"exactly_once\"\ntransaction_interval_ms = 1\n").expect_err("invalid").0;
         assert!(errs[0].reason.contains("between 10 and 30000"), "{errs:?}");
+    }
+
+    #[test]
+    fn a_protected_flow_must_know_ferrys_principal_on_its_target() {
+        let flow = "[[flows]]\nsource = \"east\"\ntarget = \"west\"\nprotect_remote_topics = true\n";
+        let errs = parse(&[("a.toml", &format!("{CLUSTERS}\n{flow}"))], &no_env).expect_err("plaintext target").0;
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!((errs[0].file.to_str(), errs[0].key.as_str()), (Some("a.toml"), "protect_remote_topics"));
+        assert!(errs[0].reason.contains("east->west") && errs[0].reason.contains("User:ANONYMOUS"), "{errs:?}");
     }
 
     #[test]

@@ -356,6 +356,7 @@ pub(super) fn flow(
         checkpoints_topic_replication_factor,
         heartbeats_topic_replication_factor,
         sync_topic_acls_enabled: rf.sync_topic_acls_enabled.unwrap_or(false),
+        protect_remote_topics: rf.protect_remote_topics.unwrap_or(false),
         sync_topic_acls_interval: seconds(
             &k("sync_topic_acls_interval_seconds"),
             rf.sync_topic_acls_interval_seconds,

@@ -11,6 +11,8 @@
 //! topic's order (see [`order`]: a node's own write, acknowledged late, does not undo a later record it
 //! has read already), so nodes that see the same log agree.
 //!
+//! Besides pauses it holds promotions ([`promote`]): topics `ferry promote` took out of their flow.
+//!
 //! What this does not do: it does not wait for the other nodes to apply a pause (each applies it
 //! within a poll, about a second; `/flows` on each node shows whether it did).
 
@@ -28,9 +30,11 @@ use crate::config::{ClusterSpec, FlowId};
 use crate::kafka::{self, TopicSpec};
 
 pub mod order;
+pub mod promote;
 
 pub use crate::status::PauseRecord;
 pub use order::{Logged, Pauses};
+pub use promote::{PromoteRecord, PromotionSeen, Promotions};
 
 /// The control topic on each target cluster: one partition (its order is the order of decisions),
 /// compacted (only the newest decision per key matters).
@@ -62,6 +66,16 @@ pub struct PausesRead {
     /// The connection ([`connection_key`]).
     pub connection: String,
     pub records: BTreeMap<FlowId, Logged>,
+    /// Every promotion record up to the end, in the topic's order.
+    pub promotions: Vec<PromotionSeen>,
+}
+
+/// A promotion record read from the control topic after its end was reached.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct PromotionRead {
+    pub connection: String,
+    pub seen: PromotionSeen,
 }
 
 /// A flow's pause record, as read from the control topic after its end was reached.
@@ -107,12 +121,13 @@ impl ControlWatch {
         replication_factor: Option<i32>,
         read: Recipient<PausesRead>,
         seen: Recipient<PauseSeen>,
+        promoted: Recipient<PromotionRead>,
     ) -> Self {
         let (stop, stopped) = mpsc::channel::<()>();
         let (c, d, reader_conn) = (cluster.clone(), deployment.to_string(), conn.clone());
         let thread = std::thread::Builder::new()
             .name(format!("control {}", cluster.alias))
-            .spawn(move || tail(&reader_conn, &c, &d, replication_factor, &read, &seen, &stopped))
+            .spawn(move || tail(&reader_conn, &c, &d, replication_factor, (&read, &seen, &promoted), &stopped))
             .map_err(
                 |e| tracing::error!(cluster = %cluster.alias, error = %e, "cannot start the control topic's reader"),
             )
@@ -201,8 +216,7 @@ fn tail(
     cluster: &ClusterSpec,
     deployment: &str,
     replication_factor: Option<i32>,
-    read: &Recipient<PausesRead>,
-    seen: &Recipient<PauseSeen>,
+    (read, seen, promoted): (&Recipient<PausesRead>, &Recipient<PauseSeen>, &Recipient<PromotionRead>),
     stopped: &mpsc::Receiver<()>,
 ) {
     let stopping = || !matches!(stopped.try_recv(), Err(mpsc::TryRecvError::Empty));
@@ -234,6 +248,7 @@ fn tail(
     // The initial state: everything up to the end as of now, then handed over at once.
     let connection = connection_key(cluster);
     let mut state = BTreeMap::new();
+    let mut promotions = Vec::new();
     let mut initial = Some(read);
     let mut end = None;
     loop {
@@ -247,7 +262,27 @@ fn tail(
             match msg {
                 Ok(m) => match parse_pause_key(deployment, m.key()) {
                     Err(why) => kafka::skip_internal_record(None, &cluster.alias, &m, "a control record", &why),
-                    Ok(None) => {} // another deployment's
+                    Ok(None) => match promote::parse_promote_key(deployment, m.key()) {
+                        Err(why) => kafka::skip_internal_record(None, &cluster.alias, &m, "a control record", &why),
+                        Ok(None) => {} // another deployment's
+                        Ok(Some((flow, topic))) => {
+                            // An undecodable value counts as a tombstone, like a pause's: every node alike.
+                            let record = m.payload().and_then(|v| {
+                                serde_json::from_slice::<PromoteRecord>(v)
+                                    .map_err(|e| {
+                                        let why = format!("{e}; topic {topic} of flow {flow} counts as not promoted");
+                                        kafka::skip_internal_record(None, &cluster.alias, &m, "a control record", &why);
+                                    })
+                                    .ok()
+                            });
+                            let seen = PromotionSeen { flow, topic, record };
+                            if initial.is_some() {
+                                promotions.push(seen);
+                            } else {
+                                promoted.do_send(PromotionRead { connection: connection.clone(), seen });
+                            }
+                        }
+                    },
                     Ok(Some(flow)) => {
                         // Like a tombstone: the newest record of a key is the decision, even after compaction,
                         // so an undecodable one counts as "not paused" on every node alike (named, counted).
@@ -283,7 +318,8 @@ fn tail(
                 && let Some(read) = initial.take()
             {
                 let records = std::mem::take(&mut state);
-                read.do_send(PausesRead { connection: connection.clone(), records });
+                let promotions = std::mem::take(&mut promotions);
+                read.do_send(PausesRead { connection: connection.clone(), records, promotions });
             }
         }
     }

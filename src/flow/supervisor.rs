@@ -6,7 +6,7 @@
 //! ended ([`ChildExited`]) and the supervisor restarts them after an exponential backoff that resets once
 //! a child has been healthy for a while. A child's failure never touches its siblings or other flows.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use super::messages::{
 };
 use super::offset_syncs::{self, SyncQueue};
 use super::pause::PauseSwitch;
-use super::topics::{KeptTopics, SetLeading, StopTopics, TopicSync};
+use super::topics::{KeptTopics, Promoted, RefreshNow, SetLeading, StopTopics, TopicSync};
 use super::worker::{Deliver, StopWorker, Worker};
 use crate::clients::FlowConnections;
 use crate::config::FlowPlan;
@@ -59,6 +59,31 @@ impl Handler<SetPaused> for FlowSupervisor {
             status.set_paused(&flow, switch.wanted());
             done
         })
+    }
+}
+
+/// The flow's promoted source topics (`ferry promote`, from the control topic) changed: the topic
+/// synchroniser drops them from what the flow copies at once.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct SetPromoted(pub BTreeSet<String>);
+
+impl Handler<SetPromoted> for FlowSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: SetPromoted, _: &mut Context<Self>) {
+        let mut promoted = self.promoted.write().unwrap_or_else(|p| p.into_inner());
+        if *promoted == msg.0 {
+            return;
+        }
+        *promoted = msg.0;
+        drop(promoted);
+        // At once (the copier stops the promoted partitions), and a refresh brings back un-promoted ones.
+        if let Some(ready) = self.ready.clone() {
+            self.deliver(ready);
+        }
+        if let Some(topics) = &self.topics {
+            topics.do_send(RefreshNow);
+        }
     }
 }
 
@@ -98,6 +123,9 @@ pub struct FlowSupervisor {
     checkpoint_state: SharedCheckpointState,
     /// Survives topic-sync restarts: the topics found at start, when topic refresh is off.
     kept_topics: KeptTopics,
+    /// The source topics promoted at a failover (the node sets them from the control topic); the topic
+    /// synchroniser reads them at every refresh.
+    promoted: Promoted,
     copier: Option<Addr<Worker<Assignment>>>,
     offset_syncs: Option<Addr<Worker<()>>>,
     checkpoints: Option<Addr<Worker<()>>>,
@@ -122,6 +150,22 @@ struct Stopping {
     began: Instant,
 }
 
+/// `assignment` without the partitions of `promoted` topics.
+fn without_promoted(mut assignment: Assignment, promoted: &BTreeSet<String>) -> Assignment {
+    assignment.partitions.retain(|(topic, _)| !promoted.contains(topic));
+    assignment
+}
+
+/// What the deployment's control topic says of a flow when it starts (see `control`).
+pub struct Recorded {
+    /// Paused by an operator.
+    pub paused: bool,
+    /// The control topic was read to its end: `paused` is what the deployment decided, not a guess.
+    pub pause_known: bool,
+    /// Source topics promoted at a failover.
+    pub promoted: BTreeSet<String>,
+}
+
 impl FlowSupervisor {
     pub fn new(
         plan: Arc<FlowPlan>,
@@ -129,9 +173,9 @@ impl FlowSupervisor {
         status: StatusBoard,
         generation: u64,
         identity: Arc<Identity>,
-        paused: bool,
-        pause_known: bool,
+        recorded: Recorded,
     ) -> Self {
+        let Recorded { paused, pause_known, promoted } = recorded;
         let flow = plan.id.to_string();
         let syncs = Arc::new(if plan.settings.emit_offset_syncs_enabled {
             SyncQueue::new(&flow)
@@ -151,6 +195,7 @@ impl FlowSupervisor {
             syncs,
             checkpoint_state: Arc::new(std::sync::Mutex::new(checkpoints::CheckpointState::new(history))),
             kept_topics: KeptTopics::default(),
+            promoted: Arc::new(std::sync::RwLock::new(promoted)),
             copier: None,
             offset_syncs: None,
             checkpoints: None,
@@ -166,6 +211,18 @@ impl FlowSupervisor {
 
     fn flow(&self) -> String {
         self.plan.id.to_string()
+    }
+
+    /// Hands the copier what to copy, without the promoted topics' partitions. The supervisor is the
+    /// one gate: a refresh that began before a promotion, or a writability answer, may still name them.
+    fn deliver(&mut self, assignment: Assignment) {
+        let assignment = without_promoted(assignment, &self.promoted.read().unwrap_or_else(|p| p.into_inner()));
+        if self.ready.as_ref() != Some(&assignment) {
+            if let Some(c) = &self.copier {
+                c.do_send(Deliver(assignment.clone()));
+            }
+            self.ready = Some(assignment);
+        }
     }
 
     /// What the flow's actors get to report to this supervisor.
@@ -222,8 +279,10 @@ impl FlowSupervisor {
             ActorKind::Heartbeats => self.heartbeats = Some(heartbeats::worker(plan, conns, me).start()),
             ActorKind::Topics => {
                 let deployment = self.identity.deployment.clone();
-                self.topics =
-                    Some(TopicSync::new(plan, conns, me, self.leading, self.kept_topics.clone(), deployment).start())
+                let promoted = self.promoted.clone();
+                let topics =
+                    TopicSync::new(plan, conns, me, self.leading, self.kept_topics.clone(), deployment, promoted);
+                self.topics = Some(topics.start());
             }
             ActorKind::Lease => self.lease = Some(lease::worker(plan, conns, me, self.identity.clone()).start()),
         }
@@ -375,12 +434,7 @@ impl Handler<Leadership> for FlowSupervisor {
 impl Handler<TopicsReady> for FlowSupervisor {
     type Result = ();
     fn handle(&mut self, msg: TopicsReady, _: &mut Context<Self>) {
-        if self.ready.as_ref() != Some(&msg.0) {
-            if let Some(c) = &self.copier {
-                c.do_send(Deliver(msg.0.clone()));
-            }
-            self.ready = Some(msg.0);
-        }
+        self.deliver(msg.0);
     }
 }
 
@@ -560,5 +614,17 @@ mod tests {
         assert!(runs("emit_checkpoints_enabled = false\nsync_group_offsets_enabled = true").contains(&"checkpoints"));
         let none = runs("emit_checkpoints_enabled = false\nemit_offset_syncs_enabled = false");
         assert_eq!(none, ["lease", "topics", "copier", "heartbeats"]);
+    }
+
+    #[test]
+    fn promoted_topics_never_reach_the_copier_and_deleted_ones_stay_named() {
+        let assignment = Assignment {
+            partitions: [("orders", 0), ("orders", 1), ("pay", 0)].iter().map(|(t, p)| (t.to_string(), *p)).collect(),
+            deleted: ["gone".to_string()].into(),
+        };
+        let left = without_promoted(assignment.clone(), &["orders".to_string()].into());
+        assert_eq!(left.partitions, [("pay".to_string(), 0)].into());
+        assert_eq!(left.deleted, assignment.deleted);
+        assert_eq!(without_promoted(assignment.clone(), &BTreeSet::new()), assignment);
     }
 }

@@ -33,6 +33,7 @@ use crate::filter::ConfigPropertyFilter;
 use crate::flow::writable::{self, Writable};
 use crate::kafka::{self, KafkaOpError, TopicSpec};
 use crate::metrics::METRICS;
+use crate::protect;
 use crate::raw_admin::{self, AclOperation};
 use crate::status::{ActorState, ItemErrors};
 use crate::topic_configs::{self, ConfigEntry};
@@ -69,10 +70,18 @@ const CLASSIC_GROUP_WIDTH: i64 = 5_000;
 /// and kept by the supervisor across the synchroniser's restarts.
 pub type KeptTopics = Arc<std::sync::OnceLock<BTreeSet<String>>>;
 
+/// The source topics promoted at a failover (`ferry promote`): never selected, so never copied, and
+/// ferry's DENY Write bindings lifted from their remote topics. Set by the supervisor (from the control
+/// topic, through the node), read at every refresh.
+pub type Promoted = Arc<std::sync::RwLock<BTreeSet<String>>>;
+
 pub struct TopicSync {
     plan: Arc<FlowPlan>,
     /// Set once when topic refresh is off; never read when it is on.
     kept: KeptTopics,
+    promoted: Promoted,
+    /// Asked to refresh while a refresh ran: another one follows at once (promoted topics changed).
+    again: bool,
     conns: Arc<FlowConnections>,
     supervisor: Parent,
     clients: Option<Arc<Clients>>,
@@ -87,6 +96,10 @@ pub struct TopicSync {
     acl_problem: Option<String>,
     /// A cluster without an authorizer was logged (once, as MM2 does).
     acl_unsecured_logged: bool,
+    /// Why the last protection round (`protect_remote_topics`) could not run (the flow degraded).
+    protect_problem: Option<String>,
+    /// Remote topics no ACL binding matches, already warned about (see [`crate::protect`]).
+    unbound_warned: BTreeSet<String>,
     /// The topics selected at the last refresh (a topic that disappears from the source was deleted).
     selected: BTreeSet<String>,
     /// Topics that failed, per topic, across refreshes.
@@ -132,12 +145,15 @@ impl TopicSync {
         leading: bool,
         kept: KeptTopics,
         deployment: String,
+        promoted: Promoted,
     ) -> Self {
         Self {
             deployment,
             pending_deletions: None,
             leading,
             kept,
+            promoted,
+            again: false,
             plan,
             conns,
             supervisor,
@@ -148,6 +164,8 @@ impl TopicSync {
             acls_synced: None,
             acl_problem: None,
             acl_unsecured_logged: false,
+            protect_problem: None,
+            unbound_warned: BTreeSet::new(),
             selected: BTreeSet::new(),
             errors: ItemErrors::default(),
             exit_reported: false,
@@ -219,13 +237,25 @@ impl TopicSync {
             s.sync_topic_acls_enabled && self.acls_synced.is_none_or(|t| t.elapsed() >= s.sync_topic_acls_interval);
         let previously = self.selected.clone();
         let leading = self.leading;
-        let syncs = Syncs { configs: sync_configs && leading, acls: sync_acls && leading };
+        let syncs =
+            Syncs { configs: sync_configs && leading, acls: sync_acls && leading, protect: s.protect_remote_topics };
         let kept = if s.refresh_topics_enabled { None } else { self.kept.get().cloned() };
         // A pass reads the created-topic records when something is (or was) pending, or as its first.
         let reconcile = self.pending_deletions.as_ref().is_none_or(|p| !p.is_empty());
+        let promoted = self.promoted.read().unwrap_or_else(|p| p.into_inner()).clone();
         let span = tracing::info_span!("actor", flow = %plan.id, actor = ActorKind::Topics.name());
         let fut = tracing::Instrument::instrument(
-            async move { refresh_once(&plan, &clients, syncs, &previously, leading, kept.as_ref(), reconcile).await },
+            async move {
+                let round = Round {
+                    syncs,
+                    previously: &previously,
+                    leading,
+                    kept: kept.as_ref(),
+                    reconcile,
+                    promoted: &promoted,
+                };
+                refresh_once(&plan, &clients, round).await
+            },
             span,
         );
         ctx.spawn(fut.into_actor(self).map(move |result, me, ctx| {
@@ -253,7 +283,11 @@ impl TopicSync {
                         me.supervisor.deletions.do_send(TopicDeletionsPending(pending.clone()));
                         me.pending_deletions = Some(pending);
                     }
-                    let failing = me.record_outcomes(&refreshed) || me.acl_problem.is_some();
+                    if let Some(protected) = refreshed.protected.take() {
+                        me.protected(protected, &mut refreshed.outcomes);
+                    }
+                    let problem = me.acl_problem.clone().or_else(|| me.protect_problem.clone());
+                    let failing = me.record_outcomes(&refreshed) || problem.is_some();
                     me.selected = refreshed.selected;
                     let plan = me.plan.clone();
                     let ready = me
@@ -263,8 +297,8 @@ impl TopicSync {
                     me.check_writable(ctx);
                     me.supervisor.status.do_send(ActorStatusChanged {
                         kind: ActorKind::Topics,
-                        state: if me.acl_problem.is_some() { ActorState::Degraded } else { ActorState::Running },
-                        error: me.acl_problem.clone(),
+                        state: if problem.is_some() { ActorState::Degraded } else { ActorState::Running },
+                        error: problem,
                     });
                     let mut next = interval;
                     if !refreshed.source_has_heartbeats && me.plan.settings.emit_reverse_heartbeats_enabled {
@@ -272,6 +306,9 @@ impl TopicSync {
                     }
                     if failing {
                         next = next.min(RETRY_FAILED_TOPICS);
+                    }
+                    if std::mem::take(&mut me.again) {
+                        next = Duration::ZERO;
                     }
                     if refreshed.incomplete {
                         // Some selected topic has no (complete) remote yet: the leader is about to make it
@@ -383,6 +420,44 @@ impl TopicSync {
         }
     }
 
+    /// Take in a protection round's result (`protect_remote_topics`): its topics' failures into
+    /// `outcomes` (keyed by source topic), a failure of the whole round as the actor's error.
+    fn protected(
+        &mut self,
+        result: Result<protect::Protected, String>,
+        outcomes: &mut BTreeMap<String, Option<String>>,
+    ) {
+        let flow = self.plan.id.to_string();
+        let done = match result {
+            Ok(d) => d,
+            Err(reason) => {
+                tracing::warn!(flow = %flow, reason = %reason, "remote topics not protected; retried at the next refresh");
+                self.protect_problem = Some(reason);
+                return;
+            }
+        };
+        self.protect_problem = None;
+        for b in &done.created {
+            tracing::info!(flow = %flow, topic = %b.name, principal = %b.principal, "protect_remote_topics: denied Write on the remote topic");
+        }
+        for b in &done.lifted {
+            tracing::info!(flow = %flow, topic = %b.name, principal = %b.principal, "promoted topic: lifted ferry's DENY Write");
+        }
+        for topic in done.unbound {
+            if self.unbound_warned.insert(topic.clone()) {
+                tracing::warn!(flow = %flow, topic = %topic, "protect_remote_topics: no ACL binding matches the remote topic, so ferry denies nobody; on a cluster with allow.everyone.if.no.acl.found=true anyone may write it (grant its readers by name, then ferry denies the writers)");
+            }
+        }
+        let plan = self.plan.clone();
+        for (remote, reason) in done.failed {
+            let source =
+                outcomes.keys().find(|t| plan.policy.format_remote_topic(&plan.id.source, t) == remote).cloned();
+            if let Some(o) = source.and_then(|t| outcomes.get_mut(&t)) {
+                o.get_or_insert(reason);
+            }
+        }
+    }
+
     /// Log, count and publish this refresh's per-topic errors. True if any topic failed.
     fn record_outcomes(&mut self, refreshed: &Refreshed) -> bool {
         let flow = self.plan.id.to_string();
@@ -476,6 +551,8 @@ struct Refreshed {
     acls: Option<Result<acl_sync::Synced, String>>,
     /// The leader's deletion pass ran (`sync_topic_deletions`): what waits out the grace period.
     pending_deletions: Option<Vec<topic_deletions::PendingDeletion>>,
+    /// The protection round's result, if it ran (`protect_remote_topics`).
+    protected: Option<Result<protect::Protected, String>>,
 }
 
 /// The leader's periodic syncs a refresh runs.
@@ -483,6 +560,9 @@ struct Refreshed {
 struct Syncs {
     configs: bool,
     acls: bool,
+    /// `protect_remote_topics`: run by the leader at every refresh, and by any node that created a
+    /// remote topic (so a topic is protected before the leader's next refresh).
+    protect: bool,
 }
 
 /// Kafka refuses a topic whose name differs from an existing one only by `.` versus `_` (both map to
@@ -493,18 +573,25 @@ fn collides(a: &str, b: &str) -> bool {
         && a.bytes().zip(b.bytes()).all(|(x, y)| x == y || matches!((x, y), (b'.', b'_') | (b'_', b'.')))
 }
 
+/// What one refresh is asked to do, from the synchroniser's state.
+struct Round<'a> {
+    syncs: Syncs,
+    /// The topics selected at the last refresh.
+    previously: &'a BTreeSet<String>,
+    leading: bool,
+    /// `refresh_topics_enabled = false`: the topics found first.
+    kept: Option<&'a BTreeSet<String>>,
+    /// Read the created-topic records whatever the pass finds (deletions that follow).
+    reconcile: bool,
+    /// Topics an operator promoted (`ferry promote`): no longer copied.
+    promoted: &'a BTreeSet<String>,
+}
+
 /// One pass: select source topics, create or grow remote topics (and, as `syncs` says, bring their
 /// configs in line and copy their ACL bindings), return the partitions ready to copy. A problem with one topic is that topic's
 /// (in `outcomes`); only a cluster that cannot be asked at all fails the pass.
-async fn refresh_once(
-    plan: &FlowPlan,
-    clients: &Arc<Clients>,
-    syncs: Syncs,
-    previously: &BTreeSet<String>,
-    leading: bool,
-    kept: Option<&BTreeSet<String>>,
-    reconcile: bool,
-) -> Result<Refreshed, KafkaOpError> {
+async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>, round: Round<'_>) -> Result<Refreshed, KafkaOpError> {
+    let Round { syncs, previously, leading, kept, reconcile, promoted } = round;
     failpoints::check(failpoints::TOPICS_REFRESH).map_err(|reason| KafkaOpError::Other {
         cluster: plan.source.alias.clone(),
         op: "refresh topics".into(),
@@ -517,6 +604,8 @@ async fn refresh_once(
     if let Some(kept) = kept {
         keep_only(&mut selected, kept, plan.policy.heartbeats_topic());
     }
+    // Promoted topics are the applications' now: not copied, not created, synced or protected.
+    selected.retain(|t, _| !promoted.contains(t));
     let selected_names: BTreeSet<String> = selected.keys().cloned().collect();
     let width: i64 = selected.values().map(|&n| i64::from(n)).sum();
     if plan.settings.group_protocol == GroupProtocol::Classic && width > CLASSIC_GROUP_WIDTH {
@@ -636,6 +725,23 @@ async fn refresh_once(
     } else {
         None
     };
+    let protected = if syncs.protect && (leading || !changed.is_empty()) {
+        let remotes: Vec<String> = selected
+            .keys()
+            .map(|t| remote(t))
+            .filter(|r| target_topics.contains_key(r) || changed.contains(r))
+            .collect();
+        // The leader also lifts ferry's bindings from promoted topics (`ferry promote` lifted them
+        // already, but a node that had not read the promotion yet may have made them again).
+        let lift: BTreeSet<String> =
+            if leading { promoted.iter().map(|t| remote(t)).collect() } else { BTreeSet::new() };
+        Some(match protect::own_principal(&plan.target) {
+            Ok(own) => protect::protect(target, &clients.target_admin, &own, &remotes, &lift).await,
+            Err(e) => Err(format!("protect_remote_topics: {e}")),
+        })
+    } else {
+        None
+    };
 
     // Created topics take a moment to show up in metadata; copy only to partitions that exist.
     let deadline = Instant::now() + kafka::ADMIN_TIMEOUT;
@@ -685,6 +791,7 @@ async fn refresh_once(
         outcomes,
         incomplete,
         acls,
+        protected,
     })
 }
 
@@ -770,6 +877,22 @@ pub(crate) fn is_literal(pattern: &str) -> bool {
 #[rtype(result = "()")]
 pub struct SetLeading(pub bool);
 
+/// Refresh now (promoted topics changed): at once, or right after the refresh that runs.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct RefreshNow;
+
+impl Handler<RefreshNow> for TopicSync {
+    type Result = ();
+    fn handle(&mut self, _: RefreshNow, ctx: &mut Context<Self>) {
+        if self.refreshing {
+            self.again = true;
+        } else {
+            self.refresh(ctx);
+        }
+    }
+}
+
 impl Handler<SetLeading> for TopicSync {
     type Result = ();
     fn handle(&mut self, msg: SetLeading, ctx: &mut Context<Self>) {
@@ -781,6 +904,7 @@ impl Handler<SetLeading> for TopicSync {
                 self.supervisor.deletions.do_send(TopicDeletionsPending(Vec::new()));
                 METRICS.remote_topics_pending_deletion.with_label_values(&[&self.plan.id.to_string()]).set(0);
             }
+            self.protect_problem = None;
         }
         if gained {
             self.configs_synced = None;

@@ -252,43 +252,9 @@ pub async fn create_acls<C: ClientContext + 'static>(
     if bindings.is_empty() {
         return Ok(Vec::new());
     }
-    let owned = bindings
-        .iter()
-        .map(|b| {
-            Ok((
-                b.clone(),
-                c_string(OP, "resource name", &b.name)?,
-                c_string(OP, "principal", &b.principal)?,
-                c_string(OP, "host", &b.host)?,
-            ))
-        })
-        .collect::<Result<Vec<_>, AdminError>>()?;
+    let owned = owned(OP, bindings)?;
     run(admin, OP, move |rk, cancel| {
-        let mut created = Vec::with_capacity(owned.len());
-        for (b, name, principal, host) in &owned {
-            let mut errstr = [0 as c_char; 256];
-            // SAFETY: the strings are valid C strings, copied; `errstr` is writable for its length. The
-            // binding is ours and only its guard frees it.
-            let binding = Binding(unsafe {
-                rd_kafka_AclBinding_new(
-                    b.resource.code(),
-                    name.as_ptr(),
-                    b.pattern.code(),
-                    principal.as_ptr(),
-                    host.as_ptr(),
-                    b.operation.code(),
-                    b.permission.code(),
-                    errstr.as_mut_ptr(),
-                    errstr.len(),
-                )
-            });
-            if binding.0.is_null() {
-                // SAFETY: librdkafka wrote a NUL-terminated message into `errstr` (or left it zeroed).
-                let why = unsafe { cstring(errstr.as_ptr()) };
-                return Err(AdminError::from_code(OP, ERR_INVALID_ARG, Some(format!("ACL binding {b}: {why}"))));
-            }
-            created.push(binding);
-        }
+        let created = owned.iter().map(|o| o.build(OP, rd_kafka_AclBinding_new)).collect::<Result<Vec<_>, _>>()?;
         let options = AdminOptions::new(rk, rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_CREATEACLS, OP)?;
         options.set_request_timeout(timeout, OP)?;
         let queue = Queue::new(rk, OP)?;
@@ -303,21 +269,137 @@ pub async fn create_acls<C: ClientContext + 'static>(
             let result = rd::rd_kafka_event_CreateAcls_result(event.0);
             let mut cnt = 0usize;
             let results = rd::rd_kafka_CreateAcls_result_acls(result, &mut cnt);
-            if cnt != owned.len() {
-                let why = format!("{cnt} results for {} bindings", owned.len());
-                return Err(AdminError::from_code(OP, ERR_FAIL, Some(why)));
-            }
-            Ok(array(results, cnt)
-                .iter()
-                .zip(&owned)
-                .map(|(&r, (b, ..))| {
-                    AdminError::from_error_object(OP, rd::rd_kafka_acl_result_error(r))
-                        .map(|e| AdminError { message: format!("ACL binding {b}: {}", e.message), ..e })
-                })
-                .collect())
+            per_binding(OP, array(results, cnt).iter().map(|&r| rd::rd_kafka_acl_result_error(r)), &owned)
         }
     })
     .await
+}
+
+/// Deletes exactly `bindings` (DeleteAcls with one filter per binding, every field of it given, so a
+/// filter matches that binding alone). Returns each binding's error (`None`: deleted, or there was
+/// none to delete), in the order given: a principal without Alter on the cluster gets
+/// `CLUSTER_AUTHORIZATION_FAILED` for each. Only a failure of the whole call is an `Err`. An empty list
+/// does nothing.
+pub async fn delete_acls<C: ClientContext + 'static>(
+    admin: &AdminClient<C>,
+    bindings: &[AclBinding],
+    timeout: Duration,
+) -> Result<Vec<Option<AdminError>>, AdminError> {
+    const OP: &str = "DeleteAcls";
+    if bindings.is_empty() {
+        return Ok(Vec::new());
+    }
+    let owned = owned(OP, bindings)?;
+    run(admin, OP, move |rk, cancel| {
+        let filters =
+            owned.iter().map(|o| o.build(OP, rd_kafka_AclBindingFilter_new)).collect::<Result<Vec<_>, _>>()?;
+        let options = AdminOptions::new(rk, rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DELETEACLS, OP)?;
+        options.set_request_timeout(timeout, OP)?;
+        let queue = Queue::new(rk, OP)?;
+        let mut ptrs: Vec<*mut rd::rd_kafka_AclBindingFilter_t> = filters.iter().map(|f| f.0).collect();
+        // SAFETY: valid handle, options and queue; `ptrs` holds `ptrs.len()` valid filters, which
+        // librdkafka copies (ours to destroy, through `filters`).
+        unsafe { rd::rd_kafka_DeleteAcls(rk.0, ptrs.as_mut_ptr(), ptrs.len(), options.0, queue.0) };
+        let event = queue.wait(rd::RD_KAFKA_EVENT_DELETEACLS_RESULT, timeout, cancel, OP)?;
+        // SAFETY: `event` is a DeleteAcls result; the array, the responses and their error objects
+        // belong to it, and it outlives this block.
+        unsafe {
+            let result = rd::rd_kafka_event_DeleteAcls_result(event.0);
+            let mut cnt = 0usize;
+            let responses = rd::rd_kafka_DeleteAcls_result_responses(result, &mut cnt);
+            let errors = array(responses, cnt).iter().map(|&r| rd::rd_kafka_DeleteAcls_result_response_error(r));
+            per_binding(OP, errors, &owned)
+        }
+    })
+    .await
+}
+
+/// A binding with its strings as owned C strings, made before the call's blocking thread.
+struct Owned {
+    binding: AclBinding,
+    name: std::ffi::CString,
+    principal: std::ffi::CString,
+    host: std::ffi::CString,
+}
+
+/// The C strings of every binding; a string with a NUL fails before any call.
+fn owned(op: &'static str, bindings: &[AclBinding]) -> Result<Vec<Owned>, AdminError> {
+    bindings
+        .iter()
+        .map(|b| {
+            Ok(Owned {
+                binding: b.clone(),
+                name: c_string(op, "resource name", &b.name)?,
+                principal: c_string(op, "principal", &b.principal)?,
+                host: c_string(op, "host", &b.host)?,
+            })
+        })
+        .collect()
+}
+
+/// `rd_kafka_AclBinding_new` or `rd_kafka_AclBindingFilter_new` (same signature, same type).
+type NewBinding = unsafe extern "C" fn(
+    c_int,
+    *const c_char,
+    c_int,
+    *const c_char,
+    *const c_char,
+    c_int,
+    c_int,
+    *mut c_char,
+    usize,
+) -> *mut rd::rd_kafka_AclBinding_t;
+
+impl Owned {
+    /// The binding (or the filter matching exactly it) as librdkafka's object, freed by its guard.
+    fn build(&self, op: &'static str, new: NewBinding) -> Result<Binding, AdminError> {
+        let b = &self.binding;
+        let mut errstr = [0 as c_char; 256];
+        // SAFETY: the strings are valid C strings, copied; `errstr` is writable for its length. The
+        // object is ours and only its guard frees it.
+        let built = Binding(unsafe {
+            new(
+                b.resource.code(),
+                self.name.as_ptr(),
+                b.pattern.code(),
+                self.principal.as_ptr(),
+                self.host.as_ptr(),
+                b.operation.code(),
+                b.permission.code(),
+                errstr.as_mut_ptr(),
+                errstr.len(),
+            )
+        });
+        if built.0.is_null() {
+            // SAFETY: librdkafka wrote a NUL-terminated message into `errstr` (or left it zeroed).
+            let why = unsafe { cstring(errstr.as_ptr()) };
+            return Err(AdminError::from_code(op, ERR_INVALID_ARG, Some(format!("ACL binding {b}: {why}"))));
+        }
+        Ok(built)
+    }
+}
+
+/// Each binding's error from a result's error objects, in order; a result of another length fails.
+///
+/// # Safety
+/// Every pointer `errors` yields is NULL or a valid error object that outlives the call.
+unsafe fn per_binding(
+    op: &'static str,
+    errors: impl ExactSizeIterator<Item = *const rd::rd_kafka_error_t>,
+    owned: &[Owned],
+) -> Result<Vec<Option<AdminError>>, AdminError> {
+    if errors.len() != owned.len() {
+        let why = format!("{} results for {} bindings", errors.len(), owned.len());
+        return Err(AdminError::from_code(op, ERR_FAIL, Some(why)));
+    }
+    Ok(errors
+        .zip(owned)
+        .map(|(e, o)| {
+            // SAFETY: `e` is NULL or valid (caller).
+            unsafe { AdminError::from_error_object(op, e) }
+                .map(|e| AdminError { message: format!("ACL binding {}: {}", o.binding, e.message), ..e })
+        })
+        .collect())
 }
 
 /// Copies a binding out of a result.

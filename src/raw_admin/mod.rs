@@ -44,7 +44,9 @@ mod ffi;
 mod groups;
 mod types;
 
-pub use acls::{AclBinding, AclFilter, AclPattern, AclPermission, AclResource, create_acls, describe_acls};
+pub use acls::{
+    AclBinding, AclFilter, AclPattern, AclPermission, AclResource, create_acls, delete_acls, describe_acls,
+};
 pub use client_calls::{consumer_positions, flush, send_offsets_to_transaction};
 pub use cluster::{describe_cluster, describe_cluster_plain, describe_topics, incremental_alter_topic_configs};
 pub use groups::{

@@ -13,7 +13,7 @@ use crate::config::Delivery;
 mod pause_record;
 mod types;
 
-pub use pause_record::PauseRecord;
+pub use pause_record::{PauseRecord, PromoteRecord};
 pub use types::{Member, ReloadOutcome, ReloadResult, Trigger};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -131,6 +131,9 @@ pub struct FlowStatus {
     /// The last pause or resume recorded for the flow in its target's control topic, for every node of
     /// the deployment: who took it (`by`, a node id) and when (`at`, seconds since the epoch).
     pub pause: Option<PauseRecord>,
+    /// Source topics promoted at a failover (`ferry promote`), for every node of the deployment: the
+    /// flow copies them no more. By source topic: who promoted it and when.
+    pub promoted: BTreeMap<String, PromoteRecord>,
     /// This node holds the flow's lease (runs topic sync, checkpoints, heartbeats).
     pub leading: bool,
     /// Source partitions this node copies (its share of the copier group).
@@ -163,6 +166,9 @@ pub struct FlowStatus {
     /// Flows with `schemas = "sync" | "translate"`: what this node did with their schemas. A partition
     /// held on a schema ID that does not resolve is in `partition_problems`.
     pub schemas: Option<SchemaFigures>,
+    /// Records on the remote topics that this node's copier did not write, per source topic, since
+    /// the node started (`ferry_remote_foreign_records_total`): another producer writes the DR copy.
+    pub foreign_records: BTreeMap<String, u64>,
     /// The nodes in the flow's copier group and their partition counts (described every 10 s).
     pub nodes: Option<Vec<Member>>,
     /// The node holding the flow's lease, as the lease group says.
@@ -181,6 +187,7 @@ pub struct FlowFigures {
     pub records_filtered: Option<Filtered>,
     pub transactions: Option<TransactionFigures>,
     pub schemas: Option<SchemaFigures>,
+    pub foreign_records: BTreeMap<String, u64>,
 }
 
 /// A schema flow's work on this node since it started (the `ferry_schema_*` and
@@ -246,6 +253,7 @@ impl FlowStatus {
             group_errors: BTreeMap::new(),
             paused: false,
             pause: None,
+            promoted: BTreeMap::new(),
             leading: false,
             partitions: 0,
             assigned: Vec::new(),
@@ -259,6 +267,7 @@ impl FlowStatus {
             delivery: "at_least_once",
             transactions: None,
             schemas: None,
+            foreign_records: BTreeMap::new(),
             nodes: None,
             leader_node: None,
         }
@@ -345,6 +354,7 @@ impl StatusBoard {
         status.delivery = delivery.name();
         status.paused = board.get(flow).is_some_and(|f| f.paused);
         status.pause = board.get(flow).and_then(|f| f.pause.clone());
+        status.promoted = board.get(flow).map(|f| f.promoted.clone()).unwrap_or_default();
         board.insert(flow.to_string(), status);
     }
 
@@ -355,6 +365,11 @@ impl StatusBoard {
     /// The deployment-wide pause record of `flow` (who paused or resumed it, and when).
     pub fn set_pause_record(&self, flow: &str, record: Option<PauseRecord>) {
         self.with_flow(flow, |f| f.pause = record);
+    }
+
+    /// The deployment-wide promotions of `flow` (see `control::promote`).
+    pub fn set_promoted(&self, flow: &str, promoted: BTreeMap<String, PromoteRecord>) {
+        self.with_flow(flow, |f| f.promoted = promoted);
     }
 
     /// The flow's figures from its metrics (only for flows on the board).
@@ -369,6 +384,7 @@ impl StatusBoard {
             f.records_filtered = figures.records_filtered;
             f.transactions = figures.transactions;
             f.schemas = figures.schemas;
+            f.foreign_records = figures.foreign_records;
         });
     }
 

@@ -24,7 +24,7 @@
 //!   once the right is granted exits 0 listing the remote topics (table and JSON alike).
 //!
 //! The tests share one test bed (a SASL_SSL source and target, both with ACLs, users `alice`, `bob`
-//! and `syncer`) and take turns: two brokers in all.
+//! and `syncer`) and take turns: two brokers in all. `protect.rs` runs its tests on this bed too.
 
 use crate::support;
 
@@ -43,8 +43,8 @@ use support::{
 
 use ferry::mm2::records::{Checkpoint, OffsetSync};
 
-const ARRIVAL: Duration = Duration::from_secs(60);
-const REPORTED: Duration = Duration::from_secs(60);
+pub(crate) const ARRIVAL: Duration = Duration::from_secs(60);
+pub(crate) const REPORTED: Duration = Duration::from_secs(60);
 const READ: Duration = Duration::from_secs(30);
 
 /// Short intervals: topics refreshed every 2 s, checkpoints within seconds, quick restarts.
@@ -53,12 +53,12 @@ const FAST: &str = "refresh_topics_interval_seconds = 2\nemit_checkpoints_interv
                     restart_backoff_initial_seconds = 0.2\nrestart_backoff_max_seconds = 2\n";
 const REFRESH: Duration = Duration::from_secs(2);
 
-struct Bed {
-    source: Cluster,
-    target: Cluster,
+pub(crate) struct Bed {
+    pub(crate) source: Cluster,
+    pub(crate) target: Cluster,
 }
 
-fn bed() -> &'static Bed {
+pub(crate) fn bed() -> &'static Bed {
     static BED: OnceLock<Bed> = OnceLock::new();
     BED.get_or_init(|| {
         let t0 = Instant::now();
@@ -79,7 +79,7 @@ fn flows_dir(bed: &Bed, aliases: (&str, &str), topics: &[&str], groups: &[&str])
 }
 
 /// [`flows_dir`] as `user`, with the flow keys `extra` besides [`FAST`].
-fn flows_dir_as(
+pub(crate) fn flows_dir_as(
     bed: &Bed,
     user: &str,
     (source, target): (&str, &str),
@@ -103,18 +103,18 @@ fn flows_dir_as(
 
 /// ferry on `dir` as deployment `deployment` (its copier and lease groups and transactional id
 /// start with `<deployment>.`, so the ACLs can name them).
-fn start_ferry(dir: &tempfile::TempDir, deployment: &str) -> Ferry {
+pub(crate) fn start_ferry(dir: &tempfile::TempDir, deployment: &str) -> Ferry {
     let mut ferry = Ferry::start_env(dir.path(), &[], &[("FERRY_DEPLOYMENT", deployment)]);
     ferry.wait_log("serving /health", Duration::from_secs(30));
     ferry
 }
 
-fn records(prefix: &str, n: usize) -> Vec<Rec> {
+pub(crate) fn records(prefix: &str, n: usize) -> Vec<Rec> {
     (0..n).map(|i| Rec::new((i % 2) as i32, format!("{prefix}-{i}").as_bytes(), 1_700_000_000_000 + i as i64)).collect()
 }
 
 /// `GET /flows`'s entry for `flow`.
-fn flow_json(addr: SocketAddr, flow: &str) -> serde_json::Value {
+pub(crate) fn flow_json(addr: SocketAddr, flow: &str) -> serde_json::Value {
     let body = http_get(addr, "/flows");
     let all: serde_json::Value =
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("/flows is not JSON ({e}): {body}"));

@@ -29,6 +29,7 @@ mod offset_syncs;
 mod oidc;
 mod operations;
 mod packaging;
+mod protect;
 mod provenance;
 mod raw_admin;
 mod readers;

@@ -3,7 +3,7 @@
 //! lookup by the remote topic's name (no allocation), a few atomics and one uncontended partition lock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
@@ -35,6 +35,15 @@ pub struct Live {
     /// publish no sync, because the next owner copies from its own position and its syncs must not be
     /// contradicted by this node's late ones.
     revoked: AtomicBool,
+    /// Records of this partition the target acknowledged, and deliveries that failed, in this
+    /// lifetime: what the foreign-record watch subtracts ([`super::foreign`]).
+    written: AtomicU64,
+    unsure: AtomicU64,
+    /// The downstream offset of the first record of this partition the target acknowledged in this
+    /// lifetime (-1: none yet): where the foreign-record count starts.
+    first_downstream: AtomicI64,
+    /// The foreign-record watch's last quiet look at the remote partition.
+    foreign: Mutex<Option<super::foreign_count::Baseline>>,
 }
 
 /// The rule's state and whether the partition is in the quiet list, under one lock: a sync is queued
@@ -62,7 +71,29 @@ impl Live {
             rule: Mutex::new(RuleState { rule: PartitionRule::with_epoch(ack.epoch()), in_quiet_list: false }),
             ack,
             revoked: AtomicBool::new(false),
+            written: AtomicU64::new(0),
+            unsure: AtomicU64::new(0),
+            first_downstream: AtomicI64::new(-1),
+            foreign: Mutex::new(None),
         }
+    }
+
+    pub fn written(&self) -> u64 {
+        self.written.load(Ordering::Acquire)
+    }
+
+    pub fn unsure(&self) -> u64 {
+        self.unsure.load(Ordering::Acquire)
+    }
+
+    /// The downstream offset of this lifetime's first acknowledged record, if any.
+    pub fn first_downstream(&self) -> Option<i64> {
+        Some(self.first_downstream.load(Ordering::Acquire)).filter(|o| *o >= 0)
+    }
+
+    /// Replaces the foreign-record watch's baseline with `now`; the one it replaces, if any.
+    pub fn foreign_baseline(&self, now: super::foreign_count::Baseline) -> Option<super::foreign_count::Baseline> {
+        self.foreign.lock().unwrap_or_else(|p| p.into_inner()).replace(now)
     }
 
     /// Stop counting this partition's deliveries (see [`Live::revoked`]).
@@ -263,6 +294,9 @@ impl Shared {
         timestamp_ms: Option<i64>,
         heartbeat: Option<(&[u8], Option<&[u8]>)>,
     ) {
+        // Before `written`: a look that sees this record counted sees where the count starts.
+        let _ = live.first_downstream.compare_exchange(-1, downstream, Ordering::AcqRel, Ordering::Acquire);
+        live.written.fetch_add(1, Ordering::AcqRel);
         live.ack.acked(&self.acks, upstream);
         {
             let mut st = live.rule();
@@ -419,6 +453,7 @@ impl RecordSink for DeliveryContext {
                     unknown_partition: code == Some(RDKafkaErrorCode::UnknownPartition),
                     purged: matches!(code, Some(RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight)),
                 };
+                live.unsure.fetch_add(1, Ordering::AcqRel);
                 live.ack.fail(&shared.acks, failure, true);
             }
         }

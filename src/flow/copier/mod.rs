@@ -18,6 +18,8 @@ mod claims;
 mod consumer;
 mod delivery;
 mod exactly_once;
+pub mod foreign;
+mod foreign_count;
 mod health;
 mod partitions;
 mod probe;
@@ -167,6 +169,9 @@ struct CopyLoop {
     kin: String,
     /// The group took partitions from this lifetime as lost: another node copies them already.
     lost: bool,
+    /// Counts records on the remote partitions that this copier did not write (at-least-once flows;
+    /// see [`foreign`]); its thread ends with the loop.
+    _foreign: Option<foreign::ForeignWatch>,
 }
 
 impl CopyLoop {
@@ -225,7 +230,19 @@ impl CopyLoop {
         let consumer = source_consumer(&plan, source_watch.clone(), identity, rtt).map_err(err)?;
         let probe = Probe::start(&plan, conns)?;
         let book = Book::new(&plan);
+        // Not under the identity policy: there the remote topic is the target's own topic of the same
+        // name, which its applications write by design (active-active); nor for exactly-once flows
+        // (see `foreign`).
+        let watched = plan.settings.replication_policy != crate::config::PolicyKind::Identity;
+        let foreign = match plan.settings.delivery {
+            Delivery::AtLeastOnce if watched => {
+                let target = conns.target.meta(crate::clients::Isolation::Uncommitted).map_err(err)?;
+                Some(foreign::ForeignWatch::start(&flow, shared.clone(), target)?)
+            }
+            Delivery::AtLeastOnce | Delivery::ExactlyOnce => None,
+        };
         Ok(Self {
+            _foreign: foreign,
             flow,
             control,
             supervisor,
