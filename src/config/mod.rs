@@ -582,6 +582,10 @@ impl FlowSet {
                     s.schemas.mode, s.schemas.on_unknown, s.schemas.refresh_interval
                 );
             }
+            if s.topic_deletions != TopicDeletions::Off {
+                let mode = if s.topic_deletions == TopicDeletions::On { "on" } else { "dry_run" };
+                let _ = writeln!(out, "  sync_topic_deletions={mode} grace={:?}", s.topic_deletion_grace);
+            }
             for rule in &s.record_rules.filters {
                 let _ = writeln!(out, "  filter {}", rule.describe());
             }
