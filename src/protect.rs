@@ -75,6 +75,8 @@ pub enum Refusal {
     Everyone,
     /// No binding matches it at all (see the module doc).
     NoBindings,
+    /// No binding lets ferry's own principal write it: the broker names ferry otherwise.
+    NotAWriter,
 }
 
 /// The DENY Write bindings `topic` needs (missing ones and present ones alike), or why bindings alone
@@ -86,6 +88,12 @@ pub fn wanted(bindings: &[AclBinding], topic: &str, own: &str) -> Result<Vec<Acl
     }
     if !bindings.iter().any(|b| matches(b, topic)) {
         return Err(Refusal::NoBindings);
+    }
+    // ferry writes the topic, so some binding must let it: if none names the principal ferry worked
+    // out, the broker names it otherwise (principal mapping rules, an RFC 2253 subject written another
+    // way, a super user) and a DENY for "everyone else" could be a DENY for ferry itself.
+    if !writers.contains(own) {
+        return Err(Refusal::NotAWriter);
     }
     Ok(writers.iter().filter(|p| p.as_str() != own).map(|p| denial(topic, p)).collect())
 }
@@ -155,6 +163,17 @@ pub async fn protect(
                 );
             }
             Err(Refusal::NoBindings) => done.unbound.push(topic.clone()),
+            Err(Refusal::NotAWriter) => {
+                done.failed.insert(
+                    topic.clone(),
+                    format!(
+                        "protect_remote_topics: no ALLOW binding lets {own} (ferry's principal as its client \
+                         properties say it) write remote topic {topic} on `{target}`, so ferry cannot tell \
+                         itself from the other writers (a principal mapping rule, a super user?); nothing \
+                         is denied on it: grant {own} Write on it by name"
+                    ),
+                );
+            }
         }
     }
     let results = raw_admin::create_acls(admin, &todo, kafka::ADMIN_TIMEOUT)
@@ -275,8 +294,20 @@ mod tests {
                 resource: AclResource::Group,
                 ..allow("east.orders", AclPattern::Literal, "User:x", AclOperation::All)
             },
+            allow("east.orders", AclPattern::Literal, FERRY, AclOperation::Write),
         ];
         assert_eq!(wanted(&bindings, "east.orders", FERRY), Ok(vec![]));
+    }
+
+    #[test]
+    fn a_ferry_that_no_binding_lets_write_denies_nobody() {
+        // The broker names ferry otherwise (a mapping rule, an RFC 2253 subject with escapes, a super
+        // user): a DENY for "everyone but ferry" could hit ferry itself.
+        let bindings = [
+            allow("east.orders", AclPattern::Literal, "User:bob", AclOperation::Write),
+            allow("east.", AclPattern::Prefixed, "User:CN=ferry,O=Acme\\, Inc", AclOperation::Write),
+        ];
+        assert_eq!(wanted(&bindings, "east.orders", "User:CN=ferry,O=Acme, Inc"), Err(Refusal::NotAWriter));
     }
 
     #[test]

@@ -85,7 +85,15 @@ pub fn run(plan: &FlowPlan, deployment: &str, topics: Option<&str>, by: &str) ->
     let remotes: BTreeSet<String> = found.iter().map(|(_, r)| r.clone()).collect();
     // ferry's bindings are listed before the promotion is recorded: the flow's leader lifts them as soon
     // as it reads the record, and the report must still name them.
-    let listed = crate::protect::own_principal(&plan.target).and_then(|own| {
+    // Without protection ferry made no binding: a DENY on these topics is the operator's, left alone.
+    let protecting = plan.settings.protect_remote_topics;
+    let listed = if !protecting {
+        note = Some("protect_remote_topics is off: no binding lifted (a DENY on these topics is not ferry's)".into());
+        Err(String::new())
+    } else {
+        crate::protect::own_principal(&plan.target)
+    }
+    .and_then(|own| {
         let admin = kafka::client_config(&plan.target, &plan.id, "promote")
             .and_then(|c| {
                 c.create::<rdkafka::admin::AdminClient<_>>()
@@ -95,14 +103,10 @@ pub fn run(plan: &FlowPlan, deployment: &str, topics: Option<&str>, by: &str) ->
         let ours = runtime.block_on(crate::protect::ours(&target, &admin, &own, &remotes))?;
         Ok((admin, ours))
     });
-    let listed = match (listed, plan.settings.protect_remote_topics) {
+    let listed = match (listed, protecting) {
         (Ok(l), _) => Some(l),
         (Err(e), true) => return Err(format!("flow {flow}: lift the protection: {e}")),
-        // Without protection there may be nothing to lift, nor the right to look.
-        (Err(e), false) => {
-            note = Some(format!("no binding lifted: {e}"));
-            None
-        }
+        (Err(_), false) => None,
     };
     runtime.block_on(record(plan, deployment, &found, by))?;
     let lifted = match listed {
@@ -146,7 +150,7 @@ pub fn render(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "flow {} (deployment `{}`): promoted {} topic(s), recorded in {CONTROL_TOPIC} on `{}`; no node copies them any more:",
+        "flow {} (deployment `{}`): promoted {} topic(s), recorded in {CONTROL_TOPIC} on `{}`; each node of the deployment stops copying them when it reads the record (about a second; records in flight then still land): wait until the remote topics are quiet before their producers start:",
         r.flow,
         r.deployment,
         r.topics.len(),

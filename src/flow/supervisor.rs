@@ -24,7 +24,7 @@ use super::messages::{
 };
 use super::offset_syncs::{self, SyncQueue};
 use super::pause::PauseSwitch;
-use super::topics::{KeptTopics, Promoted, RefreshNow, SetLeading, StopTopics, TopicSync};
+use super::topics::{ControlState, KeptTopics, Promoted, RefreshNow, SetLeading, StopTopics, TopicSync};
 use super::worker::{Deliver, StopWorker, Worker};
 use crate::clients::FlowConnections;
 use crate::config::FlowPlan;
@@ -278,10 +278,12 @@ impl FlowSupervisor {
             }
             ActorKind::Heartbeats => self.heartbeats = Some(heartbeats::worker(plan, conns, me).start()),
             ActorKind::Topics => {
-                let deployment = self.identity.deployment.clone();
-                let promoted = self.promoted.clone();
-                let topics =
-                    TopicSync::new(plan, conns, me, self.leading, self.kept_topics.clone(), deployment, promoted);
+                let control = ControlState {
+                    deployment: self.identity.deployment.clone(),
+                    promoted: self.promoted.clone(),
+                    read: self.paused.clone(),
+                };
+                let topics = TopicSync::new(plan, conns, me, self.leading, self.kept_topics.clone(), control);
                 self.topics = Some(topics.start());
             }
             ActorKind::Lease => self.lease = Some(lease::worker(plan, conns, me, self.identity.clone()).start()),

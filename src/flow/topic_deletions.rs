@@ -216,6 +216,8 @@ pub struct DeletionPass<'a> {
     pub conn: &'a Arc<Connection>,
     pub admin: &'a Admin,
     pub source_topics: &'a BTreeSet<String>,
+    /// Source topics promoted at a failover: their remote topics are the applications' now.
+    pub promoted: &'a BTreeSet<String>,
     pub target_topics: &'a BTreeSet<String>,
     /// Read the records even without a candidate (the leader just started, or something was pending).
     pub reconcile: bool,
@@ -282,6 +284,9 @@ impl DeletionPass<'_> {
         let mut pending = Vec::new();
         for (remote, record) in records {
             let source = &record.source_topic;
+            if self.promoted.contains(source) {
+                continue; // the applications' topic now: never deleted
+            }
             let selected = plan.copies_topic(source);
             let source_listed = self.source_topics.contains(source);
             if source_listed {

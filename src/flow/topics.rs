@@ -75,6 +75,16 @@ pub type KeptTopics = Arc<std::sync::OnceLock<BTreeSet<String>>>;
 /// topic, through the node), read at every refresh.
 pub type Promoted = Arc<std::sync::RwLock<BTreeSet<String>>>;
 
+/// What the synchroniser follows of the deployment's control records.
+pub struct ControlState {
+    pub deployment: String,
+    /// Source topics promoted at a failover.
+    pub promoted: Promoted,
+    /// Whether the control topic was read (its `known`): until then the promotions are not known, and
+    /// nothing that could touch a promoted topic runs (protection, config sync).
+    pub read: Arc<super::pause::PauseSwitch>,
+}
+
 pub struct TopicSync {
     plan: Arc<FlowPlan>,
     /// Set once when topic refresh is off; never read when it is on.
@@ -121,6 +131,10 @@ pub struct TopicSync {
     waiting_since: Option<Instant>,
     waiting_warned: Option<Instant>,
     deployment: String,
+    control_read: Arc<super::pause::PauseSwitch>,
+    /// Promoted remote topics this node lifted ferry's bindings from as leader: lifted once, so an
+    /// operator's own DENY made afterwards on the now-live topic stays.
+    lifted: BTreeSet<String>,
     /// Remote topics waiting out `sync_topic_deletions`' grace period at the last refresh; `None` until
     /// this node's first deletion pass as leader (which reads the created-topic records whatever it finds).
     pending_deletions: Option<Vec<topic_deletions::PendingDeletion>>,
@@ -144,10 +158,12 @@ impl TopicSync {
         supervisor: Parent,
         leading: bool,
         kept: KeptTopics,
-        deployment: String,
-        promoted: Promoted,
+        control: ControlState,
     ) -> Self {
+        let ControlState { deployment, promoted, read } = control;
         Self {
+            control_read: read,
+            lifted: BTreeSet::new(),
             deployment,
             pending_deletions: None,
             leading,
@@ -237,12 +253,19 @@ impl TopicSync {
             s.sync_topic_acls_enabled && self.acls_synced.is_none_or(|t| t.elapsed() >= s.sync_topic_acls_interval);
         let previously = self.selected.clone();
         let leading = self.leading;
-        let syncs =
-            Syncs { configs: sync_configs && leading, acls: sync_acls && leading, protect: s.protect_remote_topics };
+        // Until the control topic was read the promotions are unknown: nothing that could touch a promoted
+        // topic (its configs, its bindings) runs.
+        let known = self.control_read.known();
+        let syncs = Syncs {
+            configs: sync_configs && leading && known,
+            acls: sync_acls && leading,
+            protect: s.protect_remote_topics && known,
+        };
         let kept = if s.refresh_topics_enabled { None } else { self.kept.get().cloned() };
         // A pass reads the created-topic records when something is (or was) pending, or as its first.
         let reconcile = self.pending_deletions.as_ref().is_none_or(|p| !p.is_empty());
         let promoted = self.promoted.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let lift: BTreeSet<String> = promoted.difference(&self.lifted).cloned().collect();
         let span = tracing::info_span!("actor", flow = %plan.id, actor = ActorKind::Topics.name());
         let fut = tracing::Instrument::instrument(
             async move {
@@ -253,6 +276,7 @@ impl TopicSync {
                     kept: kept.as_ref(),
                     reconcile,
                     promoted: &promoted,
+                    lift: &lift,
                 };
                 refresh_once(&plan, &clients, round).await
             },
@@ -284,6 +308,9 @@ impl TopicSync {
                         me.pending_deletions = Some(pending);
                     }
                     if let Some(protected) = refreshed.protected.take() {
+                        if protected.is_ok() && me.leading {
+                            me.lifted.extend(refreshed.lifted_from.iter().cloned());
+                        }
                         me.protected(protected, &mut refreshed.outcomes);
                     }
                     let problem = me.acl_problem.clone().or_else(|| me.protect_problem.clone());
@@ -553,6 +580,8 @@ struct Refreshed {
     pending_deletions: Option<Vec<topic_deletions::PendingDeletion>>,
     /// The protection round's result, if it ran (`protect_remote_topics`).
     protected: Option<Result<protect::Protected, String>>,
+    /// The promoted (source) topics that round lifted ferry's bindings from.
+    lifted_from: BTreeSet<String>,
 }
 
 /// The leader's periodic syncs a refresh runs.
@@ -585,13 +614,15 @@ struct Round<'a> {
     reconcile: bool,
     /// Topics an operator promoted (`ferry promote`): no longer copied.
     promoted: &'a BTreeSet<String>,
+    /// Promoted topics whose remote this leader has not lifted ferry's bindings from yet.
+    lift: &'a BTreeSet<String>,
 }
 
 /// One pass: select source topics, create or grow remote topics (and, as `syncs` says, bring their
 /// configs in line and copy their ACL bindings), return the partitions ready to copy. A problem with one topic is that topic's
 /// (in `outcomes`); only a cluster that cannot be asked at all fails the pass.
 async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>, round: Round<'_>) -> Result<Refreshed, KafkaOpError> {
-    let Round { syncs, previously, leading, kept, reconcile, promoted } = round;
+    let Round { syncs, previously, leading, kept, reconcile, promoted, lift: to_lift } = round;
     failpoints::check(failpoints::TOPICS_REFRESH).map_err(|reason| KafkaOpError::Other {
         cluster: plan.source.alias.clone(),
         op: "refresh topics".into(),
@@ -733,8 +764,9 @@ async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>, round: Round<'_>)
             .collect();
         // The leader also lifts ferry's bindings from promoted topics (`ferry promote` lifted them
         // already, but a node that had not read the promotion yet may have made them again).
+        // Once per promotion and leader: an operator's own DENY made later on the live topic stays.
         let lift: BTreeSet<String> =
-            if leading { promoted.iter().map(|t| remote(t)).collect() } else { BTreeSet::new() };
+            if leading { to_lift.iter().map(|t| remote(t)).collect() } else { BTreeSet::new() };
         Some(match protect::own_principal(&plan.target) {
             Ok(own) => protect::protect(target, &clients.target_admin, &own, &remotes, &lift).await,
             Err(e) => Err(format!("protect_remote_topics: {e}")),
@@ -776,6 +808,7 @@ async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>, round: Round<'_>)
             conn: &clients.target,
             admin: &clients.target_admin,
             source_topics: &source_topics.keys().cloned().collect(),
+            promoted,
             target_topics: &target_topics.keys().cloned().collect(),
             reconcile,
         };
@@ -792,6 +825,7 @@ async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>, round: Round<'_>)
         incomplete,
         acls,
         protected,
+        lifted_from: if leading && syncs.protect { to_lift.clone() } else { BTreeSet::new() },
     })
 }
 

@@ -360,6 +360,13 @@ fn after_promote_the_foreign_producer_writes_and_the_flow_no_longer_copies_the_t
     let shown = flow_json(addr, FLOW);
     assert!(!shown["promoted"][&promoted].is_null(), "{shown}");
     assert_eq!(total(&dst.bootstrap, &remote), 23, "the promoted topic copied after a restart");
+    // Nor did the restarted leader deny the applications' producers on it before it had read the promotion.
+    assert!(denials_on(dst, &remote).is_empty(), "a DENY on the promoted topic after the restart");
+    let denied_again = ferry
+        .log()
+        .lines()
+        .any(|l| l.contains("denied Write on the remote topic") && l.contains(&format!("topic={remote}")));
+    assert!(!denied_again, "the restarted node protected the promoted topic:\n{}", support::tail(&ferry.log(), 30));
     ferry.terminate(Duration::from_secs(30));
 }
 
