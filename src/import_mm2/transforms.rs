@@ -103,6 +103,10 @@ pub fn map(props: &BTreeMap<String, Prop>) -> Option<Rules> {
                 let header = get(format!("{prefix}header")).map(|p| p.value.trim().to_string());
                 let literal = get(format!("{prefix}value.literal")).map(|p| p.value.clone());
                 match (header, literal) {
+                    (Some(h), Some(_)) if out.insert.contains_key(&h) => refuse(
+                        &mut out,
+                        format!("a second `InsertHeader` of `{h}`: Kafka adds both, ferry inserts a header once"),
+                    ),
                     (Some(h), Some(v)) if !h.is_empty() => {
                         // Braces are placeholders in ferry's values: a literal keeps its own.
                         let v = v.replace('{', "{{").replace('}', "}}");
@@ -159,7 +163,9 @@ fn filter(
             if let Some(feature) = java_only(&pattern) {
                 return Err(format!("predicate `{p}`: pattern `{pattern}` uses {feature}, which Rust's regex lacks"));
             }
-            rule.insert("topics".into(), Value::Array(vec![Value::String(pattern)]));
+            // MM2 runs its transforms on the record it is about to write: the predicate sees the remote
+            // topic's name (`east.orders`), not the source's.
+            rule.insert("remote_topics".into(), Value::Array(vec![Value::String(pattern)]));
         }
         Some("HasHeaderKey") => {
             let header = get("name").ok_or_else(|| format!("predicate `{p}`: no `name`"))?;
@@ -227,7 +233,7 @@ mod tests {
         let back: toml::Table = toml::from_str(&text).expect("parses");
         let f = back["filter"].as_array().expect("filters");
         assert_eq!(f[0]["header"].as_str(), Some("x-debug"));
-        assert_eq!(f[1]["topics"][0].as_str(), Some("orders.*"));
+        assert_eq!(f[1]["remote_topics"][0].as_str(), Some("orders.*"), "MM2's predicate sees the remote name");
         assert_eq!(f[1]["negate"].as_bool(), Some(true));
         assert_eq!(f[2]["tombstone"].as_bool(), Some(true));
         assert_eq!(f[2]["name"].as_str(), Some("noTombstones"));
@@ -265,6 +271,17 @@ mod tests {
         has("drops `tag`, which an earlier `InsertHeader` adds");
         has("`DropHeaders` with a predicate");
         assert_eq!(r.insert.len(), 1, "the InsertHeader itself is carried over");
+        let twice = props(
+            "transforms = a, b
+             transforms.a.type = InsertHeader
+             transforms.a.header = h
+             transforms.a.value.literal = 1
+             transforms.b.type = InsertHeader
+             transforms.b.header = h
+             transforms.b.value.literal = 2",
+        );
+        let r = map(&twice).expect("a chain");
+        assert!(r.unmapped.iter().any(|u| u.reason.contains("a second `InsertHeader` of `h`")), "{:?}", r.unmapped);
         assert!(map(&props("topics = x")).is_none());
     }
 }
