@@ -109,6 +109,16 @@ SCENARIOS["schemas"] = dict(SCENARIOS["headline"], framed=True, engines="ferry,f
 SCENARIOS["rules"] = dict(SCENARIOS["headline"], engines="ferry,ferry-rules")
 RULES = {"filter": [{"name": "debug", "header": "x-debug"}, {"name": "tmp", "key": "^tmp-"}],
          "headers": {"insert": {"x-lineage": "{source}/{topic}/{partition}/{offset}"}}}
+# Scenarios that compare ferry with a variant of itself: (engine, what the engines do).
+VARIANTS = {
+    "rules": ("ferry-rules", "ferry copies the records as they are; ferry-rules the same flow with two "
+                             "`[[flows.filter]]` rules checked on every record (none matches) and a lineage "
+                             "header inserted into every record (`{source}/{topic}/{partition}/{offset}`)."),
+    "schemas": ("ferry-translate", "ferry copies the framed values as they are; ferry-translate the same flow "
+                                   "with `schemas = \"translate\"` and a registry on each cluster (Apicurio "
+                                   "Registry, scripts/registry.sh): every value gets the target's ID 2 in place "
+                                   "of the source's ID 1."),
+}
 ALL = ["headline", "small", "lz4", "latency", "partitions-2000", "partitions-10000", "flows", "flows-busy",
        "checkpoint", "exactly-once", "wan"]
 # Engines that copy in transactions. Their target topics hold a transaction marker per partition per
@@ -519,6 +529,15 @@ def run_registry_sh(*args: str) -> str:
     if p.returncode != 0:
         die(f"scripts/registry.sh {' '.join(args)} failed:\n{p.stderr[-2000:]}")
     return p.stdout
+
+
+def variant_lines(rounds: list, engine: str, engines_text: str) -> list[str]:
+    """The report's lines for a ferry variant against ferry (VARIANTS): rate and CPU ratios, what each does."""
+    rate = ratio_med(rounds, engine, "ferry", "rate")
+    cpu = ratio_med(rounds, engine, "ferry", "cpu_s")
+    return ["", f"Ratios: {engine}/ferry copy rate **{fmt(rate and rate * 100, '.0f', ' %')}**, "
+                f"CPU **{fmt(cpu, '.2f', 'x')}**.",
+            "", f"Engines: {engines_text}"]
 
 
 def toml_value(v) -> str:
@@ -1749,22 +1768,8 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
         mbcpu = med(rounds, "ferry", "mb_per_cpu_s")
         if name == "exactly-once":
             md += eos_lines(rounds)
-        elif name == "rules":
-            rate_r = ratio_med(rounds, "ferry-rules", "ferry", "rate")
-            cpu_r = ratio_med(rounds, "ferry-rules", "ferry", "cpu_s")
-            md += ["", f"Ratios: ferry-rules/ferry copy rate **{fmt(rate_r and rate_r * 100, '.0f', ' %')}**, "
-                       f"CPU **{fmt(cpu_r, '.2f', 'x')}**.",
-                   "", "Engines: ferry copies the records as they are; ferry-rules the same flow with two "
-                       "`[[flows.filter]]` rules checked on every record (none matches) and a lineage header "
-                       "inserted into every record (`{source}/{topic}/{partition}/{offset}`)."]
-        elif name == "schemas":
-            rate_t = ratio_med(rounds, "ferry-translate", "ferry", "rate")
-            cpu_t = ratio_med(rounds, "ferry-translate", "ferry", "cpu_s")
-            md += ["", f"Ratios: ferry-translate/ferry copy rate **{fmt(rate_t and rate_t * 100, '.0f', ' %')}**, "
-                       f"CPU **{fmt(cpu_t, '.2f', 'x')}**.",
-                   "", "Engines: ferry copies the framed values as they are; ferry-translate the same flow with "
-                       "`schemas = \"translate\"` and a registry on each cluster (Apicurio Registry, "
-                       "scripts/registry.sh): every value gets the target's ID 2 in place of the source's ID 1."]
+        elif name in VARIANTS:
+            md += variant_lines(rounds, *VARIANTS[name])
         else:
             md += ["", f"Ratios: ferry/MM2 copy rate **{fmt(tp, '.2f', 'x')}**, MM2/ferry peak RSS **{fmt(rss, '.1f', 'x')}**, "
                        f"MM2/ferry CPU **{fmt(cpu, '.1f', 'x')}**, ferry/limit **{fmt(fl and fl * 100, '.0f', ' %')}**, "

@@ -24,7 +24,7 @@
 //!
 //! `"dry_run"` shows and logs the pending deletions (`/flows` `topic_deletions`) and never deletes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -158,50 +158,42 @@ async fn write_all(conn: &Arc<Connection>, records: Vec<(String, Created)>) -> V
 /// [`ADMIN_TIMEOUT`] against a cluster that does not answer).
 async fn read_created(plan: &FlowPlan, deployment: &str) -> Result<BTreeMap<String, Created>, String> {
     let (cluster, flow, deployment) = (plan.target.clone(), plan.id.clone(), deployment.to_string());
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name(format!("topic-deletions {flow}"))
-        .spawn(move || {
-            let _ = tx.send((|| {
-                let consumer =
-                    kafka::assign_only_consumer(&cluster, &flow, "deletions-reader").map_err(|e| e.to_string())?;
-                if consumer
-                    .fetch_metadata(Some(CONTROL_TOPIC), ADMIN_TIMEOUT)
-                    .is_ok_and(|m| m.topics().first().is_none_or(|t| t.error().is_some() || t.partitions().is_empty()))
-                {
-                    return Ok(BTreeMap::new()); // no control topic yet: nothing recorded
+    on_thread(move || -> Result<BTreeMap<String, Created>, String> {
+        let consumer = kafka::assign_only_consumer(&cluster, &flow, "deletions-reader").map_err(|e| e.to_string())?;
+        if consumer
+            .fetch_metadata(Some(CONTROL_TOPIC), ADMIN_TIMEOUT)
+            .is_ok_and(|m| m.topics().first().is_none_or(|t| t.error().is_some() || t.partitions().is_empty()))
+        {
+            return Ok(BTreeMap::new()); // no control topic yet: nothing recorded
+        }
+        let mut out = BTreeMap::new();
+        kafka::read_to_end(&consumer, &cluster.alias, CONTROL_TOPIC, [0], |m| {
+            let Some(remote) =
+                m.key().and_then(|k| std::str::from_utf8(k).ok()).and_then(|k| remote_of(k, &deployment, &flow))
+            else {
+                return;
+            };
+            match m.payload().map(serde_json::from_slice::<Created>) {
+                Some(Ok(record)) => {
+                    out.insert(remote.to_string(), record);
                 }
-                let mut out = BTreeMap::new();
-                kafka::read_to_end(&consumer, &cluster.alias, CONTROL_TOPIC, [0], |m| {
-                    let Some(remote) = m
-                        .key()
-                        .and_then(|k| std::str::from_utf8(k).ok())
-                        .and_then(|k| remote_of(k, &deployment, &flow))
-                    else {
-                        return;
-                    };
-                    match m.payload().map(serde_json::from_slice::<Created>) {
-                        Some(Ok(record)) => {
-                            out.insert(remote.to_string(), record);
-                        }
-                        _ => {
-                            kafka::skip_internal_record(
-                                None,
-                                &cluster.alias,
-                                m,
-                                "a created-topic record",
-                                &"not the JSON of a created topic",
-                            );
-                            out.remove(remote);
-                        }
-                    }
-                })
-                .map_err(|e| e.to_string())?;
-                Ok(out)
-            })());
+                _ => {
+                    kafka::skip_internal_record(
+                        None,
+                        &cluster.alias,
+                        m,
+                        "a created-topic record",
+                        &"not the JSON of a created topic",
+                    );
+                    out.remove(remote);
+                }
+            }
         })
         .map_err(|e| e.to_string())?;
-    rx.await.map_err(|e| e.to_string())?
+        Ok(out)
+    })
+    .await
+    .unwrap_or_else(|| Err("cannot start a thread to read the control topic".into()))
 }
 
 /// The leader's deletion pass of one refresh.
@@ -215,10 +207,11 @@ pub struct DeletionPass<'a> {
     pub deployment: &'a str,
     pub conn: &'a Arc<Connection>,
     pub admin: &'a Admin,
-    pub source_topics: &'a BTreeSet<String>,
+    /// Topic name to partition count, as the refresh listed them.
+    pub source_topics: &'a HashMap<String, i32>,
     /// Source topics promoted at a failover: their remote topics are the applications' now.
     pub promoted: &'a BTreeSet<String>,
-    pub target_topics: &'a BTreeSet<String>,
+    pub target_topics: &'a HashMap<String, i32>,
     /// Read the records even without a candidate (the leader just started, or something was pending).
     pub reconcile: bool,
 }
@@ -227,12 +220,12 @@ impl DeletionPass<'_> {
     /// Remote topics whose source topic is gone while the flow still selects it, by the policy's names.
     fn candidates(&self) -> bool {
         let plan = self.plan;
-        self.target_topics.iter().any(|t| {
+        self.target_topics.keys().any(|t| {
             plan.policy.topic_source(t).as_deref() == Some(plan.id.source.as_str())
                 && plan
                     .policy
                     .upstream_topic(t)
-                    .is_some_and(|u| !self.source_topics.contains(&u) && plan.copies_topic(&u))
+                    .is_some_and(|u| !self.source_topics.contains_key(&u) && plan.copies_topic(&u))
         })
     }
 
@@ -256,10 +249,9 @@ impl DeletionPass<'_> {
 
     /// The remote topic's high watermarks, summed (`None` if they cannot be read).
     async fn remote_end(&self, remote: &str) -> Option<i64> {
+        let partitions = *self.target_topics.get(remote)?;
         let (meta, topic) = (self.target_meta.clone(), remote.to_string());
         on_thread(move || {
-            let md = meta.fetch_metadata(Some(&topic), ADMIN_TIMEOUT).ok()?;
-            let partitions = md.topics().first()?.partitions().len() as i32;
             (0..partitions).map(|p| kafka::watermarks(&*meta, &topic, p).ok().map(|(_, high)| high)).sum()
         })
         .await
@@ -288,12 +280,12 @@ impl DeletionPass<'_> {
                 continue; // the applications' topic now: never deleted
             }
             let selected = plan.copies_topic(source);
-            let source_listed = self.source_topics.contains(source);
+            let source_listed = self.source_topics.contains_key(source);
             if source_listed {
                 self.remember_present(&remote, now);
             }
             let Some(mut step) =
-                step(&record, self.target_topics.contains(&remote), source_listed, selected, now, grace)
+                step(&record, self.target_topics.contains_key(&remote), source_listed, selected, now, grace)
             else {
                 continue;
             };

@@ -266,6 +266,8 @@ impl TopicSync {
         let reconcile = self.pending_deletions.as_ref().is_none_or(|p| !p.is_empty());
         let promoted = self.promoted.read().unwrap_or_else(|p| p.into_inner()).clone();
         let lift: BTreeSet<String> = promoted.difference(&self.lifted).cloned().collect();
+        // What this round lifts, if it protects as leader (see `refresh_once`).
+        let lifting = if leading && syncs.protect { lift.clone() } else { BTreeSet::new() };
         let span = tracing::info_span!("actor", flow = %plan.id, actor = ActorKind::Topics.name());
         let fut = tracing::Instrument::instrument(
             async move {
@@ -308,8 +310,8 @@ impl TopicSync {
                         me.pending_deletions = Some(pending);
                     }
                     if let Some(protected) = refreshed.protected.take() {
-                        if protected.is_ok() && me.leading {
-                            me.lifted.extend(refreshed.lifted_from.iter().cloned());
+                        if protected.is_ok() {
+                            me.lifted.extend(lifting);
                         }
                         me.protected(protected, &mut refreshed.outcomes);
                     }
@@ -580,8 +582,6 @@ struct Refreshed {
     pending_deletions: Option<Vec<topic_deletions::PendingDeletion>>,
     /// The protection round's result, if it ran (`protect_remote_topics`).
     protected: Option<Result<protect::Protected, String>>,
-    /// The promoted (source) topics that round lifted ferry's bindings from.
-    lifted_from: BTreeSet<String>,
 }
 
 /// The leader's periodic syncs a refresh runs.
@@ -807,9 +807,9 @@ async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>, round: Round<'_>)
             deployment: &clients.deployment,
             conn: &clients.target,
             admin: &clients.target_admin,
-            source_topics: &source_topics.keys().cloned().collect(),
+            source_topics: &source_topics,
             promoted,
-            target_topics: &target_topics.keys().cloned().collect(),
+            target_topics: &target_topics,
             reconcile,
         };
         Some(pass.run().await)
@@ -825,7 +825,6 @@ async fn refresh_once(plan: &FlowPlan, clients: &Arc<Clients>, round: Round<'_>)
         incomplete,
         acls,
         protected,
-        lifted_from: if leading && syncs.protect { to_lift.clone() } else { BTreeSet::new() },
     })
 }
 

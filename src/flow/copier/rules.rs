@@ -91,26 +91,6 @@ impl CopyRules {
     /// The headers of `msg`'s copy, with ferry's provenance header `stamp` and the flow's header rules;
     /// `None` when the copy has none.
     pub(super) fn headers(&mut self, msg: &BorrowedMessage<'_>, stamp: Option<&[u8]>) -> Option<OwnedHeaders> {
-        let rules = &self.rules;
-        let source = msg.headers();
-        let capacity = source.map_or(0, |h| h.count()) + usize::from(stamp.is_some()) + rules.inserts().len();
-        let mut owned = OwnedHeaders::new_with_capacity(capacity);
-        if let Some(headers) = source {
-            for h in headers.iter() {
-                if stamp.is_some() && provenance::is_ferry_header(h.key) {
-                    continue;
-                }
-                let key = match rules.fate(h.key) {
-                    Fate::Keep => h.key,
-                    Fate::Drop => continue,
-                    Fate::Rename(to) => to,
-                };
-                owned = owned.insert(Header { key, value: h.value });
-            }
-        }
-        if let Some(path) = stamp {
-            owned = owned.insert(Header { key: provenance::PATH_HEADER, value: Some(path) });
-        }
         let at = Lineage {
             source: &self.source,
             target: &self.target,
@@ -119,34 +99,55 @@ impl CopyRules {
             offset: msg.offset(),
             timestamp_ms: msg.timestamp().to_millis(),
         };
-        for (name, value) in rules.inserts() {
-            self.scratch.clear();
-            value.render(&at, &mut self.scratch);
-            owned = owned.insert(Header { key: name, value: Some(self.scratch.as_bytes()) });
-        }
-        (owned.count() > 0).then_some(owned)
+        build_headers(msg, stamp, Some((&self.rules, &at, &mut self.scratch)))
     }
 }
 
 /// The headers of `msg`'s copy without rules: the source's, with ferry's provenance header `stamp` in
 /// place of any ferry header the record carried.
 pub(super) fn copy_headers(msg: &BorrowedMessage<'_>, stamp: Option<&[u8]>) -> Option<OwnedHeaders> {
-    let Some(headers) = msg.headers() else {
-        return stamp.map(|path| {
-            OwnedHeaders::new_with_capacity(1).insert(Header { key: provenance::PATH_HEADER, value: Some(path) })
-        });
-    };
-    let mut owned = OwnedHeaders::new_with_capacity(headers.count() + usize::from(stamp.is_some()));
-    for h in headers.iter() {
-        // A stamped copy carries ferry's header of this copy only.
-        if stamp.is_none() || !provenance::is_ferry_header(h.key) {
-            owned = owned.insert(Header { key: h.key, value: h.value });
+    build_headers(msg, stamp, None)
+}
+
+/// The source's headers (a stamped copy carries ferry's header of this copy only), rewritten by the
+/// flow's rules when given (with where the record comes from and a buffer to render inserted values
+/// in), then the provenance header, then the inserted ones; `None` when there are none.
+fn build_headers(
+    msg: &BorrowedMessage<'_>,
+    stamp: Option<&[u8]>,
+    rules: Option<(&RecordRules, &Lineage<'_>, &mut String)>,
+) -> Option<OwnedHeaders> {
+    let source = msg.headers();
+    // Without rules a record with headers keeps a (possibly empty) header list, as it always did.
+    let keep_empty = source.is_some() && rules.is_none();
+    let inserts = rules.as_ref().map_or(0, |(r, ..)| r.inserts().len());
+    let capacity = source.map_or(0, |h| h.count()) + usize::from(stamp.is_some()) + inserts;
+    if capacity == 0 {
+        return None;
+    }
+    let mut owned = OwnedHeaders::new_with_capacity(capacity);
+    for h in source.iter().flat_map(|h| h.iter()) {
+        if stamp.is_some() && provenance::is_ferry_header(h.key) {
+            continue;
         }
+        let key = match rules.as_ref().map(|(r, ..)| r.fate(h.key)) {
+            None | Some(Fate::Keep) => h.key,
+            Some(Fate::Drop) => continue,
+            Some(Fate::Rename(to)) => to,
+        };
+        owned = owned.insert(Header { key, value: h.value });
     }
     if let Some(path) = stamp {
         owned = owned.insert(Header { key: provenance::PATH_HEADER, value: Some(path) });
     }
-    Some(owned)
+    if let Some((rules, at, scratch)) = rules {
+        for (name, value) in rules.inserts() {
+            scratch.clear();
+            value.render(at, scratch);
+            owned = owned.insert(Header { key: name, value: Some(scratch.as_bytes()) });
+        }
+    }
+    (owned.count() > 0 || keep_empty).then_some(owned)
 }
 
 /// A consumed record as the filters see it.
