@@ -107,11 +107,14 @@ fn all_topics(plan: &FlowPlan) -> Vec<Internal> {
         Internal {
             role: "lease",
             cluster: target.clone(),
-            spec: TopicSpec { configs: Vec::new(), ..TopicSpec::compacted(crate::flow::lease::LEASE_TOPIC, 1, rf) },
+            spec: TopicSpec {
+                configs: Vec::new(),
+                ..TopicSpec::compacted(crate::flow::lease::lease_topic(plan), 1, rf)
+            },
             cleanup: Cleanup::Any,
             partitions: Partitions::Exactly(
                 1,
-                "the lease group's member assigned its partition leads the flow: with more, several nodes would lead",
+                "the leaders group's member assigned its partition leads the flow: with more, several nodes would lead",
             ),
         },
         Internal {
@@ -222,7 +225,7 @@ mod tests {
                 ("copy progress", "west", "mm2-offsets.east.internal", 25),
                 ("heartbeats", "east", "heartbeats", 1),
                 ("heartbeats", "west", "heartbeats", 1),
-                ("lease", "west", "ferry.leases.internal", 1),
+                ("lease", "west", "ferry.leases.east.west", 1),
                 ("control", "west", "ferry.control.internal", 1),
             ]
         );

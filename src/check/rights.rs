@@ -183,7 +183,7 @@ pub const RIGHTS: &[Row] = &[
         subject: LeaseTopic,
         rights: &[Create, Read],
         used_by: "lease",
-        readme_resource: "topic `ferry.leases.internal`",
+        readme_resource: "topic `ferry.leases.{source}.{target}`",
         readme_rights_extra: "",
     },
     Row {
@@ -198,8 +198,8 @@ pub const RIGHTS: &[Row] = &[
         side: Target,
         subject: LeaseGroup,
         rights: &[Read],
-        used_by: "lease group (who leads the flow)",
-        readme_resource: "group `{D}.{source}->{target}.leader`",
+        used_by: "leaders group (who leads each flow; one per deployment)",
+        readme_resource: "group `{D}.leaders`",
         readme_rights_extra: "",
     },
     Row {
@@ -353,7 +353,7 @@ pub fn needs(plan: &FlowPlan, identity: &Identity, selected: &Selected<'_>) -> V
                 remotes.into_iter().for_each(|t| push(on_side, Resource::Topic(t)));
             }
             CopierGroup => push(on_side, Resource::Group(crate::flow::copier::copier_group(identity, plan))),
-            LeaseGroup => push(on_side, Resource::Group(crate::flow::lease::lease_group(identity, plan))),
+            LeaseGroup => push(on_side, Resource::Group(crate::flow::lease::lease_group(identity))),
             CheckpointsTransactionalId => {
                 push(on_side, Resource::TransactionalId(crate::flow::checkpoints::transactional_id(identity, plan)));
             }
@@ -380,7 +380,7 @@ pub fn needs(plan: &FlowPlan, identity: &Identity, selected: &Selected<'_>) -> V
             Heartbeats => push(on_side, Resource::Topic(plan.policy.heartbeats_topic().to_string())),
             ProgressTopic => push(on_side, Resource::Topic(crate::flow::progress::topic_spec(plan).name)),
             CheckpointsTopic => push(on_side, Resource::Topic(plan.policy.checkpoints_topic(&plan.id.source))),
-            LeaseTopic => push(on_side, Resource::Topic(crate::flow::lease::LEASE_TOPIC.to_string())),
+            LeaseTopic => push(on_side, Resource::Topic(crate::flow::lease::lease_topic(plan))),
             ControlTopic => push(on_side, Resource::Topic(crate::control::CONTROL_TOPIC.to_string())),
         }
     }
@@ -614,9 +614,9 @@ pub(crate) mod tests {
             ("west", "topic mm2-offsets.east.internal"),
             ("west", "topic east.checkpoints.internal"),
             ("west", "transactional id D.east->west.checkpoints"),
-            ("west", "topic ferry.leases.internal"),
+            ("west", "topic ferry.leases.east.west"),
             ("west", "topic ferry.control.internal"),
-            ("west", "group D.east->west.leader"),
+            ("west", "group D.leaders"),
             ("west", "group billing"),
             ("west", "topic mm2-offset-syncs.east.internal"),
         ] {

@@ -13,13 +13,14 @@
 //! - a producer for ferry's internal topics (offset syncs, progress, heartbeats), whose delivery
 //!   reports go back to the lane that sent each record (see [`internal`]);
 //! - followers of internal topics: each flow's partitions on shared consumers (see [`readers`]);
+//! - the lease election: one member of the node's leaders group, one lease topic per flow (see
+//!   [`leases`]);
 //! - a producer of copied records per tuning (compression, linger, batch size), shared by the
 //!   at-least-once flows that copy into the cluster, each flow within its own share of the queue
 //!   (see [`records`]).
 //!
 //! What stays per flow, and why (see the modules that create them):
 //! - the copier's consumer: its group is the flow's, and splits the flow's partitions between nodes;
-//! - the lease consumer: its group membership *is* the flow's leadership;
 //! - the checkpoint computer's transactional producer: its `transactional.id` fences per flow;
 //! - start-up reads of internal topics to their end (published checkpoints, progress): they come and go.
 //!
@@ -27,6 +28,7 @@
 
 pub mod budget;
 pub mod internal;
+pub mod leases;
 pub mod readers;
 pub mod records;
 pub mod stats;
@@ -183,6 +185,8 @@ pub struct Connection {
     internal: Slot<Arc<InternalProducer>>,
     readers: readers::Readers,
     records: records::RecordProducers,
+    /// The node's lease elections into this cluster (see [`leases`]).
+    electors: leases::Electors,
     /// A Kerberos cluster's login, renewed while some flow holds the connection.
     _kerberos: Option<Arc<crate::kerberos::Hold>>,
 }
@@ -209,6 +213,7 @@ impl Connection {
             internal: Slot::new(),
             readers: readers::Readers::default(),
             records: records::RecordProducers::default(),
+            electors: leases::Electors::default(),
         }
     }
 

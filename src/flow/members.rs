@@ -70,7 +70,7 @@ pub struct Watched {
     pub copier_group: String,
     /// The lease group, on the target cluster, and the topic whose partition its holder is assigned.
     pub lease_group: String,
-    pub lease_topic: &'static str,
+    pub lease_topic: String,
 }
 
 /// Describes both groups every [`INTERVAL`], reporting to the supervisor, until the job is dropped. A
@@ -84,7 +84,7 @@ pub fn watch(conns: Arc<FlowConnections>, watched: Watched, supervisor: Parent) 
         // Asked for each round: making one can fail (a Kerberos login) and works at a later round.
         let (Ok(source), Ok(target)) = (conns.source.admin(), conns.target.admin()) else { return };
         let members = describe(&source, &copier).map(|m| copier_members(&m));
-        let leader = describe(&target, &lease).map(|m| lease_holder(&m, lease_topic));
+        let leader = describe(&target, &lease).map(|m| lease_holder(&m, &lease_topic));
         supervisor.members.do_send(GroupMembers { members, leader: leader.flatten() });
     })
 }
@@ -159,10 +159,10 @@ mod tests {
     #[test]
     fn the_lease_holder_is_the_member_with_the_lease_partition() {
         let members = vec![
-            ("a->b|ferry|lease|n1".to_string(), Vec::new()),
-            ("a->b|ferry|lease|n3".to_string(), vec![("ferry.leases.internal".to_string(), vec![0])]),
+            ("D|ferry|lease|n1".to_string(), vec![("ferry.leases.c.d".to_string(), vec![0])]),
+            ("D|ferry|lease|n3".to_string(), vec![("ferry.leases.a.b".to_string(), vec![0])]),
         ];
-        assert_eq!(lease_holder(&members, "ferry.leases.internal").as_deref(), Some("n3"));
+        assert_eq!(lease_holder(&members, "ferry.leases.a.b").as_deref(), Some("n3"));
         assert_eq!(node_of("rdkafka"), None);
         assert_eq!(node_of("a->b|ferry|lease|"), None);
     }

@@ -129,9 +129,9 @@ pub struct FlowSupervisor {
     copier: Option<Addr<Worker<Assignment>>>,
     offset_syncs: Option<Addr<Worker<()>>>,
     checkpoints: Option<Addr<Worker<()>>>,
-    heartbeats: Option<Addr<Worker<()>>>,
+    heartbeats: Option<Addr<heartbeats::HeartbeatEmitter>>,
     topics: Option<Addr<TopicSync>>,
-    lease: Option<Addr<Worker<()>>>,
+    lease: Option<Addr<lease::Lease>>,
     /// This node holds the flow's lease: it runs the leader duties.
     leading: bool,
     /// The checkpoint computer was fenced by another node: leader duties stay off until then, even if
@@ -276,7 +276,7 @@ impl FlowSupervisor {
                 let w = checkpoints::worker(plan, conns, self.checkpoint_state.clone(), me, self.identity.clone());
                 self.checkpoints = Some(w.start())
             }
-            ActorKind::Heartbeats => self.heartbeats = Some(heartbeats::worker(plan, conns, me).start()),
+            ActorKind::Heartbeats => self.heartbeats = Some(heartbeats::HeartbeatEmitter::new(plan, conns, me).start()),
             ActorKind::Topics => {
                 let control = ControlState {
                     deployment: self.identity.deployment.clone(),
@@ -286,7 +286,7 @@ impl FlowSupervisor {
                 let topics = TopicSync::new(plan, conns, me, self.leading, self.kept_topics.clone(), control);
                 self.topics = Some(topics.start());
             }
-            ActorKind::Lease => self.lease = Some(lease::worker(plan, conns, me, self.identity.clone()).start()),
+            ActorKind::Lease => self.lease = Some(lease::Lease::new(plan, conns, me, self.identity.clone()).start()),
         }
         let first_start = !self.restarts.contains_key(&kind);
         self.restarts.entry(kind).or_default().started(Instant::now());
@@ -326,7 +326,7 @@ impl FlowSupervisor {
             && self.checkpoints.is_none()
             && let Some(l) = &self.lease
         {
-            l.do_send(StopWorker { deadline });
+            l.do_send(lease::StopLease);
         }
         if self.copier.is_none()
             && self.offset_syncs.is_none()
@@ -426,8 +426,11 @@ impl Handler<Leadership> for FlowSupervisor {
         } else {
             tracing::info!(flow = %self.plan.id, node = %self.identity.node_id, "another node leads the flow");
             let deadline = Instant::now() + std::time::Duration::from_secs(5);
-            for w in [&self.checkpoints, &self.heartbeats].into_iter().flatten() {
-                w.do_send(StopWorker { deadline });
+            if let Some(c) = &self.checkpoints {
+                c.do_send(StopWorker { deadline });
+            }
+            if let Some(h) = &self.heartbeats {
+                h.do_send(StopWorker { deadline });
             }
         }
     }

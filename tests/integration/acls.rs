@@ -194,7 +194,7 @@ fn refused_topics_are_reported_per_topic_and_copied_once_granted() {
                 &[
                     ("topic", "heartbeats"),
                     ("topic", "mm2-offsets.east.internal"),
-                    ("topic", "ferry.leases.internal"),
+                    ("topic", "ferry.leases.east.west"),
                     ("topic", "ferry.control.internal"),
                 ],
                 "literal",
@@ -287,11 +287,8 @@ fn missing_rights_on_groups_and_internal_topics_are_named_and_recovered() {
     let _turn = take_turn("internal rights");
     let (src, dst) = (&bed.source, &bed.target);
     let (deployment, flow) = ("acl-b", "south->north");
-    let (copier_group, lease_group, txn) = (
-        format!("{deployment}.{flow}"),
-        format!("{deployment}.{flow}.leader"),
-        format!("{deployment}.{flow}.checkpoints"),
-    );
+    let (copier_group, lease_group, txn) =
+        (format!("{deployment}.{flow}"), format!("{deployment}.leaders"), format!("{deployment}.{flow}.checkpoints"));
     let (syncs_topic, checkpoints_topic) = ("mm2-offset-syncs.north.internal", "south.checkpoints.internal");
     let topic = unique("acl-data");
     let group = unique("acl-group");
@@ -317,7 +314,7 @@ fn missing_rights_on_groups_and_internal_topics_are_named_and_recovered() {
                     ("topic", "south.heartbeats"),
                     ("topic", "heartbeats"),
                     ("topic", "mm2-offsets.south.internal"),
-                    ("topic", "ferry.leases.internal"),
+                    ("topic", "ferry.leases.south.north"),
                     ("topic", "ferry.control.internal"),
                 ],
                 "literal",
@@ -472,7 +469,7 @@ fn unreadable_checkpoints_topic_warns_and_translates_from_the_newest_syncs_only(
                     ("topic", "left.heartbeats"),
                     ("topic", "heartbeats"),
                     ("topic", "mm2-offsets.left.internal"),
-                    ("topic", "ferry.leases.internal"),
+                    ("topic", "ferry.leases.left.right"),
                     ("topic", "ferry.control.internal"),
                 ],
                 "literal",
@@ -588,7 +585,7 @@ fn check_names_each_missing_right_and_passes_once_granted() {
                 &[
                     ("topic", "heartbeats"),
                     ("topic", "mm2-offsets.up.internal"),
-                    ("topic", "ferry.leases.internal"),
+                    ("topic", "ferry.leases.up.down"),
                     ("topic", "ferry.control.internal"),
                 ],
                 "literal",
@@ -703,7 +700,7 @@ fn topic_acls_are_synced_by_mm2s_rules_once_the_rights_are_granted() {
                 &[
                     ("topic", "heartbeats"),
                     ("topic", "mm2-offsets.here.internal"),
-                    ("topic", "ferry.leases.internal"),
+                    ("topic", "ferry.leases.here.there"),
                     ("topic", "ferry.control.internal"),
                 ],
                 "literal",
@@ -864,7 +861,7 @@ fn a_read_only_source_is_copied_and_checkpointed_without_a_single_write_to_it() 
                     ("topic", "heartbeats"),
                     ("topic", &format!("mm2-offsets.{source}.internal")),
                     ("topic", &format!("mm2-offset-syncs.{source}.internal")),
-                    ("topic", "ferry.leases.internal"),
+                    ("topic", &format!("ferry.leases.{source}.{target}")),
                     ("topic", "ferry.control.internal"),
                 ],
                 "literal",
@@ -984,13 +981,13 @@ fn an_exactly_once_copier_without_its_transactional_id_is_named_and_copies_nothi
                     ("topic", "heartbeats"),
                     ("topic", "mm2-offsets.esouth.internal"),
                     ("topic", "esouth.checkpoints.internal"),
-                    ("topic", "ferry.leases.internal"),
+                    ("topic", "ferry.leases.esouth.enorth"),
                     ("topic", "ferry.control.internal"),
                 ],
                 "literal",
                 &["All"],
             );
-            dst.allow("alice", "group", &format!("{deployment}.{flow}.leader"), "literal", &["Read"]);
+            dst.allow("alice", "group", &format!("{deployment}.leaders"), "literal", &["Read"]);
             dst.allow(
                 "alice",
                 "transactional-id",

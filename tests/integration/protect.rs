@@ -59,7 +59,7 @@ fn grant_flow(bed: &Bed, deployment: &str, topic: &str) {
                 &[
                     ("topic", "heartbeats"),
                     ("topic", &progress),
-                    ("topic", "ferry.leases.internal"),
+                    ("topic", &format!("ferry.leases.{SOURCE}.{TARGET}")),
                     ("topic", "ferry.control.internal"),
                 ],
                 "literal",

@@ -1,0 +1,421 @@
+//! The node's lease elections on one target connection: one consumer in the group
+//! `<deployment>.leaders`, subscribed to one single-partition lease topic per flow that this node runs
+//! into the cluster. The group's assignor gives each lease topic's partition to one member among the
+//! nodes subscribed to it; that node leads the flow. A flow pays a registration here, not a client:
+//! before, each flow had a lease consumer of its own (four librdkafka threads, a group heartbeat a
+//! second), which was a fifth of an idle flow's cost.
+//!
+//! Membership is static (`group.instance.id` = the node id): a restarted node takes its place back and
+//! keeps its leases. A flow that stops on this node keeps its topic subscribed for [`LINGER`], so that a
+//! flow restarted by a reload takes its lease back at once (as a static member of a group of its own did),
+//! and hands it on after that if it does not come back. The elector runs on a thread of its own per
+//! connection, gone with the last registration.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
+use rdkafka::{ClientContext, TopicPartitionList};
+
+use super::Connection;
+use crate::kafka::{self, TopicSpec};
+
+/// Every flow's lease topic starts so: `ferry.leases.<source>.<target>` (aliases hold no dots).
+pub const LEASE_TOPIC_PREFIX: &str = "ferry.leases.";
+
+/// How long a dead leader holds its leases.
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a flow that stopped on this node keeps its lease topic subscribed (a reload restarts it
+/// well within this).
+pub const LINGER: Duration = SESSION_TIMEOUT;
+/// How long a refusal of the group or a lease topic is shown after librdkafka last reported it (it
+/// retries every few seconds while refused).
+const REFUSAL_WINDOW: Duration = Duration::from_secs(30);
+/// The elector's poll: how soon a registration is subscribed and a rebalance answered.
+const POLL: Duration = Duration::from_millis(200);
+
+/// What a registered flow hears.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseEvent {
+    /// Its lease topic exists and is subscribed: the flow takes part in the election.
+    Joined,
+    /// This node holds (true) or no longer holds (false) the flow's lease.
+    Leading(bool),
+    /// The target refuses the group or the lease topics: no node can lead until it is granted.
+    Refused(String),
+    /// A refusal ended.
+    Granted,
+    /// The election failed for this node (fenced, the topic cannot be made): the registration is void.
+    Failed(String),
+}
+
+/// Who elects: the node's group and its static member id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Electorate {
+    /// `<deployment>.leaders`.
+    pub group: String,
+    /// The node id.
+    pub instance: String,
+    /// The deployment, for the client id (`{deployment}|ferry|lease|{node}`).
+    pub deployment: String,
+}
+
+type Notify = Arc<dyn Fn(LeaseEvent) + Send + Sync>;
+
+struct Entry {
+    id: u64,
+    spec: TopicSpec,
+    flow: String,
+    notify: Notify,
+    /// Its topic is ensured and subscribed.
+    joined: bool,
+}
+
+#[derive(Default)]
+struct State {
+    entries: HashMap<String, Entry>,
+    /// Topics of flows that stopped here, subscribed until the instant.
+    lingering: HashMap<String, Instant>,
+    /// The lease topics whose partition the group gave this node.
+    held: HashSet<String>,
+}
+
+/// One elector's shared state: the thread's and the registrations'.
+pub(super) struct Elector {
+    electorate: Electorate,
+    state: Mutex<State>,
+}
+
+impl Elector {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The electors of one connection, one per electorate (a node has one).
+#[derive(Default)]
+pub(super) struct Electors(Mutex<HashMap<Electorate, Weak<Elector>>>);
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A flow's place in the election; dropping it leaves (after [`LINGER`]).
+pub struct LeaseRegistration {
+    elector: Arc<Elector>,
+    topic: String,
+    id: u64,
+}
+
+impl Drop for LeaseRegistration {
+    fn drop(&mut self) {
+        let mut state = self.elector.lock();
+        if state.entries.get(&self.topic).is_some_and(|e| e.id == self.id) {
+            let joined = state.entries.remove(&self.topic).is_some_and(|e| e.joined);
+            if joined {
+                state.lingering.insert(self.topic.clone(), Instant::now() + LINGER);
+            }
+        }
+    }
+}
+
+impl Connection {
+    /// Registers `flow` in the node's lease election on this (target) connection with its lease topic
+    /// `spec`; `notify` hears every [`LeaseEvent`] of it, on the elector's thread (keep it short). A
+    /// second registration of the same topic replaces the first.
+    pub fn lease(
+        self: &Arc<Self>,
+        electorate: &Electorate,
+        flow: &str,
+        spec: TopicSpec,
+        notify: impl Fn(LeaseEvent) + Send + Sync + 'static,
+    ) -> Result<LeaseRegistration, String> {
+        let elector = {
+            let mut live = self.electors.0.lock().unwrap_or_else(|p| p.into_inner());
+            live.retain(|_, w| w.strong_count() > 0);
+            match live.get(electorate).and_then(Weak::upgrade) {
+                Some(e) => e,
+                None => {
+                    let e = Arc::new(Elector { electorate: electorate.clone(), state: Mutex::default() });
+                    let (conn, run) = (Arc::downgrade(self), e.clone());
+                    std::thread::Builder::new()
+                        .name(format!("leases {}", self.alias()))
+                        .spawn(move || run_elector(&conn, run))
+                        .map_err(|e| format!("cannot start the lease elector's thread: {e}"))?;
+                    live.insert(electorate.clone(), Arc::downgrade(&e));
+                    e
+                }
+            }
+        };
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let topic = spec.name.clone();
+        let notify: Notify = Arc::new(notify);
+        let mut state = elector.lock();
+        // Still subscribed from an earlier run of the flow: no new join, and a lease still held is
+        // this node's again at once.
+        let joined = state.lingering.remove(&topic).is_some();
+        let leading = joined && state.held.contains(&topic);
+        state.entries.insert(topic.clone(), Entry { id, spec, flow: flow.to_string(), notify: notify.clone(), joined });
+        drop(state);
+        if joined {
+            notify(LeaseEvent::Joined);
+        }
+        if leading {
+            notify(LeaseEvent::Leading(true));
+        }
+        Ok(LeaseRegistration { elector, topic, id })
+    }
+}
+
+/// Keeps the group's assignment changes for the loop.
+struct LeaseContext {
+    changes: Mutex<Vec<(String, bool)>>,
+}
+
+impl ClientContext for LeaseContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::debug!(error = %error, reason, "lease client error");
+    }
+}
+
+impl ConsumerContext for LeaseContext {
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        let gained = err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
+        let result = if gained { consumer.incremental_assign(tpl) } else { consumer.incremental_unassign(tpl) };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "lease rebalance");
+        }
+        // The lease topics hold no records: an assigned partition left fetching would send a fetch
+        // request (and wake the broker thread) twice a second for nothing.
+        if gained && let Err(e) = consumer.pause(tpl) {
+            tracing::debug!(error = %e, "pause the lease partitions");
+        }
+        let mut changes = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        changes.extend(tpl.elements().iter().map(|e| (e.topic().to_string(), gained)));
+    }
+}
+
+/// What the elector's thread owns.
+struct Run {
+    /// The connection's alias, for messages.
+    alias: String,
+    consumer: Option<BaseConsumer<LeaseContext>>,
+    subscribed: BTreeSet<String>,
+    refused: kafka::Refusal,
+    /// When a failed consumer may be made again.
+    retry_at: Option<Instant>,
+}
+
+fn run_elector(conn: &Weak<Connection>, elector: Arc<Elector>) {
+    let mut run = Run {
+        alias: String::new(),
+        consumer: None,
+        subscribed: BTreeSet::new(),
+        refused: kafka::Refusal::default(),
+        retry_at: None,
+    };
+    loop {
+        let Some(conn) = conn.upgrade() else { break };
+        // Gone with the last registration and the last lingering topic; decided under the connection's
+        // lock of its electors, which `Connection::lease` takes to find this one.
+        {
+            let mut live = conn.electors.0.lock().unwrap_or_else(|p| p.into_inner());
+            let idle = {
+                let mut state = elector.lock();
+                let now = Instant::now();
+                state.lingering.retain(|_, until| *until > now);
+                state.entries.is_empty() && state.lingering.is_empty()
+            };
+            if idle && Arc::strong_count(&elector) == 1 {
+                live.remove(&elector.electorate);
+                break;
+            }
+        }
+        run.alias = conn.alias().to_string();
+        join_new(&conn, &elector, &mut run);
+        drop(conn);
+        if let Err(reason) = resubscribe(&elector, &mut run) {
+            fail_all(&elector, &mut run, &reason);
+        }
+        match run.consumer.take() {
+            Some(consumer) => match poll(&elector, &mut run, &consumer) {
+                None => run.consumer = Some(consumer),
+                Some(reason) => fail_all(&elector, &mut run, &reason),
+            },
+            None => std::thread::sleep(POLL),
+        }
+    }
+    // A static member does not leave: the leases stay this node's for a restart within the session
+    // timeout, and move on after it.
+    if let Some(c) = run.consumer.take() {
+        c.unsubscribe();
+    }
+}
+
+/// Ensures the lease topics of new registrations (a topic that cannot be made fails its registration).
+fn join_new(conn: &Connection, elector: &Elector, run: &mut Run) {
+    let todo: Vec<(String, TopicSpec, String)> = elector
+        .lock()
+        .entries
+        .iter()
+        .filter(|(_, e)| !e.joined)
+        .map(|(t, e)| (t.clone(), e.spec.clone(), e.flow.clone()))
+        .collect();
+    for (topic, spec, flow) in todo {
+        let made = conn.ensure_topic(&flow, &spec).map_err(|e| e.to_string());
+        let mut state = elector.lock();
+        let Some(entry) = state.entries.get_mut(&topic) else { continue };
+        match made {
+            Ok(_) => {
+                entry.joined = true;
+                let notify = entry.notify.clone();
+                let leading = state.held.contains(&topic);
+                drop(state);
+                notify(LeaseEvent::Joined);
+                if leading {
+                    notify(LeaseEvent::Leading(true));
+                }
+            }
+            Err(reason) => {
+                let entry = state.entries.remove(&topic);
+                drop(state);
+                if let Some(e) = entry {
+                    (e.notify)(LeaseEvent::Failed(reason));
+                }
+            }
+        }
+    }
+    if run.consumer.is_none() && run.retry_at.is_none_or(|t| Instant::now() >= t) {
+        let wanted = !elector.lock().entries.is_empty();
+        if wanted {
+            match make_consumer(conn, &elector.electorate) {
+                Ok(c) => {
+                    run.consumer = Some(c);
+                    run.subscribed.clear();
+                }
+                Err(reason) => fail_all(elector, run, &reason),
+            }
+        }
+    }
+}
+
+fn make_consumer(conn: &Connection, electorate: &Electorate) -> Result<BaseConsumer<LeaseContext>, String> {
+    let cluster = conn.cluster();
+    let mut cfg = kafka::client_config(cluster, &"ferry", "lease").map_err(|e| e.to_string())?;
+    cfg.set("group.id", &electorate.group)
+        .set("group.instance.id", &electorate.instance)
+        .set("client.id", format!("{}|ferry|lease|{}", electorate.deployment, electorate.instance))
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("session.timeout.ms", SESSION_TIMEOUT.as_millis().to_string())
+        .set("heartbeat.interval.ms", "1000")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "latest");
+    cfg.create_with_context(LeaseContext { changes: Mutex::new(Vec::new()) })
+        .map_err(|e| format!("cluster `{}`: create the lease consumer: {e}", cluster.alias))
+}
+
+/// Subscribes to the joined and lingering topics when they changed.
+fn resubscribe(elector: &Elector, run: &mut Run) -> Result<(), String> {
+    let Some(consumer) = run.consumer.as_ref() else { return Ok(()) };
+    let wanted: BTreeSet<String> = {
+        let state = elector.lock();
+        state
+            .entries
+            .iter()
+            .filter(|(_, e)| e.joined)
+            .map(|(t, _)| t.clone())
+            .chain(state.lingering.keys().cloned())
+            .collect()
+    };
+    if wanted == run.subscribed {
+        return Ok(());
+    }
+    if wanted.is_empty() {
+        consumer.unsubscribe();
+    } else {
+        let topics: Vec<&str> = wanted.iter().map(String::as_str).collect();
+        consumer.subscribe(&topics).map_err(|e| format!("subscribe to the lease topics: {e}"))?;
+    }
+    run.subscribed = wanted;
+    Ok(())
+}
+
+/// One poll of the group; the reason if the consumer failed (fenced, a failure injected).
+fn poll(elector: &Elector, run: &mut Run, consumer: &BaseConsumer<LeaseContext>) -> Option<String> {
+    let group = &elector.electorate.group;
+    let mut failed = crate::failpoints::check(crate::failpoints::LEASE_POLL).err();
+    match consumer.poll(POLL) {
+        // librdkafka reports a fenced static member as a fatal error: the consumer is unusable.
+        Some(Err(e))
+            if matches!(e.rdkafka_error_code(), Some(RDKafkaErrorCode::FencedInstanceId | RDKafkaErrorCode::Fatal)) =>
+        {
+            failed = Some(format!(
+                "lease group {group}: {e} (another node may be running with this node's id `{}`: give every node its own --node-id)",
+                elector.electorate.instance
+            ));
+        }
+        // The target refuses this principal the group or a lease topic: no node can lead (no topic
+        // config sync, checkpoints or heartbeats) until it is granted. Degraded, and said once.
+        Some(Err(e)) if kafka::authorization_error(&e).is_some() => {
+            let code = kafka::authorization_error(&e).unwrap_or_default();
+            let resource = if code == "GROUP_AUTHORIZATION_FAILED" {
+                format!("lease group {group}")
+            } else {
+                format!("lease topics {LEASE_TOPIC_PREFIX}*")
+            };
+            let reason = kafka::not_authorized(&resource, &run.alias, "Read", code);
+            if run.refused.seen(reason.clone()) {
+                tracing::warn!(reason, "no node can lead the flows until this is granted");
+                broadcast(elector, &LeaseEvent::Refused(reason));
+            }
+        }
+        Some(Err(e)) => tracing::debug!(error = %e, "lease consumer"),
+        _ => {}
+    }
+    let changes = std::mem::take(&mut *consumer.context().changes.lock().unwrap_or_else(|p| p.into_inner()));
+    // The group answered (or stopped refusing for a while): granted.
+    if (!changes.is_empty() || run.refused.current(REFUSAL_WINDOW).is_none()) && run.refused.clear() {
+        tracing::info!(group = %group, "the lease group is granted again");
+        broadcast(elector, &LeaseEvent::Granted);
+    }
+    for (topic, gained) in changes {
+        let mut state = elector.lock();
+        let changed = if gained { state.held.insert(topic.clone()) } else { state.held.remove(&topic) };
+        let notify = state.entries.get(&topic).filter(|e| changed && e.joined).map(|e| e.notify.clone());
+        drop(state);
+        if let Some(n) = notify {
+            n(LeaseEvent::Leading(gained));
+        }
+    }
+    failed
+}
+
+fn broadcast(elector: &Elector, event: &LeaseEvent) {
+    let notify: Vec<Notify> = elector.lock().entries.values().filter(|e| e.joined).map(|e| e.notify.clone()).collect();
+    for n in notify {
+        n(event.clone());
+    }
+}
+
+/// The consumer failed (fenced, a failure injected): every registration is void (their flows restart
+/// the lease with backoff and register again), and the consumer is made again after a pause.
+fn fail_all(elector: &Elector, run: &mut Run, reason: &str) {
+    tracing::warn!(group = %elector.electorate.group, reason, "lease election failed on this node");
+    let (entries, held) = {
+        let mut state = elector.lock();
+        let entries: Vec<Entry> = state.entries.drain().map(|(_, e)| e).collect();
+        state.lingering.clear();
+        (entries, std::mem::take(&mut state.held))
+    };
+    for e in entries {
+        if e.joined && held.contains(&e.spec.name) {
+            (e.notify)(LeaseEvent::Leading(false));
+        }
+        (e.notify)(LeaseEvent::Failed(reason.to_string()));
+    }
+    run.consumer = None;
+    run.subscribed.clear();
+    run.retry_at = Some(Instant::now() + Duration::from_secs(1));
+}
