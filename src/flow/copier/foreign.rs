@@ -23,10 +23,12 @@
 //! - a partition handed over uncleanly (`ferry_unclean_handovers_total`): the previous owner's late
 //!   records land after the new owner started counting, and count as foreign there.
 //!
+//! The look runs on the copier's probe thread ([`super::probe`]), which serves the copy loop's source
+//! checks between the look's calls: see [`ForeignLook`].
+//!
 //! Cost: one ListOffsets request per 500 quiet partitions every [`CHECK_INTERVAL`], per node.
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::Duration;
 
 use rdkafka::Offset;
@@ -34,31 +36,28 @@ use rdkafka::Offset;
 use super::delivery::Shared;
 pub use super::foreign_count::Baseline;
 use crate::clients::MetaConsumer;
-use crate::flow::list_offsets::{Answer, list_offsets};
+use crate::flow::list_offsets::{Answer, CHUNK, list_offsets};
 use crate::metrics::METRICS;
 
 /// How often the quiet partitions' end offsets are asked (one ListOffsets per 500 quiet partitions).
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(5);
-/// How long one ListOffsets call may take.
-const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one ListOffsets call may take. Short, because the probe's checks of partitions being
+/// assigned wait behind it: a target that answers at all answers in a round trip or two, and a call
+/// that gives up loses nothing (its partitions keep their baselines; a later look counts the stretch).
+const LIST_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The watcher's thread: stops when dropped.
-pub struct ForeignWatch {
-    _stop: Sender<()>,
-}
-
-impl ForeignWatch {
-    /// Starts watching the partitions `shared` copies, asking `target` (read_uncommitted: the high
-    /// watermark) for their end offsets.
-    pub fn start(flow: &str, shared: Arc<Shared>, target: MetaConsumer) -> Result<Self, String> {
-        let (stop, stopped) = std::sync::mpsc::channel();
-        let name = format!("copier-foreign {flow}");
-        std::thread::Builder::new()
-            .name(name)
-            .spawn(move || watch(&shared, &target, &stopped))
-            .map_err(|e| format!("start the foreign-record watch: {e}"))?;
-        Ok(Self { _stop: stop })
-    }
+/// The foreign-record look at one copier lifetime's remote partitions, taken in turns by the probe
+/// thread. A look asks its quiet partitions in calls of at most [`CHUNK`], one call per turn, and the
+/// probe serves what waits for it between turns: a source check waits for one call at most
+/// ([`LIST_TIMEOUT`]), never for a whole look over thousands of partitions or a target that is away.
+pub struct ForeignLook {
+    shared: Arc<Shared>,
+    /// The target's metadata consumer, reading `read_uncommitted`: the end offsets are high watermarks.
+    target: MetaConsumer,
+    /// The partitions of the look under way not asked yet (remote topic, partition), named rather than
+    /// held: each is looked up again right before its call, so a partition that left this lifetime
+    /// meanwhile is not asked about.
+    pending: Vec<(String, i32)>,
 }
 
 /// A partition being looked at: what it was before the question.
@@ -70,35 +69,66 @@ struct Look {
     unsure: u64,
 }
 
-fn watch(shared: &Shared, target: &MetaConsumer, stopped: &Receiver<()>) {
-    loop {
-        match stopped.recv_timeout(CHECK_INTERVAL) {
-            Err(RecvTimeoutError::Timeout) => {}
-            _ => return,
+impl ForeignLook {
+    /// Looks at the partitions `shared` copies, asking `target` (read_uncommitted: the high watermark)
+    /// for their end offsets.
+    pub fn new(shared: Arc<Shared>, target: MetaConsumer) -> Self {
+        Self { shared, target, pending: Vec::new() }
+    }
+
+    /// One turn: starts a look when none is under way (at the quiet partitions), and asks the next call's
+    /// partitions. True while the look has calls left: the next turn comes once the probe served what
+    /// waits; the next look, [`CHECK_INTERVAL`] after this one's last call.
+    pub fn turn(&mut self) -> bool {
+        if self.pending.is_empty() {
+            self.pending = self.looks(None).into_iter().map(|l| (l.remote, l.partition)).collect();
         }
-        let looks: Vec<Look> = {
-            let remotes = shared.remotes.read().unwrap_or_else(|p| p.into_inner());
-            remotes
+        let chunk = self.pending.split_off(self.pending.len().saturating_sub(CHUNK));
+        if !chunk.is_empty() {
+            self.ask(&chunk);
+        }
+        !self.pending.is_empty()
+    }
+
+    /// The partitions of `only` (every partition: `None`) that are quiet now, with what ferry's deliveries
+    /// to them had reported.
+    fn looks(&self, only: Option<&[(String, i32)]>) -> Vec<Look> {
+        let remotes = self.shared.remotes.read().unwrap_or_else(|p| p.into_inner());
+        let quiet = |remote: &String, p: usize, live: &Arc<super::delivery::Live>| {
+            (!live.is_revoked() && live.ack.in_flight() == 0).then(|| Look {
+                remote: remote.clone(),
+                partition: p as i32,
+                written: live.written(),
+                unsure: live.unsure(),
+                live: live.clone(),
+            })
+        };
+        match only {
+            None => remotes
                 .iter()
                 .flat_map(|(remote, t)| {
-                    t.parts.iter().enumerate().filter_map(move |(p, live)| {
-                        let live = live.as_ref()?;
-                        (!live.is_revoked() && live.ack.in_flight() == 0).then(|| Look {
-                            remote: remote.clone(),
-                            partition: p as i32,
-                            written: live.written(),
-                            unsure: live.unsure(),
-                            live: live.clone(),
-                        })
-                    })
+                    t.parts.iter().enumerate().filter_map(move |(p, live)| quiet(remote, p, live.as_ref()?))
                 })
-                .collect()
-        };
+                .collect(),
+            Some(tps) => tps
+                .iter()
+                .filter_map(|(remote, p)| {
+                    let live = remotes.get(remote)?.parts.get(*p as usize)?.as_ref()?;
+                    quiet(remote, *p as usize, live)
+                })
+                .collect(),
+        }
+    }
+
+    /// Asks the end offsets of those of `tps` still quiet, and counts what someone else wrote.
+    fn ask(&self, tps: &[(String, i32)]) {
+        let shared = &self.shared;
+        let looks = self.looks(Some(tps));
         if looks.is_empty() {
-            continue;
+            return;
         }
         let tps: Vec<(String, i32)> = looks.iter().map(|l| (l.remote.clone(), l.partition)).collect();
-        let ends = list_offsets(target.as_ref(), &tps, Offset::End, LIST_TIMEOUT);
+        let ends = list_offsets(self.target.as_ref(), &tps, Offset::End, LIST_TIMEOUT);
         let unanswered: Vec<String> = ends
             .iter()
             .filter_map(|((t, p), a)| match a {

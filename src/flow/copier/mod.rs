@@ -12,7 +12,8 @@
 //! ([`partitions`]), and a record the target refuses, a position that fell off the source log, or a
 //! source topic that was re-created affects only the partitions concerned, while the others keep
 //! copying. Questions that need the source cluster (where may a partition start? was its topic
-//! re-created?) go to the [`probe`] thread, never block the copy thread.
+//! re-created?) go to the [`probe`] thread, never block the copy thread; so does the look for records on
+//! the remote topics that ferry did not write ([`foreign`]).
 
 mod claims;
 mod consumer;
@@ -169,9 +170,6 @@ struct CopyLoop {
     kin: String,
     /// The group took partitions from this lifetime as lost: another node copies them already.
     lost: bool,
-    /// Counts records on the remote partitions that this copier did not write (at-least-once flows;
-    /// see [`foreign`]); its thread ends with the loop.
-    _foreign: Option<foreign::ForeignWatch>,
 }
 
 impl CopyLoop {
@@ -228,21 +226,21 @@ impl CopyLoop {
         // The fetch sizes follow the source's round trip (a long link needs larger responses).
         let rtt = conns.source.round_trip();
         let consumer = source_consumer(&plan, source_watch.clone(), identity, rtt).map_err(err)?;
-        let probe = Probe::start(&plan, conns)?;
-        let book = Book::new(&plan);
-        // Not under the identity policy: there the remote topic is the target's own topic of the same
-        // name, which its applications write by design (active-active); nor for exactly-once flows
-        // (see `foreign`).
+        // Records on the remote partitions that this copier did not write are counted by the probe's
+        // thread (see `foreign`). Not under the identity policy: there the remote topic is the target's
+        // own topic of the same name, which its applications write by design (active-active); nor for
+        // exactly-once flows.
         let watched = plan.settings.replication_policy != crate::config::PolicyKind::Identity;
         let foreign = match plan.settings.delivery {
             Delivery::AtLeastOnce if watched => {
                 let target = conns.target.meta(crate::clients::Isolation::Uncommitted).map_err(err)?;
-                Some(foreign::ForeignWatch::start(&flow, shared.clone(), target)?)
+                Some(foreign::ForeignLook::new(shared.clone(), target))
             }
             Delivery::AtLeastOnce | Delivery::ExactlyOnce => None,
         };
+        let probe = Probe::start(&plan, conns, foreign)?;
+        let book = Book::new(&plan);
         Ok(Self {
-            _foreign: foreign,
             flow,
             control,
             supervisor,

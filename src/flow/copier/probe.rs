@@ -1,5 +1,7 @@
 //! The copier's source probe: answers, off the copy thread, where each source partition can be copied
-//! from, and notices source topics that were deleted and created again.
+//! from, and notices source topics that were deleted and created again. Its thread also takes the
+//! foreign-record look at the remote partitions on the target ([`super::foreign`]), so that a flow
+//! needs no thread of its own for it.
 //!
 //! Its questions cost broker round trips (topic ids, log start and end offsets), so they never run on
 //! the copy thread: the copy loop sends a [`Request`] and goes on copying the other partitions; the
@@ -37,6 +39,13 @@
 //! fetch at such a position is valid and returns nothing until then; records of a transaction that
 //! commits are copied from the position on (MM2 already copied those below it); an abort loses nothing.
 //!
+//! The foreign-record look asks the *target*, every [`super::foreign::CHECK_INTERVAL`], in calls of at
+//! most 500 partitions with a short timeout, one call per turn of the loop: a check of partitions being
+//! assigned waits for one such call at most, never for a whole look or a target that is away. The other
+//! way round, the look waits for the source's rounds: while the source does not answer, a lag round takes
+//! up to three [`QUERY_TIMEOUT`]s and the look comes late (about once a minute instead of every 5 s). It
+//! counts the same records then: a partition keeps its baseline until a look gets its answer.
+//!
 //! Why gaps in the offsets never need a query: a fetch at an offset below the log start fails with
 //! OFFSET_OUT_OF_RANGE, so records deleted before they were copied always surface as that error. A gap
 //! inside a fetched range is compaction, a transaction marker or an aborted transaction: not a loss.
@@ -49,6 +58,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
 
+use super::foreign::{self, ForeignLook};
 use crate::clients::{Admin, FlowConnections, Isolation, MetaConsumer};
 use crate::config::{FlowPlan, StartFrom};
 use crate::flow::acks::{SourcePartition, TopicId};
@@ -190,7 +200,8 @@ pub struct Probe {
 }
 
 impl Probe {
-    pub fn start(plan: &Arc<FlowPlan>, conns: &FlowConnections) -> Result<Probe, String> {
+    /// Starts the probe's thread; with `foreign`, it also takes the foreign-record look.
+    pub fn start(plan: &Arc<FlowPlan>, conns: &FlowConnections, foreign: Option<ForeignLook>) -> Result<Probe, String> {
         // `read_uncommitted`, so that the end offsets it lists are high watermarks (librdkafka's
         // ListOffsets asks with the client's isolation level).
         let consumer = conns.source.meta(Isolation::Uncommitted).map_err(|e| e.to_string())?;
@@ -220,6 +231,7 @@ impl Probe {
                     watched: HashMap::new(),
                     per_partition,
                     exported: HashSet::new(),
+                    foreign,
                 };
                 p.run(requests)
             })
@@ -269,6 +281,8 @@ struct ProbeLoop {
     /// `metrics_per_partition`, and the partitions that have series now (dropped once not watched).
     per_partition: bool,
     exported: HashSet<SourcePartition>,
+    /// The foreign-record look at the target (at-least-once flows not under the identity policy).
+    foreign: Option<ForeignLook>,
 }
 
 impl ProbeLoop {
@@ -276,8 +290,11 @@ impl ProbeLoop {
         let mut next_ids = Instant::now() + ID_CHECK_INTERVAL;
         let mut last_ids = Instant::now();
         let mut next_lag = Instant::now() + LAG_INTERVAL;
+        // Never, without a look to take.
+        let mut next_foreign = self.foreign.as_ref().map(|_| Instant::now() + foreign::CHECK_INTERVAL);
         loop {
-            let wait = next_ids.min(next_lag).saturating_duration_since(Instant::now());
+            let due = next_foreign.map_or(next_ids.min(next_lag), |f| f.min(next_ids).min(next_lag));
+            let wait = due.saturating_duration_since(Instant::now());
             match requests.recv_timeout(wait) {
                 Ok(Request::Check(list)) => {
                     for r in self.check(list, QueryKind::Assign) {
@@ -314,6 +331,14 @@ impl ProbeLoop {
                         return;
                     }
                 }
+            }
+            if let (Some(look), Some(at)) = (self.foreign.as_mut(), next_foreign.as_mut())
+                && Instant::now() >= *at
+            {
+                // One call per turn: a look with calls left has its next turn once the requests that
+                // arrived meanwhile are served; the next look comes an interval after the last call.
+                let more = look.turn();
+                *at = if more { Instant::now() } else { Instant::now() + foreign::CHECK_INTERVAL };
             }
         }
     }
