@@ -50,6 +50,8 @@ struct Inner {
     /// Consecutive ids, oldest first (entries leave only from the front).
     entries: VecDeque<Queued>,
     next_id: u64,
+    /// A stop is queued for the emitter ([`SyncQueue::wake`]).
+    woken: bool,
 }
 
 impl Inner {
@@ -106,6 +108,12 @@ impl SyncQueue {
         self.ready.notify_one();
     }
 
+    /// Wakes an emitter waiting for syncs (it is asked to stop: it should look at its signals now).
+    pub fn wake(&self) {
+        self.lock().woken = true;
+        self.ready.notify_all();
+    }
+
     pub fn is_backlogged(&self) -> bool {
         self.lock().entries.len() >= BACKLOG
     }
@@ -136,10 +144,11 @@ impl SyncQueue {
     /// candidate is found by arithmetic: the cost is the syncs returned, not the syncs in flight.
     fn unsent(&self, after: Option<u64>, n: usize, wait: Duration) -> Vec<(u64, MarkedSync)> {
         let q = self.lock();
-        let (q, _) = self
+        let (mut q, _) = self
             .ready
-            .wait_timeout_while(q, wait, |q| q.pending(after).next().is_none())
+            .wait_timeout_while(q, wait, |q| !q.woken && q.pending(after).next().is_none())
             .unwrap_or_else(|p| p.into_inner());
+        q.woken = false;
         q.pending(after).take(n).map(|e| (e.id, e.sync.clone())).collect()
     }
 
@@ -177,14 +186,20 @@ pub fn worker(
     supervisor: Parent,
 ) -> Worker<()> {
     let name = format!("offset-syncs {}", plan.id);
+    let waker = queue.clone();
     Worker::new(ActorKind::OffsetSyncs, name, supervisor, Vec::new(), move |control| {
         run(&plan, &conns, &queue, control)
     })
+    .waking(move || waker.wake())
 }
 
-/// How long the emitter waits for new syncs, or for a report while the cluster does not answer: a
-/// wake-up of each idle emitter (one per flow) this often.
+/// How long the emitter waits for a report while the cluster does not answer, or for room in a full
+/// queue.
 const IDLE_WAIT: Duration = Duration::from_millis(250);
+/// How long an idle emitter sleeps for new syncs: a new sync and a stop ([`SyncQueue::wake`]) wake it
+/// at once, so this only bounds a stop that came some other way (the actor dropped). An idle emitter
+/// (one per flow) wakes this often.
+const SYNC_WAIT: Duration = Duration::from_secs(2);
 
 /// Delivery reports of the emitter's records, collected for its loop (they arrive on the shared
 /// producer's thread).
@@ -220,7 +235,7 @@ fn run(plan: &FlowPlan, conns: &FlowConnections, queue: &SyncQueue, control: Con
         // emitter restarts once what went out is settled.
         let mut send_error: Option<String> = None;
         if in_flight == 0 {
-            let batch = queue.unsent(last_sent, ROUND, IDLE_WAIT);
+            let batch = queue.unsent(last_sent, ROUND, SYNC_WAIT);
             if !batch.is_empty() {
                 failpoints::check(failpoints::OFFSET_SYNCS_SEND)?;
             }

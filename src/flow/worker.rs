@@ -71,6 +71,8 @@ pub struct Worker<M: Send + Unpin + 'static> {
     initial: Vec<M>,
     tx: Option<Sender<Signal<M>>>,
     thread: Option<JoinHandle<()>>,
+    /// Called after a stop is queued, for a loop that sleeps on something other than its signals.
+    waker: Option<Box<dyn Fn() + Send>>,
 }
 
 impl<M: Send + Unpin + 'static> Worker<M> {
@@ -85,7 +87,14 @@ impl<M: Send + Unpin + 'static> Worker<M> {
     ) -> Self {
         // Thread names are `<actor> <flow>`.
         let flow = name.split_once(' ').map_or(String::new(), |(_, f)| f.to_string());
-        Self { kind, flow, name, supervisor, body: Some(Box::new(body)), initial, tx: None, thread: None }
+        Self { kind, flow, name, supervisor, body: Some(Box::new(body)), initial, tx: None, thread: None, waker: None }
+    }
+
+    /// `wake` is called after every stop request is queued: the loop sleeps on something else (a queue's
+    /// condition) and looks at its signals when woken, so it need not wake often to see a stop.
+    pub fn waking(mut self, wake: impl Fn() + Send + 'static) -> Self {
+        self.waker = Some(Box::new(wake));
+        self
     }
 }
 
@@ -155,6 +164,9 @@ impl<M: Send + Unpin + 'static> Handler<StopWorker> for Worker<M> {
     fn handle(&mut self, msg: StopWorker, _: &mut Context<Self>) {
         if let Some(tx) = &self.tx {
             let _ = tx.send(Signal::Stop { deadline: msg.deadline });
+        }
+        if let Some(wake) = &self.waker {
+            wake();
         }
     }
 }

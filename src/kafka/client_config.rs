@@ -127,7 +127,7 @@ fn roles() -> [(&'static str, &'static [(&'static str, &'static str)]); 3] {
                 ("enable.auto.offset.store", "false"),
                 ("enable.partition.eof", "false"),
                 ("auto.offset.reset", "error"),
-                ("fetch.wait.max.ms", "100"),
+                ("fetch.wait.max.ms", "500"),
                 ("queued.max.messages.kbytes", "32768"),
             ],
         ),

@@ -126,7 +126,10 @@ pub(super) fn source_consumer(
         // The group leader notices a grown source topic only at a metadata refresh (default every
         // 5 minutes): refresh often, it is one small request for the subscribed topics.
         .set("topic.metadata.refresh.interval.ms", "5000")
-        .set("fetch.wait.max.ms", "100")
+        // How long the broker holds a fetch that finds nothing: a record arriving meanwhile answers it
+        // at once (fetch.min.bytes is 1), so this only paces an idle flow's fetches. librdkafka's and
+        // Java's default; 100 ms made each idle flow send ten fetches a second.
+        .set("fetch.wait.max.ms", "500")
         .set("queued.max.messages.kbytes", (prefetch / 1024).to_string());
     for (key, value) in link_fetch(&plan.source.client, rtt) {
         cfg.set(key, value);
