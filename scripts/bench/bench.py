@@ -1345,8 +1345,9 @@ class Bench:
             started = log_time(work / "mm2.log", "Starting task MirrorCheckpointConnector-0")
         if engine == "ferry" and started:
             # ferry's start-up split: when the offset-sync backlog was read to its end, and when the
-            # published checkpoints were loaded (after the checkpoint producer's transactions), both
-            # after the computer started; the history is complete when both are done
+            # published checkpoints were loaded (first read, before the checkpoint producer, which starts
+            # with the first group), both after the computer started; the history is complete when both
+            # are done
             log_text = (work / "ferry.log").read_text(errors="replace")
             m = re.search(r"offset-sync history complete.*read_s=([\d.]+)", log_text)
             if m:
