@@ -1976,8 +1976,9 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
             md += ["", f"ferry's start-up, after its checkpoint computer started: the offset-sync backlog read to its end "
                        f"after {fmt(med(rounds, 'ferry', 'syncs_read_s'), '.2f', ' s')} (a thread of its own, from the "
                        f"start); the published checkpoints loaded after "
-                       f"{fmt(med(rounds, 'ferry', 'checkpoints_loaded_s'), '.2f', ' s')} (after the checkpoint "
-                       f"producer's transactions were initialised). The first emission needs the published checkpoints "
+                       f"{fmt(med(rounds, 'ferry', 'checkpoints_loaded_s'), '.2f', ' s')} (read once at the start; the "
+                       f"checkpoint producer, which comes with the first group, fences and reads on from there). The "
+                       f"first emission needs the published checkpoints "
                        f"and the newest syncs of the backlog, not all of it."]
         logged = all(r["ferry"].get("task_start_logged") for r in rounds if "ferry" in r)
         task = ("its log line `checkpoint computer starting`" if logged else
