@@ -1345,8 +1345,9 @@ class Bench:
             started = log_time(work / "mm2.log", "Starting task MirrorCheckpointConnector-0")
         if engine == "ferry" and started:
             # ferry's start-up split: when the offset-sync backlog was read to its end, and when the
-            # published checkpoints were loaded (after the checkpoint producer's transactions), both
-            # after the computer started; the history is complete when both are done
+            # published checkpoints were loaded (first read, before the checkpoint producer, which starts
+            # with the first group), both after the computer started; the history is complete when both
+            # are done
             log_text = (work / "ferry.log").read_text(errors="replace")
             m = re.search(r"offset-sync history complete.*read_s=([\d.]+)", log_text)
             if m:
@@ -1975,8 +1976,9 @@ def render(name: str, sc: dict, result: dict, bench: Bench, command: str) -> str
             md += ["", f"ferry's start-up, after its checkpoint computer started: the offset-sync backlog read to its end "
                        f"after {fmt(med(rounds, 'ferry', 'syncs_read_s'), '.2f', ' s')} (a thread of its own, from the "
                        f"start); the published checkpoints loaded after "
-                       f"{fmt(med(rounds, 'ferry', 'checkpoints_loaded_s'), '.2f', ' s')} (after the checkpoint "
-                       f"producer's transactions were initialised). The first emission needs the published checkpoints "
+                       f"{fmt(med(rounds, 'ferry', 'checkpoints_loaded_s'), '.2f', ' s')} (read once at the start; the "
+                       f"checkpoint producer, which comes with the first group, fences and reads on from there). The "
+                       f"first emission needs the published checkpoints "
                        f"and the newest syncs of the backlog, not all of it."]
         logged = all(r["ferry"].get("task_start_logged") for r in rounds if "ferry" in r)
         task = ("its log line `checkpoint computer starting`" if logged else

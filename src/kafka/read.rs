@@ -30,21 +30,56 @@ pub fn read_to_end_of<C: ConsumerContext, E: ConsumerContext>(
     cluster: &str,
     topic: &str,
     partitions: impl IntoIterator<Item = i32>,
-    mut f: impl FnMut(&BorrowedMessage<'_>),
+    f: impl FnMut(&BorrowedMessage<'_>),
 ) -> Result<(), KafkaOpError> {
+    read_from_to_end(consumer, ends_from, cluster, topic, partitions.into_iter().map(|p| (p, 0)), f).map(|_| ())
+}
+
+/// [`read_to_end`] of one partition from offset `from` on (from its start if that is later), for a
+/// reader that goes on where an earlier read stopped. Returns where the next read starts: past every
+/// record read, and at least at the end this read went to (the last stable offset for a
+/// `read_committed` consumer: a transaction open now is read by the next read, once it ended).
+pub fn read_partition_from<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    cluster: &str,
+    topic: &str,
+    partition: i32,
+    from: i64,
+    f: impl FnMut(&BorrowedMessage<'_>),
+) -> Result<i64, KafkaOpError> {
+    let next = read_from_to_end(consumer, consumer, cluster, topic, [(partition, from)], f)?;
+    Ok(next.get(&partition).copied().unwrap_or(from))
+}
+
+/// Reads each `(partition, from)` of `topic` from `from` (or the partition's start, if later) to the end
+/// `ends_from` reports; returns, per partition, where a next read would start (see
+/// [`read_partition_from`]).
+fn read_from_to_end<C: ConsumerContext, E: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    ends_from: &BaseConsumer<E>,
+    cluster: &str,
+    topic: &str,
+    partitions: impl IntoIterator<Item = (i32, i64)>,
+    mut f: impl FnMut(&BorrowedMessage<'_>),
+) -> Result<HashMap<i32, i64>, KafkaOpError> {
     let mut tpl = TopicPartitionList::new();
     let mut ends = HashMap::new();
-    for p in partitions {
+    // Where a next read starts: at least the end aimed for (an end below `from` is a topic created
+    // again, whose offsets began anew), past each record read.
+    let mut next = HashMap::new();
+    for (p, from) in partitions {
         let (low, high) = watermarks(ends_from, topic, p)
             .map_err(|e| KafkaOpError::kafka(cluster, format!("read the end offsets of {topic}-{p}"), e))?;
-        if high > low {
-            tpl.add_partition_offset(topic, p, Offset::Offset(low))
+        let start = from.max(low);
+        next.insert(p, high);
+        if high > start {
+            tpl.add_partition_offset(topic, p, Offset::Offset(start))
                 .map_err(|e| KafkaOpError::kafka(cluster, "assign", e))?;
             ends.insert(p, high);
         }
     }
     if ends.is_empty() {
-        return Ok(());
+        return Ok(next);
     }
     consumer.assign(&tpl).map_err(|e| KafkaOpError::kafka(cluster, format!("assign {topic}"), e))?;
     let mut last_progress = std::time::Instant::now();
@@ -52,6 +87,9 @@ pub fn read_to_end_of<C: ConsumerContext, E: ConsumerContext>(
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(msg)) => {
                 f(&msg);
+                if let Some(n) = next.get_mut(&msg.partition()) {
+                    *n = (*n).max(msg.offset() + 1);
+                }
                 if ends.get(&msg.partition()).is_some_and(|end| msg.offset() + 1 >= *end) {
                     ends.remove(&msg.partition());
                 }
@@ -80,7 +118,7 @@ pub fn read_to_end_of<C: ConsumerContext, E: ConsumerContext>(
         }
     }
     let _ = consumer.unassign();
-    Ok(())
+    Ok(next)
 }
 
 /// Watermarks of one partition. A topic created moments ago answers "not leader" for a while; that

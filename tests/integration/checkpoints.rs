@@ -123,6 +123,82 @@ fn a_committed_group_translates_exactly_and_mm2_reads_it() {
     ferry.terminate(Duration::from_secs(30));
 }
 
+/// A flow whose source has no group to checkpoint starts no checkpoint producer (issue 33): its computer
+/// runs and the node leads its checkpoints duty, yet over many group refreshes no transactional id of the
+/// flow's checkpoints exists on the target. The first group's first checkpoint still comes promptly and
+/// exact, and then the id is there (so the observation above could have seen it).
+#[test]
+fn an_idle_flow_starts_no_checkpoint_producer_until_a_group_appears() {
+    let (east, west) = shared_pair();
+    let topic = support::unique("cp-lazy");
+    let group = format!("{topic}-g");
+    let remote = format!("east.{topic}");
+    create_topic(&east.bootstrap, &topic, 2, &[]);
+    let recs: Vec<Rec> =
+        (0..1_000).map(|i| Rec::new(i % 2, format!("v{i}").as_bytes(), 1_700_000_000_000 + i as i64)).collect();
+    produce(&east.bootstrap, &topic, &recs);
+    let deployment = support::unique("cp-lazy-deploy");
+    let txn = format!("{deployment}.east->west.checkpoints");
+    let dir = flows_dir(
+        east,
+        west,
+        &flow(&format!("\"{topic}\""), &format!("\"{topic}-g.*\""), "sync_group_offsets_enabled = true"),
+    );
+    let mut ferry = Ferry::start_env(dir.path(), &[], &[("FERRY_DEPLOYMENT", &deployment)]);
+    let addr = ferry.listen_addr();
+    wait_for(Duration::from_secs(60), "records copied", || {
+        topic_partitions(&west.bootstrap, &remote).is_some()
+            && consume_all(&west.bootstrap, &remote, Duration::from_secs(10)).len() == 1_000
+    });
+    let leading = || {
+        let f = support::observe::flows(addr)["flows"]["east->west"].clone();
+        let metric = support::observe::metric_sum(
+            &support::observe::metrics(addr),
+            "ferry_leader",
+            &[("flow", "east->west"), ("duty", "checkpoints")],
+        );
+        f["leading"] == true && f["actors"]["checkpoints"]["state"] == "running" && metric == 1.0
+    };
+    wait_for(Duration::from_secs(60), "the checkpoint computer running on the leader", leading);
+    // An observation window of at least ten group refreshes (0.5 s each) after the computer ran.
+    let running = std::time::Instant::now();
+    let mut looks = 0;
+    while looks < 2 || running.elapsed() < Duration::from_secs(5) {
+        let ids = support::transactional_ids(&west.bootstrap);
+        assert!(!ids.contains(&txn), "{txn} on west while the flow has no group; ids: {ids:?}\n{}", ferry.log());
+        looks += 1;
+    }
+    assert!(leading(), "still leading its checkpoints duty, without a producer");
+
+    commit_group_offsets(&east.bootstrap, &group, &[(&topic, 0, 137), (&topic, 1, 273)]);
+    let committed = std::time::Instant::now();
+    wait_for(Duration::from_secs(30), "the new group's first checkpoints", || {
+        let l = latest(&checkpoints(west, &group));
+        l.get(&(remote.clone(), 0)).is_some_and(|c| c.upstream_offset == 137)
+            && l.get(&(remote.clone(), 1)).is_some_and(|c| c.upstream_offset == 273)
+    });
+    let first = committed.elapsed();
+    println!("first checkpoints of a group that appeared on an idle flow after {first:?} (group refresh 0.5 s)");
+    assert!(first < Duration::from_secs(10), "the first group's checkpoint took {first:?}");
+    let source = consume_all(&east.bootstrap, &topic, Duration::from_secs(30));
+    let target = consume_all(&west.bootstrap, &remote, Duration::from_secs(30));
+    let cps = latest(&checkpoints(west, &group));
+    for (p, up) in [(0, 137), (1, 273)] {
+        let cp = &cps[&(remote.clone(), p)];
+        assert_eq!(reread(&source, &target, p, up, cp.downstream_offset), 0, "exact on partition {p}: {cp:?}");
+    }
+    // Group offset sync goes through the same producer: the idle group gets its offsets on west.
+    wait_for(Duration::from_secs(30), "the group's translated offsets on west", || {
+        let on_west = group_offsets(&west.bootstrap, &group, &[(&remote, 0), (&remote, 1)]);
+        on_west
+            == [Some(cps[&(remote.clone(), 0)].downstream_offset), Some(cps[&(remote.clone(), 1)].downstream_offset)]
+    });
+    let ids = support::transactional_ids(&west.bootstrap);
+    assert!(ids.contains(&txn), "{txn} on west once the flow has a group; ids: {ids:?}");
+    assert!(leading());
+    ferry.terminate(Duration::from_secs(30));
+}
+
 #[test]
 fn group_offset_sync_commits_idle_groups_and_leaves_active_ones_alone() {
     let (east, west) = shared_pair();

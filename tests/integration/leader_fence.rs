@@ -129,7 +129,8 @@ fn a_paused_ex_leader_commits_no_group_offsets_after_the_new_leader_started() {
         assert_alive(&mut n2);
         leads(&n2)
     });
-    n2.wait_log("loaded published checkpoints", ARRIVAL);
+    // The producer starts with the first group (the group is there): its fence is logged.
+    n2.wait_log("checkpoint producer started", ARRIVAL);
     // Meanwhile an operator moves the idle group back on west.
     commit_group_offsets(&west.bootstrap, &group, &[(&remote, 0, 20)]);
     assert_eq!(on_west(), Some(20));

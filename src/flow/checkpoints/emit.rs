@@ -31,6 +31,11 @@ impl Computer<'_> {
     /// failure to publish is the computer's.
     pub(super) fn emit(&self, deadline: Instant) -> Result<(), String> {
         failpoints::check(failpoints::CHECKPOINTS_EMIT)?;
+        // With a group, the producer (its fence and the read of what was published up to it) comes
+        // before the round: the round's candidates are compared with everything published so far.
+        if self.has_groups_to_write() {
+            self.writer()?;
+        }
         let flow = self.plan.id.to_string();
         let Round { candidates: emitted, since, read_ok } = self.round(deadline);
         let succeeded = |groups: &[String]| {
@@ -165,26 +170,27 @@ impl Computer<'_> {
         f: impl FnOnce(&BaseProducer<ErrorCapture>) -> Result<(), String>,
     ) -> Result<(), String> {
         let topic = &self.checkpoints_topic;
-        self.producer.begin_transaction().map_err(|e| {
+        let producer = self.writer()?;
+        producer.begin_transaction().map_err(|e| {
             fenced_or(e, |e| {
                 self.refused(kafka::authorization_error(e), || format!("begin a transaction on {topic}: {e}"))
             })
         })?;
-        if let Err(e) = f(&self.producer) {
-            let _ = self.producer.abort_transaction(timeout);
+        if let Err(e) = f(producer) {
+            let _ = producer.abort_transaction(timeout);
             return Err(e);
         }
-        if let Err(e) = self.producer.commit_transaction(timeout) {
-            let _ = self.producer.abort_transaction(timeout);
+        if let Err(e) = producer.commit_transaction(timeout) {
+            let _ = producer.abort_transaction(timeout);
             // The record's own refusal (a topic ACL) says more than the failed commit.
-            let refused = self.producer.context().take().and_then(|c| c.refused);
+            let refused = producer.context().take().and_then(|c| c.refused);
             return Err(fenced_or(e, |e| {
                 self.refused(refused.or(kafka::authorization_error(e)), || {
                     format!("publish checkpoints to {topic}: {e}")
                 })
             }));
         }
-        match self.producer.context().take() {
+        match producer.context().take() {
             Some(e) => Err(self.refused(e.refused, || format!("publish checkpoints to {topic}: {e}"))),
             None => Ok(()),
         }

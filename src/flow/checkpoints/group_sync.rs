@@ -3,9 +3,10 @@
 //!
 //! **The fence.** A group's offsets are committed inside a transaction of the checkpoint producer
 //! (`send_offsets_to_transaction`, as Kafka Connect commits a source task's offsets), whose
-//! transactional id is the flow's: a node that took the flow's lease initialised the same id, which
-//! fenced this producer, so an ex-leader that was paused or cut off cannot commit a group's offsets
-//! after the new leader started. The broker checks the producer's epoch on the transaction's first
+//! transactional id is the flow's: a node that took the flow's lease initialises the same id before it
+//! reads a target group's offsets (its producer comes with its first group, [`Computer::writer`]), which
+//! fences this producer, so an ex-leader that was paused or cut off cannot commit a group's offsets
+//! after the new leader read them. The broker checks the producer's epoch on the transaction's first
 //! request, before the group sees anything; a fenced commit stops the computer with [`FENCED`], and
 //! the supervisor keeps this node's leader duties off. (An empty transaction, which is what the
 //! check before the commit used to be, never reaches the broker: librdkafka completes it locally.)
@@ -39,6 +40,9 @@ impl Computer<'_> {
         if groups.is_empty() {
             return Ok(());
         }
+        // The producer first (a no-op once made): its fence comes before the target groups' offsets are
+        // read, so no ex-leader commits between that read and this node's commit.
+        self.writer()?;
         let described = match self.rt.block_on(raw_admin::describe_consumer_groups(
             &self.target_admin,
             &groups,
@@ -122,10 +126,11 @@ impl Computer<'_> {
         let target = &self.plan.target.alias;
         let timeout = kafka::ADMIN_TIMEOUT;
         let failed = |e: &rdkafka::error::KafkaError| format!("commit offsets of `{group}` on `{target}`: {e}");
-        self.producer.begin_transaction().map_err(|e| fenced_or(e, failed))?;
-        if let Err(e) = raw_admin::send_offsets_to_transaction(&self.producer, group, offsets, timeout) {
+        let producer = self.writer()?;
+        producer.begin_transaction().map_err(|e| fenced_or(e, failed))?;
+        if let Err(e) = raw_admin::send_offsets_to_transaction(producer, group, offsets, timeout) {
             if !e.fatal {
-                let _ = self.producer.abort_transaction(timeout);
+                let _ = producer.abort_transaction(timeout);
             }
             let name = e.error.name.as_str();
             let text = match name {
@@ -137,8 +142,8 @@ impl Computer<'_> {
             };
             return Err(if e.is_fenced() { format!("{FENCED}: {text}") } else { text });
         }
-        if let Err(e) = self.producer.commit_transaction(timeout) {
-            let _ = self.producer.abort_transaction(timeout);
+        if let Err(e) = producer.commit_transaction(timeout) {
+            let _ = producer.abort_transaction(timeout);
             return Err(fenced_or(e, failed));
         }
         Ok(())

@@ -3,10 +3,21 @@
 //! on the target in MM2's format; optionally commits the translated offsets to idle target groups.
 //!
 //! What it knows survives its restarts ([`CheckpointState`], owned by the flow supervisor): the checkpoints
-//! already published (loaded once from the checkpoints topic before the first emission, KAFKA-15905), the
+//! already published (loaded from the checkpoints topic before the first emission, KAFKA-15905), the
 //! offset-sync history and how far the offset-syncs topic was read. A restarted computer therefore neither
 //! re-reads the topics nor emits anything older than what was published, and because the history is kept
 //! while the backlog is read, a lagging group gets its first checkpoint at once (KAFKA-16622).
+//!
+//! **The checkpoint producer comes with the first group.** A flow whose source has no group to checkpoint
+//! (or to sync) writes nothing, so its computer has no producer: no librdkafka threads, no idle wake-ups, no
+//! transactional id on the target (issue 33). The computer reads the published checkpoints at its start
+//! without it (the offset-sync history needs to know whether they could be read); once the first group is
+//! listed, [`Computer::writer`] creates the producer and initialises its transactions, which fences any
+//! earlier producer of the flow's checkpoints (a paused ex-leader), and only then reads the checkpoints
+//! topic on from where the first read stopped, to its end: whatever an ex-leader published before the
+//! fence is in the store before this computer emits or syncs anything, and after the fence it can publish
+//! nothing. So the order that keeps checkpoints from going backward across a leader change is the same as
+//! with a producer made at start: fence, read to the end, then write.
 //!
 //! This module runs the loop and translates; `sync_reader` reads the offset syncs (this flow's and the
 //! reverse flow's, wherever each writes them), `backlog` reads the rest of a long backlog on its own
@@ -22,6 +33,7 @@
 //! Nor is the latest-only sync history needed then: it only serves to keep *published* checkpoints
 //! monotonic. With `refresh_groups_enabled = false` the groups of the first complete listing are kept.
 
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -78,7 +90,12 @@ pub struct CheckpointState {
     /// `offset_syncs_topic_location`), set aside by the forward reader; position: `syncs_position`.
     pub reverse_here: SyncStore,
     pub checkpoints: CheckpointStore,
+    /// The checkpoints topic was read at the computer's first start (or could not be: see `run`).
     pub checkpoints_loaded: bool,
+    /// Where the next read of the checkpoints topic starts (partition 0): everything below it is in
+    /// `checkpoints`. `None` when it could not be read; each new checkpoint producer reads on from here
+    /// after its fence ([`Computer::writer`]).
+    pub checkpoints_position: Option<i64>,
     /// Source groups selected at the last refresh.
     pub groups: Vec<String>,
     /// A complete listing selected `groups`: with `refresh_groups_enabled = false` they are kept.
@@ -112,6 +129,7 @@ impl CheckpointState {
             reverse_here: SyncStore::new(history),
             checkpoints: CheckpointStore::new(),
             checkpoints_loaded: false,
+            checkpoints_position: None,
             groups: Vec::new(),
             groups_listed: false,
             missing: HashMap::new(),
@@ -168,7 +186,7 @@ pub fn worker(
     let name = format!("checkpoints {}", plan.id);
     let sup = supervisor.clone();
     Worker::new(ActorKind::Checkpoints, name, supervisor, Vec::new(), move |control| {
-        // The start of its start-up (offset syncs, transactions, topics), for the record.
+        // The start of its start-up (offset syncs, topics, published checkpoints), for the record.
         tracing::info!(flow = %plan.id, "checkpoint computer starting");
         // The offset syncs are read from the start, while the producer and the topics are set up.
         let syncs = BacklogThread::start(plan.clone(), conns.clone(), state.clone())?;
@@ -208,7 +226,8 @@ struct Computer<'a> {
     source_admin: Admin,
     target_admin: Admin,
     /// The flow's own: its transactional id fences an ex-leader of this flow (see [`transactional_id`]).
-    producer: BaseProducer<ErrorCapture>,
+    /// Made by [`Computer::writer`] when the computer first has a group, then kept for its lifetime.
+    producer: OnceCell<BaseProducer<ErrorCapture>>,
     checkpoints_topic: String,
     transactional_id: String,
 }
@@ -227,17 +246,6 @@ impl<'a> Computer<'a> {
     ) -> Result<Self, String> {
         let rt = kafka::runtime().map_err(|e| format!("start admin runtime: {e}"))?;
         let txn = transactional_id(&identity, plan);
-        let mut cfg =
-            kafka::client_config(&plan.target, &plan.id, "checkpoints-producer").map_err(|e| e.to_string())?;
-        cfg.set("acks", "all").set("linger.ms", "5").set("transactional.id", &txn);
-        let producer: BaseProducer<ErrorCapture> = cfg
-            .create_with_context(ErrorCapture::default())
-            .map_err(|e| format!("cluster `{}`: create checkpoint producer: {e}", plan.target.alias))?;
-        // Fences any earlier producer of this flow's checkpoints (and aborts its open transaction).
-        producer.init_transactions(kafka::ADMIN_TIMEOUT).map_err(|e| match kafka::authorization_error(&e) {
-            Some(code) => kafka::not_authorized(&format!("transactional id {txn}"), &plan.target.alias, "Write", code),
-            None => format!("cluster `{}`: initialise the checkpoint producer's transactions: {e}", plan.target.alias),
-        })?;
         Ok(Self {
             plan,
             conns,
@@ -247,10 +255,75 @@ impl<'a> Computer<'a> {
             rt,
             source_admin: conns.source.admin().map_err(err)?,
             target_admin: conns.target.admin().map_err(err)?,
-            producer,
+            producer: OnceCell::new(),
             checkpoints_topic: plan.policy.checkpoints_topic(&plan.id.source),
             transactional_id: txn,
         })
+    }
+
+    /// Whether the computer has something to write: a group to checkpoint, or to sync offsets for.
+    fn has_groups_to_write(&self) -> bool {
+        let s = &self.plan.settings;
+        (s.emit_checkpoints_enabled || s.sync_group_offsets_enabled) && !lock(&self.state).groups.is_empty()
+    }
+
+    /// The checkpoint producer, made the first time it is asked for and kept until the computer ends:
+    /// making it again later would fence (and cost a start-up) each time, and a flow whose groups come and
+    /// go would start producers over and over. Every write goes through here, and whatever a write
+    /// depends on (the published checkpoints, the target groups' offsets) is read after it returned.
+    ///
+    /// The order is what keeps a paused ex-leader from moving a checkpoint backward: first the
+    /// producer's transactions are initialised, which fences every earlier producer of the flow's
+    /// checkpoints and aborts its open transaction; then the checkpoints topic is read on from where the
+    /// store's knowledge ends, `read_committed`, to its end, so what an earlier producer committed before
+    /// the fence is in the store; only then does the caller write.
+    fn writer(&self) -> Result<&BaseProducer<ErrorCapture>, String> {
+        if let Some(p) = self.producer.get() {
+            return Ok(p);
+        }
+        let (plan, txn) = (self.plan, &self.transactional_id);
+        let started = Instant::now();
+        let mut cfg =
+            kafka::client_config(&plan.target, &plan.id, "checkpoints-producer").map_err(|e| e.to_string())?;
+        cfg.set("acks", "all").set("linger.ms", "5").set("transactional.id", txn);
+        let producer: BaseProducer<ErrorCapture> = cfg
+            .create_with_context(ErrorCapture::default())
+            .map_err(|e| format!("cluster `{}`: create checkpoint producer: {e}", plan.target.alias))?;
+        // Fences any earlier producer of this flow's checkpoints (and aborts its open transaction).
+        producer.init_transactions(kafka::ADMIN_TIMEOUT).map_err(|e| match kafka::authorization_error(&e) {
+            Some(code) => kafka::not_authorized(&format!("transactional id {txn}"), &plan.target.alias, "Write", code),
+            None => format!("cluster `{}`: initialise the checkpoint producer's transactions: {e}", plan.target.alias),
+        })?;
+        let read = self.read_published_since()?;
+        tracing::info!(
+            flow = %plan.id, checkpoints_read = read, millis = started.elapsed().as_millis() as u64,
+            "checkpoint producer started: earlier producers of the flow fenced, published checkpoints read to the end"
+        );
+        Ok(self.producer.get_or_init(|| producer))
+    }
+
+    /// After the fence ([`Computer::writer`]): the checkpoints published since the store's knowledge ends
+    /// (an ex-leader's before the fence; this node's own, read again, change nothing), loaded in topic
+    /// order. Returns how many were read. Nothing to read without emission, or when the topic could not
+    /// be read at the start (then the latest-only history keeps checkpoints monotonic, see `run`).
+    fn read_published_since(&self) -> Result<usize, String> {
+        let Some(from) = lock(&self.state).checkpoints_position.filter(|_| self.plan.settings.emit_checkpoints_enabled)
+        else {
+            return Ok(0);
+        };
+        let (loaded, next) = load_checkpoints_from(self.plan, &self.checkpoints_topic, from).map_err(|e| {
+            match read_refusal(&e, &self.checkpoints_topic, &self.plan.target.alias) {
+                Some(refusal) => refusal,
+                None => e.to_string(),
+            }
+        })?;
+        let n = loaded.len();
+        let mut st = lock(&self.state);
+        for cp in loaded {
+            st.checkpoints.load(cp);
+        }
+        st.checkpoints_position = Some(next);
+        Ok(n)
     }
 
     /// `syncs`: the thread reading this flow's offset syncs, started with the computer.
@@ -266,13 +339,16 @@ impl<'a> Computer<'a> {
         if !emits {
             lock(&self.state).checkpoints_loaded = true;
         }
+        // Read once, at the first start, without the producer (which may never be needed, see the module
+        // docs); a producer reads on from where this stopped after its fence, before any write.
         if !lock(&self.state).checkpoints_loaded {
-            match load_checkpoints(plan, &self.checkpoints_topic) {
-                Ok(loaded) => {
+            match load_checkpoints_from(plan, &self.checkpoints_topic, 0) {
+                Ok((loaded, next)) => {
                     let mut st = lock(&self.state);
                     for cp in loaded {
                         st.checkpoints.load(cp);
                     }
+                    st.checkpoints_position = Some(next);
                     tracing::info!(flow = %plan.id, checkpoints = st.checkpoints.len(), "loaded published checkpoints");
                 }
                 Err(e) => {
@@ -317,7 +393,9 @@ impl<'a> Computer<'a> {
                 if let Some(r) = &mut reverse {
                     r.catch_up(&self.state, deadline)?;
                 }
-                if ready && emits {
+                // Without a producer this computer has had no group to write for: no producer is made
+                // (and no one fenced) on the way out.
+                if ready && emits && self.producer.get().is_some() {
                     self.emit(deadline)?;
                 }
                 return Ok(());
@@ -365,6 +443,11 @@ impl<'a> Computer<'a> {
                     Err(e) => tracing::warn!(flow = %plan.id, error = %e, "cannot list the source's consumer groups"),
                 }
                 next_refresh = now + s.refresh_groups_interval;
+                // The first group: the producer starts now, while the offset syncs may still be read,
+                // rather than in the first round that has a checkpoint to publish.
+                if self.has_groups_to_write() {
+                    self.writer()?;
+                }
             }
             if ready && emits && now >= next_emit {
                 self.emit(now + kafka::ADMIN_TIMEOUT)?;
@@ -487,20 +570,22 @@ impl<'a> Computer<'a> {
     }
 }
 
-/// Every checkpoint in `topic` (partition 0) on the target, oldest first. Records that do not decode
-/// are skipped, each named in a warning and counted (`kafka::skip_internal_record`); they never stop
-/// the flow.
-pub fn load_checkpoints(plan: &FlowPlan, topic: &str) -> Result<Vec<Checkpoint>, KafkaOpError> {
+/// Every checkpoint in `topic` (partition 0) on the target from offset `from` on, oldest first, read
+/// `read_committed` to the end, and where a next read starts ([`kafka::read_partition_from`]). Records
+/// that do not decode are skipped, each named in a warning and counted (`kafka::skip_internal_record`);
+/// they never stop the flow.
+pub fn load_checkpoints_from(plan: &FlowPlan, topic: &str, from: i64) -> Result<(Vec<Checkpoint>, i64), KafkaOpError> {
     let consumer = kafka::assign_only_consumer(&plan.target, &plan.id, "checkpoints-reader")?;
     let mut out = Vec::new();
     let flow = plan.id.to_string();
-    kafka::read_to_end(&consumer, &plan.target.alias, topic, [0], |msg| {
-        match Checkpoint::decode(msg.key().unwrap_or_default(), msg.payload()) {
-            Ok(cp) => out.push(cp),
-            Err(e) => kafka::skip_internal_record(Some(&flow), &plan.target.alias, msg, "a checkpoint record", &e),
-        }
-    })?;
-    Ok(out)
+    let next =
+        kafka::read_partition_from(&consumer, &plan.target.alias, topic, 0, from, |msg| {
+            match Checkpoint::decode(msg.key().unwrap_or_default(), msg.payload()) {
+                Ok(cp) => out.push(cp),
+                Err(e) => kafka::skip_internal_record(Some(&flow), &plan.target.alias, msg, "a checkpoint record", &e),
+            }
+        })?;
+    Ok((out, next))
 }
 
 /// What an operator reads when the target refused this principal reading the checkpoints topic

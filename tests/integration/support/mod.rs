@@ -69,7 +69,7 @@ pub use group::{ActiveMember, http_get};
 pub use mm2::{Mm2, dedicated_properties};
 pub use mm2_client::remote_cluster_utils_translate;
 pub use observe::{assert_monotonic, strip_ansi};
-pub use tools::{ToolOutput, console_consume, run_tool};
+pub use tools::{ToolOutput, console_consume, run_tool, transactional_ids};
 pub use web::{http_post, http_request};
 
 /// Polls `f` (every 50 ms at first, backing off to 250 ms) until it returns true; panics naming

@@ -103,3 +103,24 @@ pub fn console_consume(
     );
     lines
 }
+
+/// The transactional ids the cluster at `bootstrap` knows (`kafka-transactions.sh list`, Admin
+/// `ListTransactions`): an id appears once a producer initialised its transactions with it.
+pub fn transactional_ids(bootstrap: &str) -> Vec<String> {
+    let args = ["--bootstrap-server", bootstrap, "list"];
+    let out = run_tool("org.apache.kafka.tools.TransactionsCommand", &args, Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "kafka-transactions list on {bootstrap}: exit {}; stdout:\n{}\nstderr:\n{}",
+        out.status,
+        tail(&out.stdout, 40),
+        tail(&out.stderr, 40)
+    );
+    // A header line (TransactionalId Coordinator ProducerId TransactionState), then one line per id.
+    out.stdout
+        .lines()
+        .filter(|l| !l.starts_with('[') && !l.starts_with("TransactionalId"))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
