@@ -243,3 +243,156 @@ fn a_changed_cluster_restarts_only_its_flows_and_its_last_flow_takes_the_clients
     println!("threads after the second connection's last flow went: {after} (one flow: {one_flow})");
     assert_eq!(flow_info(&ferry, "east->west"), untouched);
 }
+
+/// What the node costs, read from /proc: threads, resident memory and CPU time used so far.
+#[derive(Clone, Copy, Debug)]
+struct Cost {
+    threads: usize,
+    rss_mib: f64,
+    cpu_s: f64,
+}
+
+fn cost_now(ferry: &Ferry) -> Cost {
+    let pid = ferry.pid().expect("ferry runs");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let field = |name: &str| -> f64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    // Fields after the command's closing parenthesis: state is the first, utime the 12th, stime the 13th
+    // (in clock ticks of 1/100 s, Linux's USER_HZ).
+    let after: Vec<&str> = stat.rsplit_once(')').expect("stat has a command").1.split_whitespace().collect();
+    let ticks: f64 = after[11].parse::<f64>().unwrap_or(0.0) + after[12].parse::<f64>().unwrap_or(0.0);
+    Cost { threads: field("Threads:") as usize, rss_mib: field("VmRSS:") / 1024.0, cpu_s: ticks / 100.0 }
+}
+
+/// The node at rest: threads (the fewest of the samples: short-lived setup threads come and go), RSS
+/// at the end, and CPU as a share of a core over `window`.
+fn idle_cost(ferry: &mut Ferry, window: Duration) -> (usize, f64, f64) {
+    let start = cost_now(ferry);
+    let began = Instant::now();
+    let mut fewest = start.threads;
+    while began.elapsed() < window {
+        std::thread::sleep(Duration::from_millis(500));
+        assert_alive(ferry);
+        fewest = fewest.min(cost_now(ferry).threads);
+    }
+    let end = cost_now(ferry);
+    let cpu = (end.cpu_s - start.cpu_s) / began.elapsed().as_secs_f64();
+    (fewest, end.rss_mib, cpu)
+}
+
+/// What an idle flow adds to a node, the bounds of docs/scaling.md ("Many flows per node") with a
+/// margin for this debug build on a machine the rest of the suite loads (the release figures are the
+/// bench's, `scripts/bench.sh flows`): the node is measured with one flow, then after a reload added
+/// 49, and the difference shared out. A flow costs its copier's consumer (librdkafka: its main thread,
+/// the internal broker's, one per broker, the group coordinator's) and four threads of its own (the
+/// copy loop, the copier's probe, the offset-sync emitter, the checkpoint computer); everything else is
+/// the node's or its connections'.
+const THREADS_PER_IDLE_FLOW: f64 = 8.5;
+const RSS_MIB_PER_IDLE_FLOW: f64 = 2.0;
+const CORE_SHARE_PER_IDLE_FLOW: f64 = 0.002;
+
+#[test]
+fn fifty_idle_flows_cost_little_each_a_failing_one_stays_alone_and_a_reload_of_one_touches_no_other() {
+    const FLOWS: usize = 50;
+    // A pair of its own: on the shared pair every flow would copy the reverse heartbeats that the other
+    // tests' flows write into east's `heartbeats`, and checkpoint their groups: not idle.
+    let (east, west) = &start_pair("idle");
+    let dir = tempfile::tempdir().expect("flows dir");
+    let mut clusters = String::new();
+    let topics: Vec<String> = (1..=FLOWS).map(|k| unique(&format!("idle-{k}"))).collect();
+    std::thread::scope(|s| {
+        for chunk in topics.chunks(10) {
+            s.spawn(move || chunk.iter().for_each(|t| create_topic(&east.bootstrap, t, 1, &[])));
+        }
+    });
+    for k in 1..FLOWS {
+        clusters += &format!("[clusters.e{k}]\nbootstrap_servers = \"{}\"\n", east.bootstrap);
+        clusters += &format!("[clusters.w{k}]\nbootstrap_servers = \"{}\"\n", west.bootstrap);
+    }
+    // The last flow's source answers nothing: its copier and emitters fail and retry, alone.
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let dead = nobody.local_addr().expect("addr");
+    drop(nobody);
+    clusters += &format!("[clusters.e{FLOWS}]\nbootstrap_servers = \"{dead}\"\n");
+    clusters += &format!("[clusters.w{FLOWS}]\nbootstrap_servers = \"{}\"\n", west.bootstrap);
+    write(dir.path(), "clusters.toml", &clusters);
+    // Heartbeats every minute, as the bench: every flow copies east's `heartbeats`, where each flow's
+    // reverse heartbeats land (n² records per interval).
+    let file = |k: usize, extra: &str| {
+        let extra = format!("emit_heartbeats_interval_seconds = 60\n{extra}");
+        flow(&format!("e{k}"), &format!("w{k}"), &[&topics[k - 1]], &extra)
+    };
+    write(dir.path(), "f1.toml", &file(1, ""));
+    let mut ferry = Ferry::start(dir.path(), &[]);
+    wait_for(Duration::from_secs(60), "e1->w1 running", || {
+        assert_alive(&mut ferry);
+        flow_info(&ferry, "e1->w1").1 == "running"
+    });
+    let window = Duration::from_secs(15);
+    let one = idle_cost(&mut ferry, window);
+    println!("one flow: {} threads, {:.1} MiB, {:.2} % of a core", one.0, one.1, one.2 * 100.0);
+
+    for k in 2..=FLOWS {
+        write(dir.path(), &format!("f{k}.toml"), &file(k, ""));
+    }
+    let added = Instant::now();
+    let live = (1..FLOWS).map(|k| format!("e{k}->w{k}")).collect::<Vec<_>>();
+    wait_for(Duration::from_secs(180), "the 49 reachable flows running", || {
+        assert_alive(&mut ferry);
+        let h = health(ferry.listen_addr());
+        live.iter().all(|f| h["flows"][f]["state"] == "running")
+    });
+    println!("49 flows added and running within {:?}", added.elapsed());
+    let dead_flow = format!("e{FLOWS}->w{FLOWS}");
+    let state = flow_info(&ferry, &dead_flow).1;
+    assert_ne!(state, "running", "the flow whose source answers nothing is not shown running");
+    let all = idle_cost(&mut ferry, window);
+    println!("{FLOWS} flows: {} threads, {:.1} MiB, {:.2} % of a core", all.0, all.1, all.2 * 100.0);
+    let n = (FLOWS - 1) as f64;
+    let per_flow = ((all.0 as f64 - one.0 as f64) / n, (all.1 - one.1) / n, (all.2 - one.2) / n);
+    println!(
+        "per added flow: {:.2} threads, {:.2} MiB, {:.3} % of a core (bounds {THREADS_PER_IDLE_FLOW}, \
+         {RSS_MIB_PER_IDLE_FLOW} MiB, {:.2} %)",
+        per_flow.0,
+        per_flow.1,
+        per_flow.2 * 100.0,
+        CORE_SHARE_PER_IDLE_FLOW * 100.0
+    );
+    assert!(
+        per_flow.0 <= THREADS_PER_IDLE_FLOW,
+        "{:.2} threads per idle flow; by name: {:?}",
+        per_flow.0,
+        thread_names(&ferry)
+    );
+    assert!(per_flow.1 <= RSS_MIB_PER_IDLE_FLOW, "{:.2} MiB per idle flow", per_flow.1);
+    assert!(per_flow.2 <= CORE_SHARE_PER_IDLE_FLOW, "{:.3} % of a core per idle flow", per_flow.2 * 100.0);
+
+    // Idle, not asleep: records reach three of the flows' remote topics.
+    for k in [1, 25, FLOWS - 1] {
+        produce(&east.bootstrap, &topics[k - 1], &records(&format!("f{k}-"), 0..10, 1));
+    }
+    wait_for(Duration::from_secs(60), "records copied by flows 1, 25 and 49", || {
+        [1, 25, FLOWS - 1].iter().all(|k| total(&west.bootstrap, &format!("e{k}.{}", topics[k - 1])) >= 10)
+    });
+
+    // A changed flow restarts alone: every other flow keeps its generation.
+    let before: Vec<(u64, String)> = (1..=FLOWS).map(|k| flow_info(&ferry, &format!("e{k}->w{k}"))).collect();
+    write(dir.path(), "f7.toml", &file(7, "emit_checkpoints_interval_seconds = 30\n"));
+    wait_for(Duration::from_secs(60), "e7->w7 restarted and running", || {
+        assert_alive(&mut ferry);
+        flow_info(&ferry, "e7->w7") == (before[6].0 + 1, "running".to_string())
+    });
+    for k in (1..=FLOWS).filter(|k| *k != 7) {
+        let (generation, state) = flow_info(&ferry, &format!("e{k}->w{k}"));
+        assert_eq!(generation, before[k - 1].0, "flow {k} kept its generation across flow 7's reload");
+        if k < FLOWS {
+            assert_eq!(state, "running", "flow {k}");
+        }
+    }
+}

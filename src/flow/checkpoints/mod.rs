@@ -114,6 +114,25 @@ pub struct CheckpointState {
 /// checkpoints, and no group offset sync that would re-create it on the target after an operator
 /// deleted it there. More than one listing, so a group caught between its members' sessions is kept.
 const FORGET_AFTER: u32 = 3;
+/// Whether `group` is one of this deployment's own: a flow's copier group (`<deployment>.<source>-><target>`,
+/// which commits no offsets: positions live in the progress topic) or the leaders group. Never
+/// checkpointed, as MM2's default excludes Connect's own groups (`connect-.*`): on a node of many flows
+/// from one cluster each computer would otherwise ask every other flow's group for offsets it never has,
+/// and start a checkpoint producer for them.
+fn own_group(identity: &Identity, group: &str) -> bool {
+    if group == super::lease::lease_group(identity) {
+        return true;
+    }
+    group.strip_prefix(identity.deployment.as_str()).and_then(|rest| rest.strip_prefix('.')).is_some_and(|flow| {
+        flow.parse::<crate::config::FlowId>().is_ok_and(|f| {
+            crate::config::valid_alias(&f.source).is_ok() && crate::config::valid_alias(&f.target).is_ok()
+        })
+    })
+}
+
+/// The longest the following computer waits for offset syncs before it looks at its timers and its
+/// control channel: a stop is seen within this.
+const FOLLOW_WAIT: Duration = Duration::from_secs(1);
 
 impl CheckpointState {
     /// `history`: offset syncs kept per upstream partition (the flow's
@@ -402,7 +421,17 @@ impl<'a> Computer<'a> {
             }
             let news = match &mut forward {
                 Forward::Following(syncs) => {
-                    syncs.poll(&self.state, Duration::from_millis(200))?;
+                    // A new sync ends the wait at once; the wait only paces the loop's own rounds and
+                    // how soon it sees a stop. An idle computer (one per flow) wakes once a second.
+                    let mut due = next_refresh;
+                    if ready && emits {
+                        due = due.min(next_emit);
+                    }
+                    if ready && s.sync_group_offsets_enabled {
+                        due = due.min(next_group_sync);
+                    }
+                    let wait = due.saturating_duration_since(Instant::now()).min(FOLLOW_WAIT);
+                    syncs.poll(&self.state, wait)?;
                     None
                 }
                 Forward::Reading(thread) => {
@@ -532,7 +561,7 @@ impl<'a> Computer<'a> {
         let mut groups: Vec<String> = listed
             .into_iter()
             .map(|g| g.group_id)
-            .filter(|g| self.plan.group_filter.should_replicate_group(g))
+            .filter(|g| self.plan.group_filter.should_replicate_group(g) && !own_group(&self.identity, g))
             .collect();
         groups.sort();
         let mut st = lock(&self.state);
@@ -600,5 +629,23 @@ fn read_refusal(e: &KafkaOpError, topic: &str, cluster: &str) -> Option<String> 
         },
         KafkaOpError::NotAuthorized(message) => Some(message.clone()),
         KafkaOpError::Other { .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deployments_own_groups_are_never_checkpointed() {
+        let identity = Identity { node_id: "n1".into(), deployment: "ferry".into() };
+        for own in ["ferry.east->west", "ferry.e1->w_2", "ferry.leaders"] {
+            assert!(own_group(&identity, own), "{own}");
+        }
+        for other in
+            ["billing", "ferry", "ferry.billing", "ferry.a->", "other.east->west", "ferry.a->b.c", "ferryx.a->b"]
+        {
+            assert!(!own_group(&identity, other), "{other}");
+        }
     }
 }
