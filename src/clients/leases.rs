@@ -5,7 +5,8 @@
 //! before, each flow had a lease consumer of its own (four librdkafka threads, a group heartbeat a
 //! second), which was a fifth of an idle flow's cost.
 //!
-//! Membership is static (`group.instance.id` = the node id): a restarted node takes its place back and
+//! Membership is static (`group.instance.id` = the node id and the connection's digest: two definitions
+//! of one cluster with different client properties are two members): a restarted node takes its place back and
 //! keeps its leases. A flow that stops on this node keeps its topic subscribed for [`LINGER`], so that a
 //! flow restarted by a reload takes its lease back at once (as a static member of a group of its own did),
 //! and hands it on after that if it does not come back. The elector runs on a thread of its own per
@@ -304,8 +305,13 @@ fn join_new(conn: &Connection, elector: &Elector, run: &mut Run) {
 fn make_consumer(conn: &Connection, electorate: &Electorate) -> Result<BaseConsumer<LeaseContext>, String> {
     let cluster = conn.cluster();
     let mut cfg = kafka::client_config(cluster, &"ferry", "lease").map_err(|e| e.to_string())?;
+    // The node id and which connection: two cluster definitions of one cluster with different client
+    // properties are two connections, two members, and must not fence each other as one static member.
+    // Stable across restarts (the same definition gives the same id), so a restarted node takes its
+    // places back.
+    let instance = format!("{}.{}", electorate.instance, conn.key_digest());
     cfg.set("group.id", &electorate.group)
-        .set("group.instance.id", &electorate.instance)
+        .set("group.instance.id", instance)
         .set("client.id", format!("{}|ferry|lease|{}", electorate.deployment, electorate.instance))
         .set("partition.assignment.strategy", "cooperative-sticky")
         .set("session.timeout.ms", SESSION_TIMEOUT.as_millis().to_string())

@@ -21,7 +21,9 @@
 //!
 //! What stays per flow, and why (see the modules that create them):
 //! - the copier's consumer: its group is the flow's, and splits the flow's partitions between nodes;
-//! - the checkpoint computer's transactional producer: its `transactional.id` fences per flow;
+//!   one consumer cannot be a member of several groups;
+//! - the checkpoint computer's transactional producer, once the flow has a group to write for: its
+//!   `transactional.id` fences an ex-leader of that flow, and one producer has one id;
 //! - start-up reads of internal topics to their end (published checkpoints, progress): they come and go.
 //!
 //! This module sits below `flow`: it imports no flow code.
@@ -87,6 +89,18 @@ impl ConnectionKey {
             client: cluster.client.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             files: cluster.files_fingerprint(),
         }
+    }
+    /// Eight hex digits that differ between keys (FNV-1a: the same on every build, unlike std's hasher).
+    fn digest(&self) -> String {
+        let mut h: u32 = 0x811c_9dc5;
+        let parts = [self.bootstrap.as_str(), self.files.as_str()].into_iter();
+        let props = self.client.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]);
+        for part in parts.chain(props) {
+            for b in part.bytes().chain([0]) {
+                h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+            }
+        }
+        format!("{h:08x}")
     }
 }
 
@@ -233,6 +247,11 @@ impl Connection {
         &self.cluster
     }
 
+    /// What tells this connection from another of the same node (see [`ConnectionKey::digest`]).
+    pub fn key_digest(&self) -> String {
+        ConnectionKey::of(&self.cluster).digest()
+    }
+
     /// The connection's admin client.
     pub fn admin(&self) -> Result<Admin, KafkaOpError> {
         self.admin.get_or_try(|| {
@@ -372,6 +391,16 @@ mod tests {
 
     fn spec(alias: &str, props: &[(&str, &str)]) -> ClusterSpec {
         ClusterSpec::for_test(alias, props)
+    }
+
+    #[test]
+    fn connections_of_other_properties_have_other_digests_and_the_same_definition_the_same() {
+        let clients = Clients::new();
+        let a = clients.connection(&spec("a", &[]));
+        let rack = clients.connection(&spec("a", &[("client.rack", "r2")]));
+        assert_ne!(a.key_digest(), rack.key_digest());
+        assert_eq!(a.key_digest(), Connection::standalone(&spec("b", &[])).key_digest(), "the alias does not count");
+        assert_eq!(a.key_digest().len(), 8);
     }
 
     #[test]

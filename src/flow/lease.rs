@@ -5,7 +5,7 @@
 //! of each flow it runs; the member the group gives a flow's partition leads that flow. No coordinator
 //! of ferry's own, and no client per flow.
 //!
-//! Membership is static (`group.instance.id` = the node id): a node that restarts, after a crash too,
+//! Membership is static (`group.instance.id` = the node id and a digest of the cluster definition): a node that restarts, after a crash too,
 //! takes its own place back at once and keeps leading, which is what a single-node deployment needs. A
 //! leader that stops for good (or dies) hands the lease on after [`SESSION_TIMEOUT`]; the leader duties
 //! are periodic, so that gap delays a checkpoint or a few heartbeats, never copying. Two nodes started
