@@ -23,7 +23,7 @@ use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{ClientContext, TopicPartitionList};
 
 use super::Connection;
-use crate::kafka::{self, TopicSpec};
+use crate::kafka;
 
 /// Every flow's lease topic starts so: `ferry.leases.<source>.<target>` (aliases hold no dots).
 pub const LEASE_TOPIC_PREFIX: &str = "ferry.leases.";
@@ -69,11 +69,7 @@ type Notify = Arc<dyn Fn(LeaseEvent) + Send + Sync>;
 
 struct Entry {
     id: u64,
-    spec: TopicSpec,
-    flow: String,
     notify: Notify,
-    /// Its topic is ensured and subscribed.
-    joined: bool,
 }
 
 #[derive(Default)]
@@ -83,6 +79,8 @@ struct State {
     lingering: HashMap<String, Instant>,
     /// The lease topics whose partition the group gave this node.
     held: HashSet<String>,
+    /// The refusal in force (the group or a topic), told to flows that join meanwhile.
+    refused: Option<String>,
 }
 
 /// One elector's shared state: the thread's and the registrations'.
@@ -114,23 +112,22 @@ impl Drop for LeaseRegistration {
     fn drop(&mut self) {
         let mut state = self.elector.lock();
         if state.entries.get(&self.topic).is_some_and(|e| e.id == self.id) {
-            let joined = state.entries.remove(&self.topic).is_some_and(|e| e.joined);
-            if joined {
-                state.lingering.insert(self.topic.clone(), Instant::now() + LINGER);
-            }
+            state.entries.remove(&self.topic);
+            state.lingering.insert(self.topic.clone(), Instant::now() + LINGER);
         }
     }
 }
 
 impl Connection {
-    /// Registers `flow` in the node's lease election on this (target) connection with its lease topic
-    /// `spec`; `notify` hears every [`LeaseEvent`] of it, on the elector's thread (keep it short). A
-    /// second registration of the same topic replaces the first.
+    /// Registers a flow in the node's lease election on this (target) connection with its lease topic
+    /// `topic`, which exists (the caller made it: creating a topic blocks, and the elector's thread
+    /// must keep polling); `notify` hears every [`LeaseEvent`] of it. Events are sent under the
+    /// elector's lock, in the order of the changes they tell, so `notify` must not block (an actor's
+    /// `do_send`). A second registration of the same topic replaces the first.
     pub fn lease(
         self: &Arc<Self>,
         electorate: &Electorate,
-        flow: &str,
-        spec: TopicSpec,
+        topic: &str,
         notify: impl Fn(LeaseEvent) + Send + Sync + 'static,
     ) -> Result<LeaseRegistration, String> {
         let elector = {
@@ -151,22 +148,21 @@ impl Connection {
             }
         };
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let topic = spec.name.clone();
         let notify: Notify = Arc::new(notify);
         let mut state = elector.lock();
-        // Still subscribed from an earlier run of the flow: no new join, and a lease still held is
-        // this node's again at once.
-        let joined = state.lingering.remove(&topic).is_some();
-        let leading = joined && state.held.contains(&topic);
-        state.entries.insert(topic.clone(), Entry { id, spec, flow: flow.to_string(), notify: notify.clone(), joined });
-        drop(state);
-        if joined {
-            notify(LeaseEvent::Joined);
+        // Still subscribed from an earlier run of the flow: a lease still held is this node's again
+        // at once. Otherwise the elector subscribes at its next turn.
+        state.lingering.remove(topic);
+        notify(LeaseEvent::Joined);
+        if let Some(reason) = &state.refused {
+            notify(LeaseEvent::Refused(reason.clone()));
         }
-        if leading {
+        if state.held.contains(topic) {
             notify(LeaseEvent::Leading(true));
         }
-        Ok(LeaseRegistration { elector, topic, id })
+        state.entries.insert(topic.to_string(), Entry { id, notify });
+        drop(state);
+        Ok(LeaseRegistration { elector, topic: topic.to_string(), id })
     }
 }
 
@@ -235,7 +231,16 @@ fn run_elector(conn: &Weak<Connection>, elector: Arc<Elector>) {
             }
         }
         run.alias = conn.alias().to_string();
-        join_new(&conn, &elector, &mut run);
+        let wanted = !elector.lock().entries.is_empty();
+        if wanted && run.consumer.is_none() && run.retry_at.is_none_or(|t| Instant::now() >= t) {
+            match make_consumer(&conn, &elector.electorate) {
+                Ok(c) => {
+                    run.consumer = Some(c);
+                    run.subscribed.clear();
+                }
+                Err(reason) => fail_all(&elector, &mut run, &reason),
+            }
+        }
         drop(conn);
         if let Err(reason) = resubscribe(&elector, &mut run) {
             fail_all(&elector, &mut run, &reason);
@@ -248,58 +253,9 @@ fn run_elector(conn: &Weak<Connection>, elector: Arc<Elector>) {
             None => std::thread::sleep(POLL),
         }
     }
-    // A static member does not leave: the leases stay this node's for a restart within the session
-    // timeout, and move on after it.
-    if let Some(c) = run.consumer.take() {
-        c.unsubscribe();
-    }
-}
-
-/// Ensures the lease topics of new registrations (a topic that cannot be made fails its registration).
-fn join_new(conn: &Connection, elector: &Elector, run: &mut Run) {
-    let todo: Vec<(String, TopicSpec, String)> = elector
-        .lock()
-        .entries
-        .iter()
-        .filter(|(_, e)| !e.joined)
-        .map(|(t, e)| (t.clone(), e.spec.clone(), e.flow.clone()))
-        .collect();
-    for (topic, spec, flow) in todo {
-        let made = conn.ensure_topic(&flow, &spec).map_err(|e| e.to_string());
-        let mut state = elector.lock();
-        let Some(entry) = state.entries.get_mut(&topic) else { continue };
-        match made {
-            Ok(_) => {
-                entry.joined = true;
-                let notify = entry.notify.clone();
-                let leading = state.held.contains(&topic);
-                drop(state);
-                notify(LeaseEvent::Joined);
-                if leading {
-                    notify(LeaseEvent::Leading(true));
-                }
-            }
-            Err(reason) => {
-                let entry = state.entries.remove(&topic);
-                drop(state);
-                if let Some(e) = entry {
-                    (e.notify)(LeaseEvent::Failed(reason));
-                }
-            }
-        }
-    }
-    if run.consumer.is_none() && run.retry_at.is_none_or(|t| Instant::now() >= t) {
-        let wanted = !elector.lock().entries.is_empty();
-        if wanted {
-            match make_consumer(conn, &elector.electorate) {
-                Ok(c) => {
-                    run.consumer = Some(c);
-                    run.subscribed.clear();
-                }
-                Err(reason) => fail_all(elector, run, &reason),
-            }
-        }
-    }
+    // Dropped without unsubscribing: a static member that closes does not leave the group, so the
+    // leases stay this node's for a restart within the session timeout, and move on after it.
+    drop(run.consumer.take());
 }
 
 fn make_consumer(conn: &Connection, electorate: &Electorate) -> Result<BaseConsumer<LeaseContext>, String> {
@@ -316,6 +272,9 @@ fn make_consumer(conn: &Connection, electorate: &Electorate) -> Result<BaseConsu
         .set("partition.assignment.strategy", "cooperative-sticky")
         .set("session.timeout.ms", SESSION_TIMEOUT.as_millis().to_string())
         .set("heartbeat.interval.ms", "1000")
+        // A flow's lease topic is created just before it is subscribed: librdkafka's default refresh
+        // (5 minutes) could leave a member's metadata without it for that long.
+        .set("topic.metadata.refresh.interval.ms", "10000")
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "latest");
     cfg.create_with_context(LeaseContext { changes: Mutex::new(Vec::new()) })
@@ -327,13 +286,7 @@ fn resubscribe(elector: &Elector, run: &mut Run) -> Result<(), String> {
     let Some(consumer) = run.consumer.as_ref() else { return Ok(()) };
     let wanted: BTreeSet<String> = {
         let state = elector.lock();
-        state
-            .entries
-            .iter()
-            .filter(|(_, e)| e.joined)
-            .map(|(t, _)| t.clone())
-            .chain(state.lingering.keys().cloned())
-            .collect()
+        state.entries.keys().cloned().chain(state.lingering.keys().cloned()).collect()
     };
     if wanted == run.subscribed {
         return Ok(());
@@ -371,10 +324,27 @@ fn poll(elector: &Elector, run: &mut Run, consumer: &BaseConsumer<LeaseContext>)
             } else {
                 format!("lease topics {LEASE_TOPIC_PREFIX}*")
             };
+            // A topic's refusal names the topic (librdkafka: "Subscribed topic not available: T: ..."):
+            // only that flow is told; the group's concerns every flow of the deployment here.
+            let text = e.to_string();
+            let topic = elector.lock().entries.keys().find(|t| text.contains(t.as_str())).cloned();
+            let resource = match (&topic, code) {
+                (Some(t), "TOPIC_AUTHORIZATION_FAILED") => format!("lease topic {t}"),
+                _ => resource,
+            };
             let reason = kafka::not_authorized(&resource, &run.alias, "Read", code);
             if run.refused.seen(reason.clone()) {
-                tracing::warn!(reason, "no node can lead the flows until this is granted");
-                broadcast(elector, &LeaseEvent::Refused(reason));
+                tracing::warn!(reason, "no node can lead these flows until this is granted");
+                let mut state = elector.lock();
+                match topic.as_ref().and_then(|t| state.entries.get(t)) {
+                    Some(entry) if code == "TOPIC_AUTHORIZATION_FAILED" => {
+                        (entry.notify)(LeaseEvent::Refused(reason));
+                    }
+                    _ => {
+                        state.refused = Some(reason.clone());
+                        broadcast(&state, &LeaseEvent::Refused(reason));
+                    }
+                }
             }
         }
         Some(Err(e)) => tracing::debug!(error = %e, "lease consumer"),
@@ -384,24 +354,24 @@ fn poll(elector: &Elector, run: &mut Run, consumer: &BaseConsumer<LeaseContext>)
     // The group answered (or stopped refusing for a while): granted.
     if (!changes.is_empty() || run.refused.current(REFUSAL_WINDOW).is_none()) && run.refused.clear() {
         tracing::info!(group = %group, "the lease group is granted again");
-        broadcast(elector, &LeaseEvent::Granted);
+        let mut state = elector.lock();
+        state.refused = None;
+        broadcast(&state, &LeaseEvent::Granted);
     }
     for (topic, gained) in changes {
         let mut state = elector.lock();
         let changed = if gained { state.held.insert(topic.clone()) } else { state.held.remove(&topic) };
-        let notify = state.entries.get(&topic).filter(|e| changed && e.joined).map(|e| e.notify.clone());
-        drop(state);
-        if let Some(n) = notify {
-            n(LeaseEvent::Leading(gained));
+        if let Some(e) = state.entries.get(&topic).filter(|_| changed) {
+            (e.notify)(LeaseEvent::Leading(gained));
         }
     }
     failed
 }
 
-fn broadcast(elector: &Elector, event: &LeaseEvent) {
-    let notify: Vec<Notify> = elector.lock().entries.values().filter(|e| e.joined).map(|e| e.notify.clone()).collect();
-    for n in notify {
-        n(event.clone());
+/// Tells every registration, under the lock (see [`Connection::lease`]).
+fn broadcast(state: &State, event: &LeaseEvent) {
+    for e in state.entries.values() {
+        (e.notify)(event.clone());
     }
 }
 
@@ -409,18 +379,17 @@ fn broadcast(elector: &Elector, event: &LeaseEvent) {
 /// the lease with backoff and register again), and the consumer is made again after a pause.
 fn fail_all(elector: &Elector, run: &mut Run, reason: &str) {
     tracing::warn!(group = %elector.electorate.group, reason, "lease election failed on this node");
-    let (entries, held) = {
-        let mut state = elector.lock();
-        let entries: Vec<Entry> = state.entries.drain().map(|(_, e)| e).collect();
-        state.lingering.clear();
-        (entries, std::mem::take(&mut state.held))
-    };
-    for e in entries {
-        if e.joined && held.contains(&e.spec.name) {
+    let mut state = elector.lock();
+    let held = std::mem::take(&mut state.held);
+    for (topic, e) in state.entries.drain() {
+        if held.contains(&topic) {
             (e.notify)(LeaseEvent::Leading(false));
         }
         (e.notify)(LeaseEvent::Failed(reason.to_string()));
     }
+    state.lingering.clear();
+    state.refused = None;
+    drop(state);
     run.consumer = None;
     run.subscribed.clear();
     run.retry_at = Some(Instant::now() + Duration::from_secs(1));

@@ -90,12 +90,15 @@ impl ConnectionKey {
             files: cluster.files_fingerprint(),
         }
     }
-    /// Eight hex digits that differ between keys (FNV-1a: the same on every build, unlike std's hasher).
+    /// Eight hex digits that tell connections of one node apart and stay the same across restarts and
+    /// rotations (FNV-1a: the same on every build, unlike std's hasher): the address and the client
+    /// properties, but neither secrets (the digest shows in the group's member list) nor the content of
+    /// files (a rotated certificate is the same member).
     fn digest(&self) -> String {
         let mut h: u32 = 0x811c_9dc5;
-        let parts = [self.bootstrap.as_str(), self.files.as_str()].into_iter();
-        let props = self.client.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]);
-        for part in parts.chain(props) {
+        let props = self.client.iter().filter(|(k, _)| !crate::config::is_secret_key(k));
+        let parts = std::iter::once(self.bootstrap.as_str()).chain(props.flat_map(|(k, v)| [k.as_str(), v.as_str()]));
+        for part in parts {
             for b in part.bytes().chain([0]) {
                 h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
             }
@@ -401,6 +404,8 @@ mod tests {
         assert_ne!(a.key_digest(), rack.key_digest());
         assert_eq!(a.key_digest(), Connection::standalone(&spec("b", &[])).key_digest(), "the alias does not count");
         assert_eq!(a.key_digest().len(), 8);
+        let secret = clients.connection(&spec("a", &[("sasl.password", "other")]));
+        assert_eq!(a.key_digest(), secret.key_digest(), "secrets do not count (they would show in the member list)");
     }
 
     #[test]

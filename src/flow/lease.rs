@@ -54,6 +54,9 @@ pub struct Lease {
     /// Who copies what and who leads, for /flows (ends with the actor).
     _members: Option<ticks::Job>,
     leading: bool,
+    /// The supervisor was told how the lease ended: nothing more is reported (a message still in the
+    /// mailbox after the stop, a second stop request). Else its `Drop` says it panicked.
+    exited: bool,
     /// Every line the actor logs carries its flow and actor, as a worker's do.
     span: tracing::Span,
 }
@@ -61,7 +64,25 @@ pub struct Lease {
 impl Lease {
     pub fn new(plan: Arc<FlowPlan>, conns: Arc<FlowConnections>, supervisor: Parent, identity: Arc<Identity>) -> Self {
         let span = tracing::info_span!("actor", flow = %plan.id, actor = ActorKind::Lease.name());
-        Self { plan, conns, supervisor, identity, registration: None, _members: None, leading: false, span }
+        Self {
+            plan,
+            conns,
+            supervisor,
+            identity,
+            registration: None,
+            _members: None,
+            leading: false,
+            exited: false,
+            span,
+        }
+    }
+
+    fn electorate(&self) -> Electorate {
+        Electorate {
+            group: lease_group(&self.identity),
+            instance: self.identity.node_id.clone(),
+            deployment: self.identity.deployment.clone(),
+        }
     }
 
     fn report(&self, state: ActorState, error: Option<String>) {
@@ -78,10 +99,26 @@ impl Lease {
     }
 
     fn exit(&mut self, result: Result<(), String>, ctx: &mut Context<Self>) {
+        if self.exited {
+            return;
+        }
         self.lead(false);
+        self.exited = true;
         self.registration = None;
         self.supervisor.exited.do_send(ChildExited { kind: ActorKind::Lease, result });
         ctx.stop();
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.exited {
+            if self.leading {
+                self.supervisor.leadership.do_send(Leadership { leading: false });
+            }
+            let result = Err("lease panicked".into());
+            self.supervisor.exited.do_send(ChildExited { kind: ActorKind::Lease, result });
+        }
     }
 }
 
@@ -89,6 +126,11 @@ impl Lease {
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 struct Event(LeaseEvent);
+
+/// The lease topic was made (or could not be).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+struct TopicMade(Result<(), String>);
 
 /// Leave the election (the flow stops).
 #[derive(Message, Debug)]
@@ -99,23 +141,44 @@ impl Actor for Lease {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let electorate = Electorate {
-            group: lease_group(&self.identity),
-            instance: self.identity.node_id.clone(),
-            deployment: self.identity.deployment.clone(),
-        };
         let topic = lease_topic(&self.plan);
         let watched = members::Watched {
             copier_group: copier_group(&self.identity, &self.plan),
-            lease_group: electorate.group.clone(),
+            lease_group: lease_group(&self.identity),
             lease_topic: topic.clone(),
         };
         self._members = Some(members::watch(self.conns.clone(), watched, self.supervisor.clone()));
         let spec =
             TopicSpec { configs: Vec::new(), ..TopicSpec::compacted(topic, 1, self.plan.settings.replication_factor) };
-        let me = ctx.address();
-        let flow = self.plan.id.to_string();
-        match self.conns.target.lease(&electorate, &flow, spec, move |e| me.do_send(Event(e))) {
+        // Creating the topic blocks (and may wait for a cluster that is away): a short-lived thread,
+        // so that neither the actors' thread nor the node's elector waits for it.
+        let (conns, flow, me) = (self.conns.clone(), self.plan.id.clone(), ctx.address());
+        let spawned = std::thread::Builder::new().name(format!("lease-setup {flow}")).spawn(move || {
+            me.do_send(TopicMade(conns.target.ensure_topic(&flow, &spec).map(|_| ()).map_err(|e| e.to_string())));
+        });
+        if let Err(e) = spawned {
+            self.exit(Err(format!("cannot start a thread: {e}")), ctx);
+        }
+    }
+}
+
+impl Handler<TopicMade> for Lease {
+    type Result = ();
+    fn handle(&mut self, TopicMade(made): TopicMade, ctx: &mut Context<Self>) {
+        if self.exited {
+            return;
+        }
+        if let Err(e) = made {
+            return self.exit(Err(e), ctx);
+        }
+        // A weak address: the elector's registration must not keep a lease whose supervisor is gone.
+        let me = ctx.address().downgrade();
+        let notify = move |e| {
+            if let Some(me) = me.upgrade() {
+                me.do_send(Event(e));
+            }
+        };
+        match self.conns.target.lease(&self.electorate(), &lease_topic(&self.plan), notify) {
             Ok(r) => self.registration = Some(r),
             Err(e) => self.exit(Err(e), ctx),
         }
@@ -125,6 +188,9 @@ impl Actor for Lease {
 impl Handler<Event> for Lease {
     type Result = ();
     fn handle(&mut self, Event(event): Event, ctx: &mut Context<Self>) {
+        if self.exited {
+            return;
+        }
         match event {
             LeaseEvent::Joined | LeaseEvent::Granted => self.report(ActorState::Running, None),
             LeaseEvent::Leading(leading) => self.lead(leading),
