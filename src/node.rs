@@ -737,15 +737,15 @@ impl Handler<PauseSeen> for Node {
     }
 }
 
-/// Stop every flow gracefully; resolves when all have drained or `timeout` passed.
+/// Stop every flow gracefully; resolves when all have drained (true) or `timeout` passed (false).
 #[derive(Message, Debug)]
-#[rtype(result = "()")]
+#[rtype(result = "bool")]
 pub struct Shutdown {
     pub timeout: Duration,
 }
 
 impl Handler<Shutdown> for Node {
-    type Result = ResponseFuture<()>;
+    type Result = ResponseFuture<bool>;
 
     fn handle(&mut self, msg: Shutdown, _: &mut Context<Self>) -> Self::Result {
         self.stopping = true;
@@ -755,11 +755,14 @@ impl Handler<Shutdown> for Node {
         // One deadline for all flows: they drain in parallel, so N stuck flows cost one timeout, not N.
         let until = tokio::time::Instant::now() + msg.timeout;
         Box::pin(async move {
+            let mut all = true;
             for (id, wait) in waits {
                 if tokio::time::timeout_at(until, wait).await.is_err() {
                     tracing::warn!(flow = %id, "flow did not stop within the shutdown timeout");
+                    all = false;
                 }
             }
+            all
         })
     }
 }

@@ -235,7 +235,9 @@ fn run(plan: &FlowPlan, conns: &FlowConnections, queue: &SyncQueue, control: Con
         // emitter restarts once what went out is settled.
         let mut send_error: Option<String> = None;
         if in_flight == 0 {
-            let batch = queue.unsent(last_sent, ROUND, SYNC_WAIT);
+            // Stopping: what is queued goes out, nothing more is waited for.
+            let wait = if stopping.is_some() { Duration::ZERO } else { SYNC_WAIT };
+            let batch = queue.unsent(last_sent, ROUND, wait);
             if !batch.is_empty() {
                 failpoints::check(failpoints::OFFSET_SYNCS_SEND)?;
             }
