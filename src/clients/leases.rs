@@ -169,11 +169,17 @@ impl Connection {
 /// Keeps the group's assignment changes for the loop.
 struct LeaseContext {
     changes: Mutex<Vec<(String, bool)>>,
+    /// The last authentication failure librdkafka reported (wrong password, expired certificate): the
+    /// flows say so at once, rather than when their first admin call times out.
+    auth_failure: Mutex<Option<String>>,
 }
 
 impl ClientContext for LeaseContext {
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::debug!(error = %error, reason, "lease client error");
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication) {
+            *self.auth_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.to_string());
+        }
     }
 }
 
@@ -277,7 +283,7 @@ fn make_consumer(conn: &Connection, electorate: &Electorate) -> Result<BaseConsu
         .set("topic.metadata.refresh.interval.ms", "10000")
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "latest");
-    cfg.create_with_context(LeaseContext { changes: Mutex::new(Vec::new()) })
+    cfg.create_with_context(LeaseContext { changes: Mutex::new(Vec::new()), auth_failure: Mutex::new(None) })
         .map_err(|e| format!("cluster `{}`: create the lease consumer: {e}", cluster.alias))
 }
 
@@ -349,6 +355,16 @@ fn poll(elector: &Elector, run: &mut Run, consumer: &BaseConsumer<LeaseContext>)
         }
         Some(Err(e)) => tracing::debug!(error = %e, "lease consumer"),
         _ => {}
+    }
+    let auth = consumer.context().auth_failure.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(reason) = auth {
+        let reason = format!("cluster `{}`: {}", run.alias, crate::config::scrub(&reason));
+        if run.refused.seen(reason.clone()) {
+            tracing::warn!(reason, "the target refuses this node's credentials: no node with them can lead");
+            let mut state = elector.lock();
+            state.refused = Some(reason.clone());
+            broadcast(&state, &LeaseEvent::Refused(reason));
+        }
     }
     let changes = std::mem::take(&mut *consumer.context().changes.lock().unwrap_or_else(|p| p.into_inner()));
     // The group answered (or stopped refusing for a while): granted.
