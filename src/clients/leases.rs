@@ -339,19 +339,8 @@ fn poll(elector: &Elector, run: &mut Run, consumer: &BaseConsumer<LeaseContext>)
                 _ => resource,
             };
             let reason = kafka::not_authorized(&resource, &run.alias, "Read", code);
-            if run.refused.seen(reason.clone()) {
-                tracing::warn!(reason, "no node can lead these flows until this is granted");
-                let mut state = elector.lock();
-                match topic.as_ref().and_then(|t| state.entries.get(t)) {
-                    Some(entry) if code == "TOPIC_AUTHORIZATION_FAILED" => {
-                        (entry.notify)(LeaseEvent::Refused(reason));
-                    }
-                    _ => {
-                        state.refused = Some(reason.clone());
-                        broadcast(&state, &LeaseEvent::Refused(reason));
-                    }
-                }
-            }
+            let only = topic.filter(|_| code == "TOPIC_AUTHORIZATION_FAILED");
+            refuse(elector, run, reason, only.as_deref(), "no node can lead these flows until this is granted");
         }
         Some(Err(e)) => tracing::debug!(error = %e, "lease consumer"),
         _ => {}
@@ -359,12 +348,7 @@ fn poll(elector: &Elector, run: &mut Run, consumer: &BaseConsumer<LeaseContext>)
     let auth = consumer.context().auth_failure.lock().unwrap_or_else(|p| p.into_inner()).take();
     if let Some(reason) = auth {
         let reason = format!("cluster `{}`: {}", run.alias, crate::config::scrub(&reason));
-        if run.refused.seen(reason.clone()) {
-            tracing::warn!(reason, "the target refuses this node's credentials: no node with them can lead");
-            let mut state = elector.lock();
-            state.refused = Some(reason.clone());
-            broadcast(&state, &LeaseEvent::Refused(reason));
-        }
+        refuse(elector, run, reason, None, "the target refuses this node's credentials: no node with them can lead");
     }
     let changes = std::mem::take(&mut *consumer.context().changes.lock().unwrap_or_else(|p| p.into_inner()));
     // The group answered (or stopped refusing for a while): granted.
@@ -382,6 +366,23 @@ fn poll(elector: &Elector, run: &mut Run, consumer: &BaseConsumer<LeaseContext>)
         }
     }
     failed
+}
+
+/// A refusal, said once while it lasts: to the flow of `only` (a lease topic's), else to every flow of
+/// the connection, and kept for flows that register later.
+fn refuse(elector: &Elector, run: &mut Run, reason: String, only: Option<&str>, why: &str) {
+    if !run.refused.seen(reason.clone()) {
+        return;
+    }
+    tracing::warn!(reason, "{why}");
+    let mut state = elector.lock();
+    match only.and_then(|t| state.entries.get(t)) {
+        Some(entry) => (entry.notify)(LeaseEvent::Refused(reason)),
+        None => {
+            state.refused = Some(reason.clone());
+            broadcast(&state, &LeaseEvent::Refused(reason));
+        }
+    }
 }
 
 /// Tells every registration, under the lock (see [`Connection::lease`]).

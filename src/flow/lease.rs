@@ -17,6 +17,7 @@
 //! The lease is an actor without a thread: the node's elector tells it what changes.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 
@@ -59,7 +60,17 @@ pub struct Lease {
     exited: bool,
     /// Every line the actor logs carries its flow and actor, as a worker's do.
     span: tracing::Span,
+    /// Looks for a connection problem while the lease topic is being made (see [`SETUP_WATCH`]).
+    setup_watch: Option<SpawnHandle>,
+    /// What that look last reported, so that a problem is reported once, not every look.
+    setup_problem: Option<String>,
 }
+
+/// How often the lease looks for a reason while its topic is being made. A target that refuses the
+/// node's credentials or certificate, or does not answer, leaves the admin call waiting for its whole
+/// timeout (30 s, and more behind other calls); librdkafka logs why at once (the connection diagnosis
+/// keeps it), so the flow says why within seconds instead.
+const SETUP_WATCH: Duration = Duration::from_secs(2);
 
 impl Lease {
     pub fn new(plan: Arc<FlowPlan>, conns: Arc<FlowConnections>, supervisor: Parent, identity: Arc<Identity>) -> Self {
@@ -74,6 +85,8 @@ impl Lease {
             leading: false,
             exited: false,
             span,
+            setup_watch: None,
+            setup_problem: None,
         }
     }
 
@@ -157,7 +170,22 @@ impl Actor for Lease {
             me.do_send(TopicMade(conns.target.ensure_topic(&flow, &spec).map(|_| ()).map_err(|e| e.to_string())));
         });
         if let Err(e) = spawned {
-            self.exit(Err(format!("cannot start a thread: {e}")), ctx);
+            return self.exit(Err(format!("cannot start a thread: {e}")), ctx);
+        }
+        self.setup_watch = Some(ctx.run_interval(SETUP_WATCH, |lease, _| lease.look_for_a_setup_problem()));
+    }
+}
+
+impl Lease {
+    /// The topic is not made yet: if librdkafka said why the target does not answer, the flow says so.
+    fn look_for_a_setup_problem(&mut self) {
+        let target = self.conns.target.alias().to_string();
+        let Some(problem) = crate::kafka::connection_problem(&target) else { return };
+        if self.setup_problem.as_ref() != Some(&problem) {
+            let _span = self.span.clone().entered();
+            tracing::warn!(flow = %self.plan.id, cluster = %target, problem, "the lease topic waits for the target");
+            self.setup_problem = Some(problem.clone());
+            self.report(ActorState::Degraded, Some(format!("cannot reach target `{target}`: {problem}")));
         }
     }
 }
@@ -167,6 +195,9 @@ impl Handler<TopicMade> for Lease {
     fn handle(&mut self, TopicMade(made): TopicMade, ctx: &mut Context<Self>) {
         if self.exited {
             return;
+        }
+        if let Some(watch) = self.setup_watch.take() {
+            ctx.cancel_future(watch);
         }
         if let Err(e) = made {
             return self.exit(Err(e), ctx);

@@ -280,11 +280,18 @@ fn create(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)
         }
     }
     let client = metadata_client(bootstrap);
-    wait_for(TIMEOUT, &format!("topic {topic} on {bootstrap} to have leaders"), || {
+    // A broker elects a leader for each new partition and makes its log: under a loaded suite a few
+    // hundred partitions took over 30 s (a 300-partition topic in a CI run).
+    wait_for(leaders_deadline(partitions), &format!("topic {topic} on {bootstrap} to have leaders"), || {
         partition_leaders(&client, topic).is_some_and(|l| {
             (if existed { !l.is_empty() } else { l.len() == partitions as usize }) && l.iter().all(|&l| l >= 0)
         })
     });
+}
+
+/// How long new partitions may take to get leaders: [`TIMEOUT`], or 200 ms a partition for a wide topic.
+fn leaders_deadline(partitions: i32) -> Duration {
+    TIMEOUT.max(Duration::from_millis(200) * partitions.max(0) as u32)
 }
 
 /// Grows `topic` to `partitions` partitions and waits until metadata shows every partition with a
@@ -299,7 +306,8 @@ pub fn create_partitions(bootstrap: &str, topic: &str, partitions: i32) {
         }
     }
     let client = metadata_client(bootstrap);
-    wait_for(TIMEOUT, &format!("topic {topic} on {bootstrap} to have {partitions} partitions with leaders"), || {
+    let deadline = leaders_deadline(partitions);
+    wait_for(deadline, &format!("topic {topic} on {bootstrap} to have {partitions} partitions with leaders"), || {
         partition_leaders(&client, topic).is_some_and(|l| l.len() == partitions as usize && l.iter().all(|&l| l >= 0))
     });
 }
