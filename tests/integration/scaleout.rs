@@ -450,3 +450,108 @@ fn several_nodes_share_a_flow_on_the_consumer_group_protocol() {
         assert!(f.terminate(Duration::from_secs(30)).success());
     }
 }
+
+/// A wide flow (300 partitions) shared by two nodes, one killed with -9 in the middle of the copy and
+/// started again: every record arrives, each partition's records in their source order (the stretch a
+/// killed node had copied but not persisted is copied again after it, never interleaved), and a group
+/// committed at the end is checkpointed exactly: a consumer failing over to the target at the
+/// checkpoints re-reads nothing and skips nothing. The partitions are spread over both nodes' copier
+/// consumers (the group's cooperative assignor), so both librdkafka paths that a wide flow exercises
+/// (a consumer's fetch decisions, a producer's per-partition batches) run beside a handover.
+#[test]
+fn a_wide_flow_on_two_nodes_survives_a_kill_9_in_order_with_exact_checkpoints() {
+    const WIDE: i32 = 300;
+    let (east, west) = support::shared_pair();
+    let topic = unique("wide-scale");
+    let remote = format!("east.{topic}");
+    let group = format!("{topic}-g");
+    create_topic(&east.bootstrap, &topic, WIDE, &[]);
+    let stream = Stream::start(&east.bootstrap, &topic, WIDE, "w", 600, Duration::from_millis(100));
+    let mut nodes = Nodes::new(east, west, &topic, &group);
+    nodes.start("n1");
+    nodes.start("n2");
+    let ours = |set: &BTreeSet<String>| set.iter().filter(|p| p.starts_with(topic.as_str())).count();
+    let mut split = BTreeMap::new();
+    wait_for(ARRIVAL, "the 300 partitions split over both nodes, records arriving", || {
+        nodes.alive();
+        split = nodes.assigned().iter().map(|(n, set)| (n.clone(), ours(set))).collect::<BTreeMap<_, _>>();
+        split.values().sum::<usize>() == WIDE as usize
+            && split.values().all(|n| *n > 0)
+            && total(&west.bootstrap, &remote) > 0
+    });
+    println!("partitions per node: {split:?}");
+
+    // The crash, at a random moment of the copy (the scenario, not synchronisation).
+    std::thread::sleep(random_secs(1.0, 3.0));
+    let victim = nodes.nodes.get_mut("n1").expect("n1");
+    assert_alive(victim);
+    victim.kill9();
+    nodes.nodes.remove("n1");
+    let killed = Instant::now();
+    wait_for(ARRIVAL, "the survivor copying all 300 partitions", || {
+        nodes.alive();
+        nodes.assigned().values().map(ours).sum::<usize>() == WIDE as usize
+    });
+    println!("n2 copies every partition {:?} after the kill", killed.elapsed());
+    nodes.start("n1");
+    wait_for(ARRIVAL, "the restarted node copying a share again", || {
+        nodes.alive();
+        nodes.assigned().get("n1").is_some_and(|set| ours(set) > 0)
+    });
+
+    let produced = stream.finish();
+    let counts =
+        wait_all_arrived(nodes.nodes.get_mut("n2").expect("n2"), &west.bootstrap, &remote, &values("w", 0..produced));
+    assert_eq!(counts.len(), produced, "every record, and only those, on the target");
+
+    // Per partition: the target's records, each taken at its first arrival, are the source's in order.
+    let source = by_position(consume_all(&east.bootstrap, &topic, READ));
+    let target = by_position(consume_all(&west.bootstrap, &remote, READ));
+    let in_order = |recs: &[support::Rec], first_only: bool| {
+        let mut out: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
+        let mut seen = std::collections::HashSet::new();
+        for r in recs {
+            let v = r.value.clone().unwrap_or_default();
+            if !first_only || seen.insert(v.clone()) {
+                out.entry(r.partition).or_default().push(v);
+            }
+        }
+        out
+    };
+    let (from, to) = (in_order(&source, false), in_order(&target, true));
+    for p in 0..WIDE {
+        assert!(
+            from.get(&p) == to.get(&p),
+            "partition {p}: the target's first arrivals are not the source's records in order"
+        );
+    }
+
+    // Exact checkpoints: the group at the source's end translates to the target's end of each
+    // partition (everything before it copied; a replayed stretch lies before it too).
+    let ends = commit_at_end(east, &group, &topic);
+    let target_ends = end_offsets(&west.bootstrap, &remote);
+    let exact = wait_showing(ARRIVAL, "a checkpoint of every partition at the group's offset", || {
+        let cps = latest(&checkpoints(west, &group), &remote);
+        let waiting: Vec<String> = (0..WIDE)
+            .filter(|p| cps.get(p).is_none_or(|c| c.upstream_offset != ends[*p as usize]))
+            .map(|p| format!("{p}"))
+            .collect();
+        (waiting.is_empty(), (cps, waiting.len()))
+    })
+    .0;
+    for p in 0..WIDE {
+        let cp = &exact[&p];
+        assert_eq!(
+            cp.downstream_offset, target_ends[p as usize],
+            "partition {p}: upstream {} checkpointed at {} on the target, whose end is {}",
+            cp.upstream_offset, cp.downstream_offset, target_ends[p as usize]
+        );
+    }
+    println!(
+        "{produced} records over {WIDE} partitions, {} duplicates (the kill -9); checkpoints exact",
+        duplicates(&counts)
+    );
+    for f in nodes.nodes.values_mut() {
+        assert!(f.terminate(Duration::from_secs(30)).success());
+    }
+}
