@@ -206,6 +206,9 @@ pub struct Connection {
     electors: leases::Electors,
     /// A Kerberos cluster's login, renewed while some flow holds the connection.
     _kerberos: Option<Arc<crate::kerberos::Hold>>,
+    /// When the connection was opened: what librdkafka said of the cluster before is another
+    /// connection's (an old password, an outage that ended), see [`Connection::problem`].
+    opened: Instant,
 }
 
 impl fmt::Debug for Connection {
@@ -231,6 +234,7 @@ impl Connection {
             readers: readers::Readers::default(),
             records: records::RecordProducers::default(),
             electors: leases::Electors::default(),
+            opened: Instant::now(),
         }
     }
 
@@ -244,6 +248,12 @@ impl Connection {
 
     pub fn alias(&self) -> &str {
         &self.cluster.alias
+    }
+
+    /// Why the cluster does not answer this connection, as librdkafka reported it (or a diagnosis
+    /// found it) since the connection was opened; kept by the alias that opened it.
+    pub fn problem(&self) -> Option<String> {
+        kafka::connection_problem_since(self.alias(), self.opened)
     }
 
     pub fn cluster(&self) -> &ClusterSpec {

@@ -177,16 +177,27 @@ impl Actor for Lease {
 }
 
 impl Lease {
-    /// The topic is not made yet: if librdkafka said why the target does not answer, the flow says so.
+    /// The topic is not made yet: if librdkafka said why the target does not answer this connection,
+    /// the flow says so (and takes it back when a later diagnosis found the target answering).
     fn look_for_a_setup_problem(&mut self) {
-        let target = self.conns.target.alias().to_string();
-        let Some(problem) = crate::kafka::connection_problem(&target) else { return };
-        if self.setup_problem.as_ref() != Some(&problem) {
-            let _span = self.span.clone().entered();
-            tracing::warn!(flow = %self.plan.id, cluster = %target, problem, "the lease topic waits for the target");
-            self.setup_problem = Some(problem.clone());
-            self.report(ActorState::Degraded, Some(format!("cannot reach target `{target}`: {problem}")));
+        if self.exited {
+            return;
         }
+        let problem = self.conns.target.problem();
+        if self.setup_problem == problem {
+            return;
+        }
+        let target = self.plan.id.target.clone();
+        let _span = self.span.clone().entered();
+        match &problem {
+            Some(p) => {
+                tracing::warn!(flow = %self.plan.id, cluster = %target, problem = p, "the lease topic waits for the target");
+                let reason = crate::config::scrub(&format!("cannot reach target `{target}`: {p}"));
+                self.report(ActorState::Degraded, Some(reason));
+            }
+            None => self.report(ActorState::Starting, None),
+        }
+        self.setup_problem = problem;
     }
 }
 

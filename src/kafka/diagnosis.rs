@@ -145,9 +145,21 @@ fn connection_line(line: &str) -> Option<(String, String)> {
 /// Why `cluster` does not answer: its last diagnosis, else the most recent connection problem librdkafka
 /// logged for any of its bootstrap servers, within [`CAUSE_WINDOW`].
 pub fn connection_problem(cluster: &str) -> Option<String> {
+    problem_since(cluster, std::time::Instant::now().checked_sub(CAUSE_WINDOW))
+}
+
+/// [`connection_problem`], from what was found or logged after `since` only: a caller that began
+/// waiting for the cluster then is told neither of an outage that ended before (a stale diagnosis) nor
+/// kept from hearing of a new problem by a diagnosis that found the cluster fine before.
+pub fn connection_problem_since(cluster: &str, since: std::time::Instant) -> Option<String> {
+    problem_since(cluster, Some(since))
+}
+
+fn problem_since(cluster: &str, since: Option<std::time::Instant>) -> Option<String> {
+    let recent = |at: &std::time::Instant| at.elapsed() <= CAUSE_WINDOW && since.is_none_or(|s| *at >= s);
     let causes = CAUSES.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((at, found)) = causes.by_cluster.get(cluster)
-        && at.elapsed() <= CAUSE_WINDOW
+        && recent(at)
     {
         return found.clone();
     }
@@ -155,7 +167,7 @@ pub fn connection_problem(cluster: &str) -> Option<String> {
     bootstrap
         .split(',')
         .filter_map(|server| causes.by_address.get(server.trim()))
-        .filter(|(at, _)| at.elapsed() <= CAUSE_WINDOW)
+        .filter(|(at, _)| recent(at))
         .max_by_key(|(at, _)| *at)
         .map(|(_, reason)| reason.clone())
 }
@@ -180,5 +192,25 @@ mod tests {
         note_client_log(line);
         let e = KafkaOpError::kafka("diag", "create topic t", KafkaError::Global(RDKafkaErrorCode::OperationTimedOut));
         assert!(e.to_string().contains("(last connection error: SASL authentication error"), "{e}");
+    }
+
+    #[test]
+    fn a_problem_counts_for_a_connection_only_if_seen_after_it_opened() {
+        let line = |reason: &str| {
+            format!("FAIL [thrd:ssl://127.0.0.1:38772/bootstrap]: ssl://127.0.0.1:38772/bootstrap: {reason}")
+        };
+        CAUSES.lock().unwrap_or_else(|p| p.into_inner()).bootstraps.insert("since".into(), "127.0.0.1:38772".into());
+        note_client_log(&line("SSL handshake failed: certificate verify failed (after 2ms in state SSL_HANDSHAKE)"));
+        let opened = std::time::Instant::now();
+        assert!(connection_problem("since").is_some_and(|p| p.contains("certificate verify failed")));
+        assert_eq!(connection_problem_since("since", opened), None, "an older connection's problem");
+        note_client_log(&line("SASL authentication error: Authentication failed (after 3ms in state AUTH_REQ)"));
+        let now = connection_problem_since("since", opened);
+        assert!(now.is_some_and(|p| p.starts_with("SASL authentication error")), "a problem of this connection");
+        // A diagnosis that found the cluster answering before the connection opened does not hide it.
+        let before = opened.checked_sub(Duration::from_secs(1)).unwrap_or(opened);
+        CAUSES.lock().unwrap_or_else(|p| p.into_inner()).by_cluster.insert("since".into(), (before, None));
+        assert!(connection_problem_since("since", opened).is_some());
+        assert_eq!(connection_problem("since"), None, "the diagnosis wins for anyone who asks without a start");
     }
 }

@@ -48,6 +48,17 @@ pub use topics::*;
 /// How long one admin or metadata call may take before the caller treats the cluster as unreachable.
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// `fut` given up after `deadline` whatever librdkafka does (`None`). librdkafka times admin requests
+/// out itself, but a CreateTopics to a cluster that refused the connection was seen answering only
+/// after twice its request timeout (on the node's second and third refusing cluster), so a caller
+/// that blocks on the answer also keeps a deadline of its own.
+pub async fn within<F: std::future::Future>(deadline: Duration, fut: F) -> Option<F::Output> {
+    tokio::time::timeout(deadline, fut).await.ok()
+}
+
+/// The margin [`within`] gives librdkafka's own timeout before ferry's applies.
+pub const ADMIN_GRACE: Duration = Duration::from_secs(2);
+
 /// Run an admin future to completion from a worker thread (worker loops are blocking code).
 pub fn block_on<F: std::future::Future>(cluster: &str, fut: F) -> Result<F::Output, KafkaOpError> {
     let rt = runtime().map_err(|reason| KafkaOpError::Other {

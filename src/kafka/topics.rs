@@ -122,7 +122,11 @@ pub fn ensure_topic<A: ClientContext + 'static>(
     // A principal without CREATE can use a topic an operator created beforehand: the refusal counts
     // only if the topic does not show up below.
     let mut refused = None;
-    match block_on(cluster, create_topic(admin, cluster, spec))? {
+    let timed_out =
+        |op: String| KafkaOpError::kafka(cluster, op, KafkaError::AdminOp(RDKafkaErrorCode::OperationTimedOut));
+    let created = block_on(cluster, within(ADMIN_TIMEOUT + ADMIN_GRACE, create_topic(admin, cluster, spec)))?
+        .unwrap_or_else(|| Err(timed_out(format!("create topic {}", spec.name))));
+    match created {
         Ok(true) => tracing::info!(flow = %flow, cluster = %cluster, topic = %spec.name, "created topic"),
         Ok(false) => {}
         Err(e @ KafkaOpError::NotAuthorized(_)) => refused = Some(e),
@@ -133,13 +137,13 @@ pub fn ensure_topic<A: ClientContext + 'static>(
     let deadline = std::time::Instant::now() + ADMIN_TIMEOUT;
     let names = [spec.name.clone()];
     loop {
-        let described =
-            block_on(cluster, crate::raw_admin::describe_topics(admin, &names, ADMIN_TIMEOUT))?.map_err(|e| {
-                KafkaOpError::Other {
-                    cluster: cluster.to_string(),
-                    op: format!("describe {}", spec.name),
-                    reason: e.to_string(),
-                }
+        let describe = crate::raw_admin::describe_topics(admin, &names, ADMIN_TIMEOUT);
+        let described = block_on(cluster, within(ADMIN_TIMEOUT + ADMIN_GRACE, describe))?
+            .ok_or_else(|| timed_out(format!("describe {}", spec.name)))?
+            .map_err(|e| KafkaOpError::Other {
+                cluster: cluster.to_string(),
+                op: format!("describe {}", spec.name),
+                reason: e.to_string(),
             })?;
         let partitions = described.first().filter(|t| t.error.is_none()).map_or(0, |t| t.partitions);
         if partitions > 0 {
@@ -288,6 +292,15 @@ fn config_entry(e: rdkafka::admin::ConfigEntry) -> ConfigEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_that_never_answers_is_given_up_at_the_deadline() {
+        let start = std::time::Instant::now();
+        let gave_up = block_on("c", within(Duration::from_millis(50), std::future::pending::<()>())).unwrap();
+        assert_eq!(gave_up, None);
+        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        assert_eq!(block_on("c", within(Duration::from_secs(5), async { 7 })).unwrap(), Some(7));
+    }
 
     #[test]
     fn requests_are_cut_below_the_controller_limit() {
