@@ -137,10 +137,10 @@ impl Connection {
                 Some(e) => e,
                 None => {
                     let e = Arc::new(Elector { electorate: electorate.clone(), state: Mutex::default() });
-                    let (conn, run) = (Arc::downgrade(self), e.clone());
+                    let (conn, run, alias) = (Arc::downgrade(self), e.clone(), self.alias().to_string());
                     std::thread::Builder::new()
-                        .name(format!("leases {}", self.alias()))
-                        .spawn(move || run_elector(&conn, run))
+                        .name(format!("leases {alias}"))
+                        .spawn(move || run_elector(&conn, run, alias))
                         .map_err(|e| format!("cannot start the lease elector's thread: {e}"))?;
                     live.insert(electorate.clone(), Arc::downgrade(&e));
                     e
@@ -211,14 +211,9 @@ struct Run {
     retry_at: Option<Instant>,
 }
 
-fn run_elector(conn: &Weak<Connection>, elector: Arc<Elector>) {
-    let mut run = Run {
-        alias: String::new(),
-        consumer: None,
-        subscribed: BTreeSet::new(),
-        refused: kafka::Refusal::default(),
-        retry_at: None,
-    };
+fn run_elector(conn: &Weak<Connection>, elector: Arc<Elector>, alias: String) {
+    let mut run =
+        Run { alias, consumer: None, subscribed: BTreeSet::new(), refused: kafka::Refusal::default(), retry_at: None };
     loop {
         let Some(conn) = conn.upgrade() else { break };
         // Gone with the last registration and the last lingering topic; decided under the connection's
@@ -236,7 +231,6 @@ fn run_elector(conn: &Weak<Connection>, elector: Arc<Elector>) {
                 break;
             }
         }
-        run.alias = conn.alias().to_string();
         let wanted = !elector.lock().entries.is_empty();
         if wanted && run.consumer.is_none() && run.retry_at.is_none_or(|t| Instant::now() >= t) {
             match make_consumer(&conn, &elector.electorate) {
