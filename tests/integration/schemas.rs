@@ -550,8 +550,10 @@ fn an_identity_pair_translating_both_ways_copies_each_record_once() {
     let (east_reg, west_reg) = shared_registries();
     // The same schema under the same subject on both registries, with different IDs (else the test
     // proves nothing). The registries are shared with other tests, whose registrations move their
-    // counters: a topic whose IDs happen to be equal is left and another one tried. West's is
-    // registered first, so the flow finds it by content there.
+    // counters: a topic whose IDs happen to be equal is left and another one tried, after a schema
+    // registered on east alone has moved east's counter on (tests that register on both keep the two
+    // in step, and a CI run once found them equal in all ten tries). West's is registered first, so
+    // the flow finds it by content there.
     // A record name of its own per try: a registry gives identical content its earlier ID.
     let (topic, subject, name, on_east, west_id) = (0..10)
         .map(|i| {
@@ -559,6 +561,10 @@ fn an_identity_pair_translating_both_ways_copies_each_record_once() {
             let (subject, schema) = (format!("{topic}-value"), avro(&name, &[("b", "\"int\"")]));
             let west_id = west_reg.register(&subject, &schema, None, json!([]));
             let on_east = east_reg.register(&subject, &schema, None, json!([]));
+            if on_east == west_id {
+                let filler = avro(&format!("Filler{i}"), &[("f", "\"int\"")]);
+                east_reg.register(&format!("{topic}-filler-value"), &filler, None, json!([]));
+            }
             (topic, subject, name, on_east, west_id)
         })
         .find(|(_, _, _, on_east, west_id)| on_east != west_id)
